@@ -1,0 +1,40 @@
+# Two entry points matter: `make lab` (the main job) and `make test` (everything CI runs).
+# Both set up what they need; `make setup` is idempotent.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# JAX 0.12 needs Python 3.12: take python3.12 when it really runs, else pyenv's 3.12.
+PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
+STAMP := $(VENV)/.installed
+
+.PHONY: setup lab test test-python lint browser-deps clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12 (JAX 0.12 needs it)"; exit 1; }
+	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[all]"
+	touch $(STAMP)
+
+# Debian's Chromium for the browser tests (never a downloaded browser build).
+browser-deps:
+	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+lab: setup
+	JAX_PLATFORMS=cpu $(VENV)/bin/jupyter lab notebooks/
+
+lint: setup
+	$(VENV)/bin/ruff check pallaslab lowering tests benchmarks
+	$(VENV)/bin/ruff format --check pallaslab lowering tests benchmarks
+	$(VENV)/bin/mypy
+
+test-python: setup
+	JAX_PLATFORMS=cpu $(PY) -m pytest -q
+
+test: setup browser-deps lint test-python
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-results

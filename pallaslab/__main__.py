@@ -1,0 +1,5 @@
+import sys
+
+from pallaslab.cli import main
+
+sys.exit(main())

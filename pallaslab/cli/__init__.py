@@ -1,0 +1,37 @@
+"""`pallaslab` command line: a thin shell over the Python API.
+
+Each subcommand lives in its own module exposing `register(subparsers)`; the module sets
+`func` on its parser to a function `(argparse.Namespace) -> int` (the exit status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+# Subcommand modules, in the order `pallaslab --help` lists them.
+COMMANDS = ("inspect", "check")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pallaslab", description="Inspect, check, lower and compare JAX Pallas kernels."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"pallaslab.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Keep ordinary work on the CPU backend (the TPU compiler is reached through topologies).
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

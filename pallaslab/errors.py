@@ -1,0 +1,44 @@
+"""One flat hierarchy of pallaslab errors.
+
+Every message names the object (an operand's origin, a kernel's name), where it comes from
+(source location), the rule that was broken and the value that broke it. A user's own exception
+raised while tracing their function is never wrapped: it surfaces as it would without pallaslab.
+"""
+
+from __future__ import annotations
+
+
+class PallasLabError(Exception):
+    """Base class for every error pallaslab raises on its own account."""
+
+
+class CaseError(PallasLabError, ValueError):
+    """A kernel case (`file.py:function`) cannot be loaded or does not return `(fn, args)`."""
+
+
+class NoKernelError(PallasLabError, ValueError):
+    """The function launched no Pallas kernel."""
+
+
+class IndexMapError(PallasLabError, ValueError):
+    """A BlockSpec index map returns the wrong number of values or non-integer values."""
+
+
+class KernelSelectionError(PallasLabError, IndexError):
+    """A kernel was asked for by an index or name that the capture does not have."""
+
+
+class MissingDependencyError(PallasLabError, ImportError):
+    """An optional dependency is not installed; the message says what to install."""
+
+
+class UnavailableError(PallasLabError, RuntimeError):
+    """A feature needs something this machine does not have (e.g. an attached TPU)."""
+
+
+def missing(feature: str, module: str, extra: str) -> MissingDependencyError:
+    """The error for an optional dependency that is not importable."""
+    return MissingDependencyError(
+        f"{feature} needs the Python package '{module}', which is not installed. "
+        f'Install it with: pip install "pallaslab[{extra}]"'
+    )

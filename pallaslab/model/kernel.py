@@ -1,0 +1,209 @@
+"""Frozen descriptions of captured Pallas kernels.
+
+These dataclasses are plain data: shapes, dtypes, block shapes, index-map jaxprs as text.
+What must stay live (the JAX equation, the vectorized index-map evaluator) hangs off
+`Kernel.handle`, an opaque object only `pallaslab.model._jax` knows how to use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+Role = Literal["input", "output", "scratch"]
+BlockKind = Literal["blocked", "squeezed", "element", "bounded", "indirect"]
+KernelKind = Literal["pallas_call", "mesh"]
+Backend = Literal["tpu", "triton", "mosaic_gpu"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockDim:
+    """One dimension of a BlockSpec's block shape, as Pallas canonicalised it."""
+
+    kind: BlockKind
+    size: int  # elements in the block along this dimension (1 when squeezed)
+    padding: tuple[int, int] = (0, 0)  # only for `pl.Element`
+
+    @property
+    def squeezed(self) -> bool:
+        return self.kind == "squeezed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """An operand of a kernel: an input, an output, a scratch buffer or a scalar-prefetch array."""
+
+    origin: str  # Pallas's own label: "args[0]", "outputs[1]", "scratch[0]"
+    role: Role
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    memory_space: str  # "default", "any", "vmem", "smem", "hbm", "semaphore", ...
+    block_dims: tuple[BlockDim, ...] | None = None  # None: no BlockSpec window
+    index_map_jaxpr: str | None = None
+    index_map_source: str | None = None  # "file.py:LINE" of the index-map function
+    buffer_count: int | None = None  # pipeline buffers (`pl.Buffered(n)`); 2 when unspecified
+    scalar_prefetch: bool = False
+    aliased_with: str | None = None  # origin of the input/output sharing its buffer
+
+    @property
+    def block_shape(self) -> tuple[int | None, ...] | None:
+        """Block shape as users write it: `None` for squeezed dimensions."""
+        if self.block_dims is None:
+            return None
+        return tuple(None if d.squeezed else d.size for d in self.block_dims)
+
+    @property
+    def block_extent(self) -> tuple[int, ...] | None:
+        """Elements the block spans per array dimension (1 for squeezed)."""
+        if self.block_dims is None:
+            return None
+        return tuple(d.size for d in self.block_dims)
+
+    @property
+    def itemsize(self) -> int:
+        return int(np.dtype(self.dtype).itemsize)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def block_nbytes(self) -> int | None:
+        extent = self.block_extent
+        return None if extent is None else math.prod(extent) * self.itemsize
+
+    @property
+    def windowed(self) -> bool:
+        """True when Pallas pipelines this operand block by block (it has a BlockSpec window)."""
+        return self.block_dims is not None and self.memory_space not in ("any", "hbm")
+
+
+@dataclasses.dataclass(frozen=True)
+class CostEstimate:
+    flops: int
+    transcendentals: int
+    bytes_accessed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshInfo:
+    """The mesh of a `pl.kernel` / `plgpu.kernel` launch."""
+
+    kind: str  # the mesh class name, e.g. "TensorCoreMesh", "Mesh" (Mosaic GPU)
+    axes: tuple[tuple[str, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One Pallas kernel launch, captured from a traced function."""
+
+    index: int  # launch order within the capture
+    name: str
+    kind: KernelKind
+    source: str | None  # "file.py:LINE" where the kernel body is defined
+    call_site: str | None  # "file.py:LINE" of the pallas_call / kernel launch
+    context: tuple[str, ...]  # enclosing transformations, outermost first: ("jit", "scan")
+    grid: tuple[int | None, ...]  # None: a dynamic dimension whose value is not known
+    grid_names: tuple[str, ...] | None
+    dynamic_grid_dims: tuple[int, ...]  # positions in `grid` that Pallas marked dynamic
+    vmapped_dims: tuple[int, ...]  # grid dimensions added by `vmap`
+    dimension_semantics: tuple[str, ...] | None
+    operands: tuple[Operand, ...]  # scalar prefetch, inputs, outputs, scratch: Pallas's order
+    input_output_aliases: tuple[tuple[int, int], ...]
+    compiler_params: Mapping[str, Mapping[str, Any]]  # backend -> its CompilerParams fields
+    backend: Backend | None  # from the compiler params; None when they do not say
+    cost_estimate: CostEstimate | None
+    kernel_jaxpr: str
+    mesh: MeshInfo | None = None
+    prefetch_values: tuple[np.ndarray | None, ...] = ()  # concrete scalar-prefetch arrays
+    handle: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def programs(self) -> int | None:
+        """Number of grid programs (None while a dynamic dimension is unknown)."""
+        if any(g is None for g in self.grid):
+            return None
+        return math.prod(self.grid)  # type: ignore[arg-type]
+
+    @property
+    def grid_known(self) -> bool:
+        return all(g is not None for g in self.grid)
+
+    def operands_with_role(self, role: Role) -> tuple[Operand, ...]:
+        return tuple(op for op in self.operands if op.role == role)
+
+    @property
+    def inputs(self) -> tuple[Operand, ...]:
+        return self.operands_with_role("input")
+
+    @property
+    def outputs(self) -> tuple[Operand, ...]:
+        return self.operands_with_role("output")
+
+    @property
+    def scratch(self) -> tuple[Operand, ...]:
+        return self.operands_with_role("scratch")
+
+    @property
+    def scalar_prefetch(self) -> tuple[Operand, ...]:
+        return tuple(op for op in self.operands if op.scalar_prefetch)
+
+    @property
+    def blocked_operands(self) -> tuple[Operand, ...]:
+        """Inputs and outputs that have a BlockSpec (those the tiling analysis covers)."""
+        return tuple(op for op in self.operands if op.block_dims is not None)
+
+    def operand(self, origin: str) -> Operand:
+        for op in self.operands:
+            if op.origin == origin:
+                return op
+        known = ", ".join(op.origin for op in self.operands)
+        raise KeyError(f"kernel {self.name!r} has no operand {origin!r}; it has: {known}")
+
+    def check_invariants(self) -> None:
+        """Assert the capture is self-consistent (used by tests on every captured kernel)."""
+        assert len(self.grid) == len(self.dynamic_grid_dims) + sum(
+            1 for i in range(len(self.grid)) if i not in self.dynamic_grid_dims
+        )
+        if self.grid_names is not None:
+            assert len(self.grid_names) == len(self.grid), (self.grid_names, self.grid)
+        if self.dimension_semantics is not None:
+            assert len(self.dimension_semantics) == len(self.grid), self.dimension_semantics
+        assert all(d < len(self.grid) for d in self.vmapped_dims)
+        origins = [op.origin for op in self.operands]
+        assert len(set(origins)) == len(origins), origins
+        for op in self.operands:
+            if op.block_dims is not None:
+                assert len(op.block_dims) == len(op.shape), (op.origin, op.block_dims, op.shape)
+                assert op.index_map_jaxpr is not None or self.kind == "mesh", op.origin
+            assert all(s >= 0 for s in op.shape), (op.origin, op.shape)
+        assert len(self.prefetch_values) in (0, len(self.scalar_prefetch))
+        assert self.kind == "mesh" or self.mesh is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Capture(Sequence[Kernel]):
+    """Every Pallas kernel a call launches, in launch order."""
+
+    kernels: tuple[Kernel, ...]
+    function_name: str
+    concrete: bool  # were the arguments concrete arrays (so dynamic values could be evaluated)?
+    handle: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    def __iter__(self) -> Iterator[Kernel]:
+        return iter(self.kernels)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.kernels[i]
+
+    def check_invariants(self) -> None:
+        assert [k.index for k in self.kernels] == list(range(len(self.kernels)))
+        for k in self.kernels:
+            k.check_invariants()
