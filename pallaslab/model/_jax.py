@@ -49,8 +49,9 @@ KERNEL_PRIMITIVES = (PALLAS_CALL, MPMD_MAP)
 _CALL_ONCE = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
               "custom_vmap_call", "remat", "checkpoint", "custom_lin"}
 _CONTEXT_NAMES = {"pjit": "jit", "closed_call": "call", "custom_jvp_call": "custom_jvp",
-                  "custom_vjp_call": "custom_vjp", "custom_vmap_call": "custom_vmap",
-                  "checkpoint": "remat"}
+                  "custom_vjp_call": "custom_vjp", "checkpoint": "remat",
+                  # plgpu.kernel wraps every launch in custom_vmap: not the user's doing.
+                  "custom_vmap_call": ""}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +154,8 @@ def _walk(jaxpr: Jaxpr, context: tuple[str, ...]) -> Iterator[FoundKernel]:
             continue
         subs = list(_sub_jaxprs(eqn.params))
         for i, sub in enumerate(subs):
-            yield from _walk(sub, (*context, _context_label(eqn, i, len(subs))))
+            label = _context_label(eqn, i, len(subs))
+            yield from _walk(sub, (*context, label) if label else context)
 
 
 def _sub_jaxprs(params: Mapping[str, Any]) -> Iterator[Jaxpr]:
