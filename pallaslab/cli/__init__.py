@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
@@ -27,8 +26,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Keep ordinary work on the CPU backend (the TPU compiler is reached through topologies).
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

@@ -293,7 +293,7 @@ def _pallas_call_kernel(
     backend = _backend_of(compiler_params)
     aliases = tuple((int(i), int(o)) for i, o in params.get("input_output_aliases", ()))
     operands = _pallas_call_operands(gm, aliases)
-    tpu = compiler_params.get("tpu", {})
+    tpu = next((v for key, v in compiler_params.items() if key in _TPU_PARAM_KEYS), {})
     semantics = tpu.get("dimension_semantics")
     handle = KernelHandle(
         eqn=eqn,
@@ -453,9 +453,12 @@ def _params_backend(value: Any) -> str:
     return type(value).__name__
 
 
+_TPU_PARAM_KEYS = frozenset({"mosaic_tpu", "tpu", "mosaic"})
+
+
 def _backend_of(compiler_params: Mapping[str, Any]) -> Any:
     keys = set(compiler_params)
-    if keys & {"mosaic_tpu", "tpu", "mosaic"}:
+    if keys & _TPU_PARAM_KEYS:
         return "tpu"
     if "triton" in keys:
         return "triton"
@@ -591,3 +594,96 @@ def eval_index_map_once(kernel: Kernel, origin: str, program: Sequence[int]) -> 
             out = fn(*[jnp.int32(p) for p in program], *kernel.prefetch_values)
             return tuple(int(v) for v in out[: len(bm.block_shape)])
     raise KeyError(origin)
+
+
+# --------------------------------------------------------------------------------------------
+# Re-running and re-lowering captured kernels (for executors and lowering)
+
+
+def kernel_call_avals(kernel: Kernel) -> list[jax.ShapeDtypeStruct]:
+    """Abstract values of the operands a kernel equation is bound with.
+
+    For `pallas_call`: dynamic grid bounds, scalar-prefetch arrays, then inputs.
+    For mesh kernels: the inputs.
+    """
+    return [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in kernel.handle.eqn.invars]
+
+
+def kernel_callable(kernel: Kernel, **param_overrides: Any) -> Callable[..., list[Any]]:
+    """A function binding the captured kernel alone, with some equation params replaced.
+
+    Useful overrides: `interpret=True` or a `pltpu.InterpretParams(...)`, `debug=True`,
+    `compiler_params=...`. Call it with operands matching `kernel_call_avals(kernel)`;
+    it returns the list of outputs.
+    """
+    eqn = kernel.handle.eqn
+    params = _override_params(eqn, param_overrides)
+
+    def call(*operands: Any) -> list[Any]:
+        return list(eqn.primitive.bind(*operands, **params))
+
+    return call
+
+
+def _override_params(eqn: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    params = dict(eqn.params)
+    unknown = set(overrides) - set(params)
+    if unknown:
+        raise TypeError(f"{eqn.primitive.name} has no parameter(s) {sorted(unknown)}")
+    params.update(overrides)
+    return params
+
+
+def rewrite_kernels(
+    closed_jaxpr: Jaxpr, overrides: Callable[[Any], Mapping[str, Any] | None]
+) -> Jaxpr:
+    """A copy of the jaxpr where every kernel equation's params are updated by `overrides(eqn)`.
+
+    Descends into every sub-jaxpr (jit, scan, cond, custom_vjp, shard_map, ...), so a whole
+    traced function can be re-run with, e.g., every kernel interpreted.
+    """
+    return _rewrite(closed_jaxpr, overrides)
+
+
+def _rewrite(jaxpr: Jaxpr, overrides: Callable[[Any], Mapping[str, Any] | None]) -> Jaxpr:
+    new_eqns = []
+    changed = False
+    for eqn in jaxpr.eqns:
+        if eqn.primitive in KERNEL_PRIMITIVES:
+            update = overrides(eqn)
+            if update:
+                eqn = eqn.replace(params=_override_params(eqn, update))
+                changed = True
+        else:
+            new_params = {}
+            for key, value in eqn.params.items():
+                new_value = _rewrite_value(value, overrides)
+                if new_value is not value:
+                    new_params[key] = new_value
+            if new_params:
+                eqn = eqn.replace(params={**eqn.params, **new_params})
+                changed = True
+        new_eqns.append(eqn)
+    return jaxpr.replace(eqns=new_eqns) if changed else jaxpr
+
+
+def _rewrite_value(value: Any, overrides: Callable[[Any], Mapping[str, Any] | None]) -> Any:
+    if isinstance(value, Jaxpr):
+        return _rewrite(value, overrides)
+    if isinstance(value, tuple) and any(isinstance(v, Jaxpr) for v in value):
+        new = tuple(_rewrite(v, overrides) if isinstance(v, Jaxpr) else v for v in value)
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    return value
+
+
+def jaxpr_callable(closed_jaxpr: Jaxpr) -> Callable[..., list[Any]]:
+    """Evaluate a closed jaxpr on flat arguments (wrap in `jax.jit` to compile it once)."""
+    return jax_core.jaxpr_as_fun(closed_jaxpr)
+
+
+def is_kernel_eqn_of(eqn: Any, kernel: Kernel) -> bool:
+    return eqn is kernel.handle.eqn
+
+
+# --------------------------------------------------------------------------------------------
+# Chip facts (TPU generations) -- memory analysis appends below this line.

@@ -1,0 +1,308 @@
+"""Findings: what the tiling tables say is wrong or worth knowing about a kernel.
+
+Each rule is a small function of (kernel, tiling, rules) returning findings with the stable
+codes of design.md. TPU rules apply to kernels written for TPU (or that do not say); GPU rules
+to kernels with Triton / Mosaic GPU compiler params, or when a GPU target is asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import numpy as np
+
+from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
+from pallaslab.model import Kernel, Operand
+
+Severity = Literal["error", "warning", "info"]
+MAX_EXAMPLES = 8  # example programs / blocks carried by a finding
+
+CODES = (
+    "tpu-block-shape",
+    "block-out-of-bounds",
+    "partial-block",
+    "uncovered-output",
+    "output-revisit",
+    "parallel-write-conflict",
+    "vmem-overflow",
+    "tiling-unavailable",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    message: str
+    operand: str | None = None  # origin of the operand concerned
+    programs: tuple[tuple[int, ...], ...] = ()  # example program ids (at most 8)
+    blocks: tuple[tuple[int, ...], ...] = ()  # example block indices of `operand` (at most 8)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code, "severity": self.severity, "message": self.message,
+            "operand": self.operand, "programs": [list(p) for p in self.programs],
+            "blocks": [list(b) for b in self.blocks],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """Which hardware's semantics the findings are judged by."""
+
+    tpu: bool
+    gpu: bool
+
+    @classmethod
+    def for_kernel(cls, kernel: Kernel, backend: str | None = None) -> Rules:
+        chosen = backend or kernel.backend
+        return cls(tpu=chosen in (None, "tpu"), gpu=chosen in ("triton", "mosaic_gpu"))
+
+
+def find(kernel: Kernel, tiling: Tiling | None, *, backend: str | None = None) -> tuple[Finding, ...]:
+    """Every finding for one kernel. `backend` ("tpu", "triton", ...) overrides the kernel's own."""
+    rules = Rules.for_kernel(kernel, backend)
+    found: list[Finding] = []
+    if rules.tpu:
+        found += [f for op in kernel.blocked_operands if (f := tpu_block_shape(op)) is not None]
+    if tiling is None:
+        reason = tiling_unavailable_reason(kernel)
+        if reason and kernel.kind == "pallas_call":
+            found.append(Finding("tiling-unavailable", "info", f"{kernel.name}: {reason}."))
+        return tuple(found)
+    for rule in RULES:
+        found.extend(rule(kernel, tiling, rules))
+    return tuple(found)
+
+
+# --- static rule -----------------------------------------------------------------------------
+
+
+def tpu_block_shape(op: Operand) -> Finding | None:
+    """Mosaic's rule: the last two block dims divisible by (8, 128) or equal to the array's.
+
+    Rank-1 blocks: equal to the array, a multiple of 1024 (8 x 128), or a power of two of at
+    least 128 x packing (packing = 32 bits / dtype bits).
+    """
+    if not op.windowed or op.block_dims is None or op.memory_space == "smem":
+        return None
+    kept = [(d.size, s) for d, s in zip(op.block_dims, op.shape, strict=True) if not d.squeezed]
+    if not kept:
+        return None
+    problems: list[str] = []
+    if len(kept) >= 2:
+        for (size, dim), quantum, which in ((kept[-1], 128, "last"), (kept[-2], 8, "second-last")):
+            if size != dim and size % quantum:
+                problems.append(f"the {which} block dim {size} is neither a multiple of "
+                                f"{quantum} nor the array's {dim}")
+        rule = ("the last two block dimensions must be divisible by 8 and 128 respectively, "
+                "or equal the array's")
+    else:
+        size, dim = kept[0]
+        packing = max(1, 4 // op.itemsize)
+        ok = size == dim or size % 1024 == 0 or (size >= 128 * packing and size & (size - 1) == 0)
+        if not ok:
+            problems.append(f"the block dim {size} is not the array's {dim}, not a multiple of "
+                            f"1024 and not a power of two >= {128 * packing}")
+        rule = ("a rank-1 block must equal the array, be a multiple of 1024, or be a power of "
+                f"two of at least 128 x {packing} for {op.dtype}")
+    if not problems:
+        return None
+    return Finding(
+        "tpu-block-shape", "error",
+        f"{op.origin}: block shape {op.block_shape} of the {op.dtype} array {op.shape} breaks "
+        f"the TPU tiling rule ({rule}): {'; '.join(problems)}.",
+        operand=op.origin,
+    )
+
+
+# --- whole-grid rules ------------------------------------------------------------------------
+
+
+def _examples(tiling: Tiling, steps: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    return tuple(tiling.programs_at(steps, MAX_EXAMPLES))
+
+
+def _blocks(ot: OperandTiling, steps: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    rows = ot.block_indices[np.asarray(steps)]
+    _, first = np.unique(rows, axis=0, return_index=True)
+    return tuple(tuple(int(v) for v in rows[i]) for i in np.sort(first)[:MAX_EXAMPLES])
+
+
+def out_of_bounds(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
+    """Blocks lying wholly outside their array (or starting before it)."""
+    for ot in tiling.operands.values():
+        op = kernel.operand(ot.origin)
+        if not ot.windowed or not len(ot.starts):
+            continue
+        shape = np.asarray(ot.shape, np.int64)
+        ext = np.asarray(ot.extent, np.int64)
+        pad_hi = np.asarray([d.padding[1] for d in op.block_dims or ()], np.int64)
+        pad_lo = np.asarray([d.padding[0] for d in op.block_dims or ()], np.int64)
+        element = np.asarray([d.kind == "element" for d in op.block_dims or ()])
+        # Blocked dims may hang over the end (partial blocks); Element windows may not.
+        end = np.where(element, ot.starts + ext, ot.starts + 1)
+        bad = np.any((ot.starts < -pad_lo) | (end > shape + pad_hi), axis=1)
+        steps = np.flatnonzero(bad)
+        if steps.size:
+            blocks = _blocks(ot, steps)
+            yield Finding(
+                "block-out-of-bounds", "error",
+                f"{ot.origin}: {steps.size} program(s) use a block outside the array "
+                f"{ot.shape} (block shape {op.block_shape}); e.g. program "
+                f"{tiling.program_at(int(steps[0]))} gets block index {blocks[0]}, which starts "
+                f"at element {tuple(int(s) for s in ot.starts[steps[0]])}. Rule: every block "
+                "must start inside its array.",
+                operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
+            )
+
+
+def partial_blocks(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
+    """Array dims not divisible by the block: edge blocks hang over the end of the array."""
+    for ot in tiling.operands.values():
+        op = kernel.operand(ot.origin)
+        uneven = [(i, d.size, s) for i, (d, s) in enumerate(zip(op.block_dims or (), op.shape,
+                                                                 strict=True))
+                  if d.kind == "blocked" and s % d.size]
+        if not uneven or not len(ot.starts):
+            continue
+        shape = np.asarray(ot.shape, np.int64)
+        inside = np.all(ot.starts < shape, axis=1) & np.all(ot.starts >= 0, axis=1)
+        hangs = np.any(ot.starts + np.asarray(ot.extent) > shape, axis=1) & inside
+        steps = np.flatnonzero(hangs)
+        dims = ", ".join(f"dim {i}: {s} % {b} = {s % b}" for i, b, s in uneven)
+        consequence = ("the elements past the edge read as unspecified values"
+                       if ot.role == "input" else "writes past the edge are dropped")
+        yield Finding(
+            "partial-block", "warning",
+            f"{ot.origin}: array {ot.shape} is not a whole number of {op.block_shape} blocks "
+            f"({dims}); {steps.size} program(s) get a partial edge block, where {consequence}. "
+            "Mask the edge (e.g. with pl.program_id and jnp.where) or pad the array.",
+            operand=ot.origin, programs=_examples(tiling, steps), blocks=_blocks(ot, steps),
+        )
+
+
+def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
+    """Output elements that no program writes."""
+    for ot in tiling.operands.values():
+        if ot.role != "output" or not ot.windowed:
+            continue
+        op = kernel.operand(ot.origin)
+        covered = coverage_mask(ot)
+        missing = int(covered.size - np.count_nonzero(covered))
+        if not missing:
+            continue
+        first = tuple(int(i) for i in np.argwhere(~covered)[0])
+        aliased = op.aliased_with is not None
+        tail = (f"they keep the values of the aliased input {op.aliased_with}" if aliased
+                else "they hold whatever was in memory (garbage on TPU/GPU)")
+        yield Finding(
+            "uncovered-output", "info" if aliased else "error",
+            f"{ot.origin}: {missing} of {covered.size} elements "
+            f"({100 * missing / covered.size:.1f}%) are never written by any program, starting "
+            f"at element {first}; {tail}. Rule: the output BlockSpecs over the grid must cover "
+            "the whole output.",
+            operand=ot.origin, blocks=_uncovered_blocks(op, covered),
+        )
+
+
+def coverage_mask(ot: OperandTiling) -> np.ndarray:
+    """Boolean array of the operand's shape: True where some program's block covers it."""
+    covered = np.zeros(ot.shape, bool)
+    starts = np.unique(ot.starts, axis=0) if len(ot.starts) else ot.starts
+    shape = np.asarray(ot.shape, np.int64)
+    lo = np.clip(starts, 0, shape)
+    hi = np.clip(starts + np.asarray(ot.extent, np.int64), 0, shape)
+    for a, b in zip(lo, hi, strict=True):
+        covered[tuple(slice(int(x), int(y)) for x, y in zip(a, b, strict=True))] = True
+    return covered
+
+
+def _uncovered_blocks(op: Operand, covered: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    extent = op.block_extent or ()
+    points = np.argwhere(~covered)
+    if not len(points):
+        return ()
+    blocks = np.unique(points // np.maximum(np.asarray(extent, np.int64), 1), axis=0)
+    return tuple(tuple(int(v) for v in b) for b in blocks[:MAX_EXAMPLES])
+
+
+def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
+    """An output block written in non-consecutive steps: its later write-back clobbers the first."""
+    if not rules.tpu:
+        return
+    for ot in tiling.operands.values():
+        if ot.role != "output" or not ot.windowed:
+            continue
+        run_starts = np.flatnonzero(ot.fetch_mask)
+        keys, _ = ot.block_key()
+        _, first = np.unique(keys[run_starts], return_index=True)
+        repeated = np.setdiff1d(np.arange(run_starts.size), first)
+        if not repeated.size:
+            continue
+        steps = run_starts[repeated]
+        blocks = _blocks(ot, steps)
+        yield Finding(
+            "output-revisit", "error",
+            f"{ot.origin}: {steps.size} output block visit(s) are not consecutive; e.g. block "
+            f"{blocks[0]} is left and written back, then revisited at program "
+            f"{tiling.program_at(int(steps[0]))}. On TPU the output buffer is not re-read from "
+            "HBM on a revisit, so the later write-back clobbers the earlier result. Rule: visit "
+            "each output block in one run of consecutive steps (put reduction axes last).",
+            operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
+        )
+
+
+def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
+    """Programs that may run concurrently writing the same output block."""
+    semantics = kernel.dimension_semantics or ("arbitrary",) * len(tiling.grid)
+    if rules.gpu:
+        concurrent = list(range(len(tiling.grid)))
+        why = "on GPU every program may run concurrently"
+    else:
+        concurrent = [d for d, s in enumerate(semantics) if s in ("parallel", "core_parallel")]
+        why = "grid dimension(s) {} are marked \"parallel\"".format(
+            ", ".join(str(d) for d in concurrent))
+    if not concurrent:
+        return
+    ids = tiling.program_ids()
+    for ot in tiling.operands.values():
+        if ot.role != "output":
+            continue
+        keys, _ = ot.block_key()
+        steps = _conflicting_steps(keys, ids[:, concurrent])
+        if steps is None:
+            continue
+        blocks = _blocks(ot, steps)
+        yield Finding(
+            "parallel-write-conflict", "error",
+            f"{ot.origin}: programs {', '.join(str(p) for p in _examples(tiling, steps)[:3])} "
+            f"all write output block {blocks[0]}, and {why}: they race. Rule: programs that "
+            "differ along a parallel dimension must write different output blocks (mark "
+            "reduction dimensions \"arbitrary\").",
+            operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
+        )
+
+
+def _conflicting_steps(keys: np.ndarray, coords: np.ndarray) -> np.ndarray | None:
+    """Steps of the first output block written by programs differing in `coords`, or None."""
+    span = coords.max(axis=0, initial=0).astype(np.int64) + 1
+    sub = np.ravel_multi_index(tuple(coords.T.astype(np.int64)), tuple(span)) if coords.size \
+        else np.zeros(len(keys), np.int64)
+    pairs = np.unique(np.stack([keys, sub], axis=1), axis=0)
+    pair_keys = pairs[:, 0]
+    dup = np.flatnonzero(pair_keys[1:] == pair_keys[:-1])
+    if not dup.size:
+        return None
+    return np.flatnonzero(keys == pair_keys[dup[0]])
+
+
+RULES: tuple[Callable[[Kernel, Tiling, Rules], Iterator[Finding]], ...] = (
+    out_of_bounds,
+    partial_blocks,
+    uncovered_outputs,
+    output_revisits,
+    parallel_write_conflicts,
+)

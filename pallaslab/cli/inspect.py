@@ -1,0 +1,83 @@
+"""`pallaslab inspect CASE [--json]`: grid, operands, fetches and findings of every kernel."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.markup import escape
+from rich.table import Table
+
+from pallaslab.analysis.inspection import (
+    KernelInspection,
+    capture_json,
+    inspect_capture,
+    kernel_json,
+)
+from pallaslab.cli._shared import console, fail, load_and_capture, print_json
+from pallaslab.errors import PallasLabError
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="show the grid, BlockSpecs, fetches and findings")
+    p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
+    p.add_argument("--json", action="store_true", help="print the stable JSON form")
+    p.add_argument("--chip", action="append", default=None, metavar="CHIP",
+                   help="TPU chip for the VMEM section (repeatable; default v5e and v6e)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        _, cap = load_and_capture(args.case)
+    except PallasLabError as err:
+        return fail(err)
+    inspections = inspect_capture(cap)
+    if args.json:
+        print_json(capture_json(inspections))
+        return 0
+    out = console()
+    for insp in inspections:
+        render(insp, out)
+    return 0
+
+
+def render(insp: KernelInspection, out) -> None:
+    """Human-readable: a header, the operand table and the findings of one kernel."""
+    data = kernel_json(insp)
+    grid = " x ".join("?" if g is None else str(g) for g in data["grid"]) or "()"
+    semantics = ", ".join(data["dimension_semantics"] or []) or "-"
+    where = data["source"] or "?"
+    context = f"  [dim]inside {' > '.join(data['context'])}[/]" if data["context"] else ""
+    out.print(f"[bold]kernel {insp.kernel.index}: {escape(data['name'])}[/]  "
+              f"[dim]{escape(where)}[/]{context}")
+    out.print(f"  grid {grid} = {data['programs'] or '?'} programs   semantics: {semantics}   "
+              f"backend: {data['backend'] or 'unspecified'}")
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for col in ("operand", "role", "shape", "dtype", "block", "memory", "bufs", "fetches",
+                "HBM bytes"):
+        table.add_column(col, justify="right" if col in ("fetches", "HBM bytes", "bufs")
+                         else "left")
+    for op in data["operands"]:
+        table.add_row(
+            escape(op["origin"]), op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
+            _shape(op["shape"]), op["dtype"],
+            _shape(op["block_shape"]) if op["block_shape"] is not None else "-",
+            op["memory_space"], _num(op["buffer_count"]), _num(op["fetches"]),
+            _num(op["hbm_bytes"]),
+        )
+    out.print(table)
+    if not insp.findings:
+        out.print("  [green]no findings[/]")
+    for f in insp.findings:
+        out.print(f"  [{SEVERITY_STYLE[f.severity]}]{f.severity} {f.code}[/]: {escape(f.message)}")
+    out.print()
+
+
+def _shape(shape: list) -> str:
+    return str(tuple(shape))
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
