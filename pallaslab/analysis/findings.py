@@ -88,7 +88,8 @@ def tpu_block_shape(op: Operand) -> Finding | None:
     """
     if not op.windowed or op.block_dims is None or op.memory_space == "smem":
         return None
-    kept = [(d.size, s) for d, s in zip(op.block_dims, op.shape, strict=True) if not d.squeezed]
+    # Like Mosaic, compare positionally with squeezed dims counting as size 1.
+    kept = [(d.size, s) for d, s in zip(op.block_dims, op.shape, strict=True)]
     if not kept:
         return None
     problems: list[str] = []
@@ -173,10 +174,12 @@ def partial_blocks(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fin
         hangs = np.any(ot.starts + np.asarray(ot.extent) > shape, axis=1) & inside
         steps = np.flatnonzero(hangs)
         dims = ", ".join(f"dim {i}: {s} % {b} = {s % b}" for i, b, s in uneven)
+        # One block wider than the whole dim is the usual way to keep lanes aligned: note it.
+        severity: Severity = "info" if all(b > s for _, b, s in uneven) else "warning"
         consequence = ("the elements past the edge read as unspecified values"
                        if ot.role == "input" else "writes past the edge are dropped")
         yield Finding(
-            "partial-block", "warning",
+            "partial-block", severity,
             f"{ot.origin}: array {ot.shape} is not a whole number of {op.block_shape} blocks "
             f"({dims}); {steps.size} program(s) get a partial edge block, where {consequence}. "
             "Mask the edge (e.g. with pl.program_id and jnp.where) or pad the array.",

@@ -312,9 +312,7 @@ def _pallas_call_kernel(
         grid_names=tuple(str(n) for n in gm.grid_names) if gm.grid_names else None,
         dynamic_grid_dims=dynamic_dims,
         vmapped_dims=tuple(int(d) for d in gm.vmapped_dims),
-        dimension_semantics=(
-            tuple(_semantics_name(s) for s in semantics) if semantics is not None else None
-        ),
+        dimension_semantics=_full_semantics(semantics, len(grid), tuple(gm.vmapped_dims)),
         operands=operands,
         input_output_aliases=aliases,
         compiler_params=compiler_params,
@@ -331,17 +329,18 @@ def _pallas_call_operands(gm: Any, aliases: tuple[tuple[int, int], ...]) -> tupl
     n_prefetch = gm.num_index_operands
     operands: list[Operand] = []
     prefetch_avals = gm.index_map_avals[len(gm.grid):]
-    for i, aval in enumerate(prefetch_avals):
+    prefetch_origins = _prefetch_origins(gm)
+    for origin, aval in zip(prefetch_origins, prefetch_avals, strict=True):
         inner = getattr(aval, "inner_aval", aval)
         operands.append(Operand(
-            origin=f"args[{i}]", role="input", shape=tuple(inner.shape),
+            origin=origin, role="input", shape=tuple(inner.shape),
             dtype=np.dtype(inner.dtype), memory_space="smem", scalar_prefetch=True,
         ))
     # input_output_aliases index the pallas_call operands (prefetch included) and outputs.
     alias_in = {i: o for i, o in aliases}
     alias_out = {o: i for i, o in aliases}
     origins = [bm.origin for bm in gm.block_mappings]
-    in_origins = [f"args[{i}]" for i in range(n_prefetch)] + origins[: gm.num_inputs]
+    in_origins = prefetch_origins + origins[: gm.num_inputs]
     for k, bm in enumerate(gm.block_mappings):
         is_input = k < gm.num_inputs
         role = "input" if is_input else "output"
@@ -361,6 +360,19 @@ def _pallas_call_operands(gm: Any, aliases: tuple[tuple[int, int], ...]) -> tupl
             memory_space=_memory_space(aval),
         ))
     return tuple(operands)
+
+
+def _prefetch_origins(gm: Any) -> list[str]:
+    """Pallas-style origins ("args[0]", "args[0][1]") of the scalar-prefetch leaves.
+
+    The index maps are called with (*program_ids, *prefetch_args); the prefetch arguments are
+    the first positional arguments of the user's call, possibly pytrees.
+    """
+    n = len(gm.index_map_avals)
+    args, _ = gm.index_map_tree.unflatten(list(range(n)))
+    prefetch_args = tuple(args[len(gm.grid):])
+    leaves = jax.tree_util.tree_flatten_with_path(prefetch_args)[0]
+    return ["args" + jax.tree_util.keystr(path) for path, _ in leaves]
 
 
 def _is_numpy_dtype(dtype: Any) -> bool:
@@ -416,6 +428,17 @@ def _memory_space(aval: Any) -> str:
     value = getattr(space, "value", None)
     text = str(value if isinstance(value, str) else space)
     return text.rsplit(".", 1)[-1].lower()
+
+
+def _full_semantics(
+    semantics: Sequence[Any] | None, rank: int, vmapped: tuple[int, ...]
+) -> tuple[str, ...] | None:
+    """The user's dimension semantics over the whole grid: as Mosaic does, dims added by vmap
+    are "parallel" (the user's semantics cover only their own grid)."""
+    if semantics is None:
+        return None
+    user = iter(_semantics_name(s) for s in semantics)
+    return tuple("parallel" if i in vmapped else next(user, "arbitrary") for i in range(rank))
 
 
 def _semantics_name(s: Any) -> str:
@@ -687,3 +710,35 @@ def is_kernel_eqn_of(eqn: Any, kernel: Kernel) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # Chip facts (TPU generations) -- memory analysis appends below this line.
+
+
+def tpu_chip_versions() -> tuple[str, ...]:
+    """The TPU generations `jax._src.tpu_info` knows, by their `ChipVersion` value ("v5e")."""
+    from jax._src import tpu_info
+
+    return tuple(v.value for v in tpu_info.ChipVersion)
+
+
+def tpu_chip_facts(version: str) -> dict[str, Any]:
+    """Per-TensorCore facts of one TPU generation from `jax._src.tpu_info`, as plain data.
+
+    Includes the sublane tiling JAX expects for 32-, 16-, 8- and 4-bit types (its heuristic for
+    XLA's default second-minor tiling flags), which decides how Mosaic pads VMEM buffers.
+    """
+    from jax._src import tpu_info
+
+    chip = tpu_info.ChipVersion(version)
+    info = tpu_info.get_tpu_info_for_chip(chip, 1)
+    facts: dict[str, Any] = {
+        f.name: getattr(info, f.name)
+        for f in dataclasses.fields(info)
+        if f.name not in ("chip_version", "sparse_core")
+    }
+    facts["version"] = chip.value
+    facts["physical_cores"] = chip.num_physical_tensor_cores_per_chip
+    facts["megacore"] = chip.supports_megacore
+    facts["sublane_tiling"] = {
+        bits: info.get_sublane_tiling(dtype)
+        for bits, dtype in ((32, np.float32), (16, jnp.bfloat16), (8, np.int8), (4, jnp.int4))
+    }
+    return facts

@@ -1,0 +1,159 @@
+"""Every finding code has a kernel that triggers it and kernels that do not."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from kernels import CATALOG, abstract, rand
+
+import pallaslab
+from pallaslab.analysis.findings import find, tpu_block_shape
+from pallaslab.analysis.inspection import inspect_capture
+from pallaslab.analysis.tiling import tile
+
+
+def findings_of(name, *, backend=None):
+    fn, args = CATALOG[name].case()
+    out = []
+    for insp in inspect_capture(pallaslab.capture(fn, *args), backend=backend):
+        out.extend(insp.findings)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CATALOG))
+def test_catalog_raises_exactly_its_expected_codes(name):
+    codes = {f.code for f in findings_of(name) if f.severity in ("error", "warning")}
+    assert codes == set(CATALOG[name].findings)
+
+
+def test_parallel_write_conflict_names_the_racing_programs():
+    (f,) = findings_of("racy_parallel_accumulate")
+    assert f.code == "parallel-write-conflict" and f.severity == "error"
+    assert f.operand == "outputs"
+    assert f.programs == ((0,), (1,), (2,), (3,))
+    assert f.blocks == ((0, 0),)
+    assert 'grid dimension(s) 0 are marked "parallel"' in f.message
+    assert "all write output block (0, 0)" in f.message
+
+
+def test_arbitrary_reduction_is_not_a_tpu_race_but_is_one_on_gpu():
+    assert findings_of("reduction_revisited_output") == []
+    gpu = findings_of("reduction_revisited_output", backend="triton")
+    assert [f.code for f in gpu] == ["parallel-write-conflict"]
+    assert "on GPU every program may run concurrently" in gpu[0].message
+
+
+def test_matmul_accumulation_is_clean_on_tpu_and_racy_on_gpu():
+    assert findings_of("matmul_f32") == []
+    codes = {f.code for f in findings_of("matmul_f32", backend="triton")}
+    assert codes == {"parallel-write-conflict"}
+
+
+def test_uncovered_output_message_and_blocks():
+    (f,) = findings_of("uncovered_output")
+    assert f.code == "uncovered-output" and f.severity == "error"
+    assert f.message.startswith("outputs: 16384 of 32768 elements (50.0%) are never written")
+    assert "starting at element (128, 0)" in f.message
+    assert f.blocks == ((2, 0), (3, 0))
+
+
+def test_uncovered_output_of_aliased_buffer_is_only_info():
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def fn(x):
+        return pl.pallas_call(
+            body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(1,),
+            in_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)),
+            input_output_aliases={0: 0},
+        )(x)
+
+    (k,) = pallaslab.capture(fn, rand((128, 128)))
+    (f,) = find(k, tile(k))
+    assert (f.code, f.severity) == ("uncovered-output", "info")
+    assert "keep the values of the aliased input args[0]" in f.message
+
+
+def test_out_of_bounds_block_names_program_and_block():
+    (f,) = findings_of("out_of_bounds_block")
+    assert (f.code, f.operand, f.programs, f.blocks) == (
+        "block-out-of-bounds", "args[0]", ((3,),), ((4, 0),))
+    assert "program (3,) gets block index (4, 0), which starts at element (256, 0)" in f.message
+
+
+def test_negative_block_index_is_out_of_bounds():
+    def fn(x):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: None, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(2,), in_specs=[pl.BlockSpec((64, 128), lambda i: (i - 1, 0))],
+            out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)))(x)
+
+    (k,) = pallaslab.capture(fn, rand((128, 128)))
+    codes = [(f.code, f.programs) for f in find(k, tile(k))]
+    assert ("block-out-of-bounds", ((0,),)) in codes
+
+
+def test_partial_block_warning():
+    fs = findings_of("partial_blocks")
+    assert {f.operand for f in fs} == {"args[0]", "args[1]", "outputs"}
+    f = next(f for f in fs if f.operand == "outputs")
+    assert f.severity == "warning" and f.programs == ((3, 0), (3, 1))
+    assert "(dim 0: 200 % 64 = 8)" in f.message and "writes past the edge are dropped" in f.message
+
+
+def test_output_revisit_names_the_revisiting_program():
+    (f,) = findings_of("output_revisit_clobber")
+    assert (f.code, f.severity, f.programs) == ("output-revisit", "error", ((2,), (3,)))
+    assert "block (0, 0) is left and written back, then revisited at program (2,)" in f.message
+    # On GPU there is no write-back to clobber, but the two writers of block (0, 0) race.
+    gpu = findings_of("output_revisit_clobber", backend="triton")
+    assert [(f.code, f.programs) for f in gpu] == [("parallel-write-conflict", ((0,), (2,)))]
+
+
+def test_tpu_block_shape_message():
+    fs = findings_of("tpu_misaligned")
+    assert [f.operand for f in fs] == ["args[0]", "args[1]", "outputs"]
+    assert fs[0].message == (
+        "args[0]: block shape (10, 100) of the float32 array (40, 200) breaks the TPU tiling "
+        "rule (the last two block dimensions must be divisible by 8 and 128 respectively, or "
+        "equal the array's): the last block dim 100 is neither a multiple of 128 nor the "
+        "array's 200; the second-last block dim 10 is neither a multiple of 8 nor the "
+        "array's 40.")
+    assert findings_of("tpu_misaligned", backend="triton") == []
+
+
+@pytest.mark.parametrize(("block", "dtype", "ok"), [
+    ((1024,), jnp.float32, True), ((8192,), jnp.float32, True), ((256,), jnp.float32, True),
+    ((256,), jnp.bfloat16, True), ((128,), jnp.bfloat16, False), ((300,), jnp.float32, False),
+])
+def test_rank1_tpu_rule(block, dtype, ok):
+    def fn(x):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: None, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(1,), in_specs=[pl.BlockSpec(block, lambda i: (i,))],
+            out_specs=pl.BlockSpec(x.shape, lambda i: (0,)))(x)
+
+    (k,) = pallaslab.capture(fn, jax.ShapeDtypeStruct((16384,), dtype))
+    assert (tpu_block_shape(k.operands[0]) is None) == ok
+
+
+def test_tiling_unavailable_is_an_info_finding():
+    fn, args = CATALOG["scalar_prefetch_gather"].case()
+    (k,) = pallaslab.capture(fn, *abstract(args))
+    (f,) = find(k, tile(k))
+    assert (f.code, f.severity) == ("tiling-unavailable", "info")
+    assert "pass concrete arrays" in f.message
+
+
+def test_smem_and_any_operands_are_exempt_from_the_tpu_rule():
+    def fn(x, s):
+        return pl.pallas_call(
+            lambda x_ref, s_ref, o_ref: None, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY),
+                      pl.BlockSpec(memory_space=pltpu.SMEM)],
+        )(x, s)
+
+    (k,) = pallaslab.capture(fn, rand((10, 100)), jnp.zeros((3,), jnp.int32))
+    assert [f.code for f in find(k, tile(k))] == []
