@@ -8,6 +8,7 @@ to kernels with Triton / Mosaic GPU compiler params, or when a GPU target is ask
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -127,7 +128,8 @@ def _examples(tiling: Tiling, steps: np.ndarray) -> tuple[tuple[int, ...], ...]:
 
 
 def _blocks(ot: OperandTiling, steps: np.ndarray) -> tuple[tuple[int, ...], ...]:
-    rows = ot.block_indices[np.asarray(steps)]
+    """The first few distinct blocks of the operand at these steps, in step order."""
+    rows = ot.block_indices[np.asarray(steps)[: 64 * MAX_EXAMPLES]]
     _, first = np.unique(rows, axis=0, return_index=True)
     return tuple(tuple(int(v) for v in rows[i]) for i in np.sort(first)[:MAX_EXAMPLES])
 
@@ -136,16 +138,9 @@ def out_of_bounds(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Find
     """Blocks lying wholly outside their array (or starting before it)."""
     for ot in tiling.operands.values():
         op = kernel.operand(ot.origin)
-        if not ot.windowed or not len(ot.starts):
+        if not ot.windowed or not len(ot.block_indices):
             continue
-        shape = np.asarray(ot.shape, np.int64)
-        ext = np.asarray(ot.extent, np.int64)
-        pad_hi = np.asarray([d.padding[1] for d in op.block_dims or ()], np.int64)
-        pad_lo = np.asarray([d.padding[0] for d in op.block_dims or ()], np.int64)
-        element = np.asarray([d.kind == "element" for d in op.block_dims or ()])
-        # Blocked dims may hang over the end (partial blocks); Element windows may not.
-        end = np.where(element, ot.starts + ext, ot.starts + 1)
-        bad = np.any((ot.starts < -pad_lo) | (end > shape + pad_hi), axis=1)
+        bad = _outside(ot, op)
         steps = np.flatnonzero(bad)
         if steps.size:
             blocks = _blocks(ot, steps)
@@ -154,10 +149,24 @@ def out_of_bounds(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Find
                 f"{ot.origin}: {steps.size} program(s) use a block outside the array "
                 f"{ot.shape} (block shape {op.block_shape}); e.g. program "
                 f"{tiling.program_at(int(steps[0]))} gets block index {blocks[0]}, which starts "
-                f"at element {tuple(int(s) for s in ot.starts[steps[0]])}. Rule: every block "
+                f"at element {tuple(int(s) for s in ot.starts_at(steps[:1])[0])}. Rule: every block "
                 "must start inside its array.",
                 operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
             )
+
+
+def _outside(ot: OperandTiling, op: Operand) -> np.ndarray:
+    """(P,) bool: the step's block starts outside the array (Element windows: ends outside)."""
+    bad = np.zeros(len(ot.block_indices), bool)
+    for d, (dim, size) in enumerate(zip(op.block_dims or (), ot.shape, strict=True)):
+        idx = ot.block_indices[:, d]
+        if dim.kind == "element":
+            lo, hi = -dim.padding[0], size + dim.padding[1]
+            start = idx.astype(np.int64) - dim.padding[0]
+            bad |= (start < lo) | (start + dim.size > hi)
+        else:  # blocked / squeezed: an index past the last (partial) block is outside
+            bad |= (idx < 0) | (idx >= -(-size // max(dim.size, 1)))
+    return bad
 
 
 def partial_blocks(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
@@ -167,12 +176,13 @@ def partial_blocks(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fin
         uneven = [(i, d.size, s) for i, (d, s) in enumerate(zip(op.block_dims or (), op.shape,
                                                                  strict=True))
                   if d.kind == "blocked" and s % d.size]
-        if not uneven or not len(ot.starts):
+        if not uneven or not len(ot.block_indices):
             continue
-        shape = np.asarray(ot.shape, np.int64)
-        inside = np.all(ot.starts < shape, axis=1) & np.all(ot.starts >= 0, axis=1)
-        hangs = np.any(ot.starts + np.asarray(ot.extent) > shape, axis=1) & inside
-        steps = np.flatnonzero(hangs)
+        # The last block along an uneven dim hangs over the end.
+        hangs = np.zeros(len(ot.block_indices), bool)
+        for i, b, s in uneven:
+            hangs |= ot.block_indices[:, i] == s // b
+        steps = np.flatnonzero(hangs & ~_outside(ot, op))
         dims = ", ".join(f"dim {i}: {s} % {b} = {s % b}" for i, b, s in uneven)
         # One block wider than the whole dim is the usual way to keep lanes aligned: note it.
         severity: Severity = "info" if all(b > s for _, b, s in uneven) else "warning"
@@ -193,26 +203,62 @@ def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[
         if ot.role != "output" or not ot.windowed:
             continue
         op = kernel.operand(ot.origin)
-        covered = coverage_mask(ot)
-        missing = int(covered.size - np.count_nonzero(covered))
-        if not missing:
+        cover = coverage(ot, op)
+        if not cover.missing:
             continue
-        first = tuple(int(i) for i in np.argwhere(~covered)[0])
         aliased = op.aliased_with is not None
         tail = (f"they keep the values of the aliased input {op.aliased_with}" if aliased
                 else "they hold whatever was in memory (garbage on TPU/GPU)")
         yield Finding(
             "uncovered-output", "info" if aliased else "error",
-            f"{ot.origin}: {missing} of {covered.size} elements "
-            f"({100 * missing / covered.size:.1f}%) are never written by any program, starting "
-            f"at element {first}; {tail}. Rule: the output BlockSpecs over the grid must cover "
-            "the whole output.",
-            operand=ot.origin, blocks=_uncovered_blocks(op, covered),
+            f"{ot.origin}: {cover.missing} of {cover.total} elements "
+            f"({100 * cover.missing / cover.total:.1f}%) are never written by any program, "
+            f"starting at element {cover.first_missing}; {tail}. Rule: the output BlockSpecs "
+            "over the grid must cover the whole output.",
+            operand=ot.origin, blocks=cover.missing_blocks,
         )
 
 
-def coverage_mask(ot: OperandTiling) -> np.ndarray:
-    """Boolean array of the operand's shape: True where some program's block covers it."""
+@dataclasses.dataclass(frozen=True)
+class Coverage:
+    total: int  # elements of the array
+    missing: int  # elements no block covers
+    first_missing: tuple[int, ...] | None
+    missing_blocks: tuple[tuple[int, ...], ...]  # example uncovered block indices
+    counts: np.ndarray | None  # programs writing each block (block grid), when block-aligned
+
+
+def coverage(ot: OperandTiling, op: Operand) -> Coverage:
+    """Which elements of an operand some program's block covers."""
+    if all(d.kind in ("blocked", "squeezed") for d in op.block_dims or ()):
+        return _block_coverage(ot)
+    return _element_coverage(ot, op)
+
+
+def _block_coverage(ot: OperandTiling) -> Coverage:
+    """Block-aligned tilings: count per block of the block grid (never per element)."""
+    extent = np.maximum(np.asarray(ot.extent, np.int64), 1)
+    shape = np.asarray(ot.shape, np.int64)
+    nblocks = tuple(int(n) for n in -(-shape // extent))
+    idx = ot.block_indices.astype(np.int64)
+    inside = np.all((idx >= 0) & (idx < np.asarray(nblocks)), axis=1)
+    flat = np.ravel_multi_index(tuple(idx[inside].T), nblocks) if nblocks else \
+        np.zeros(int(inside.sum()), np.int64)
+    counts = np.bincount(flat, minlength=int(np.prod(nblocks))).reshape(nblocks)
+    # Elements per block along each dim (edge blocks are short), as an outer product.
+    sizes = [np.minimum(extent[d], shape[d] - np.arange(n) * extent[d])
+             for d, n in enumerate(nblocks)]
+    volume = functools.reduce(np.multiply.outer, sizes, np.array(1, np.int64))
+    uncovered = counts == 0
+    missing = int(volume[uncovered].sum())
+    blocks = np.argwhere(uncovered)[:MAX_EXAMPLES]
+    first = tuple(int(v) for v in blocks[0] * extent) if len(blocks) else None
+    return Coverage(int(np.prod(shape)), missing, first,
+                    tuple(tuple(int(v) for v in b) for b in blocks), counts)
+
+
+def _element_coverage(ot: OperandTiling, op: Operand) -> Coverage:
+    """Element-offset (pl.Element) tilings: mark each distinct block window."""
     covered = np.zeros(ot.shape, bool)
     starts = np.unique(ot.starts, axis=0) if len(ot.starts) else ot.starts
     shape = np.asarray(ot.shape, np.int64)
@@ -220,16 +266,14 @@ def coverage_mask(ot: OperandTiling) -> np.ndarray:
     hi = np.clip(starts + np.asarray(ot.extent, np.int64), 0, shape)
     for a, b in zip(lo, hi, strict=True):
         covered[tuple(slice(int(x), int(y)) for x, y in zip(a, b, strict=True))] = True
-    return covered
-
-
-def _uncovered_blocks(op: Operand, covered: np.ndarray) -> tuple[tuple[int, ...], ...]:
-    extent = op.block_extent or ()
     points = np.argwhere(~covered)
-    if not len(points):
-        return ()
-    blocks = np.unique(points // np.maximum(np.asarray(extent, np.int64), 1), axis=0)
-    return tuple(tuple(int(v) for v in b) for b in blocks[:MAX_EXAMPLES])
+    extent = np.maximum(np.asarray(op.block_extent or (), np.int64), 1)
+    blocks = np.unique(points // extent, axis=0)[:MAX_EXAMPLES] if len(points) else points
+    return Coverage(
+        covered.size, int(points.shape[0]),
+        tuple(int(i) for i in points[0]) if len(points) else None,
+        tuple(tuple(int(v) for v in b) for b in blocks), None,
+    )
 
 
 def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
@@ -240,9 +284,9 @@ def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fi
         if ot.role != "output" or not ot.windowed:
             continue
         run_starts = np.flatnonzero(ot.fetch_mask)
-        keys, _ = ot.block_key()
-        _, first = np.unique(keys[run_starts], return_index=True)
-        repeated = np.setdiff1d(np.arange(run_starts.size), first)
+        keys, span = ot.block_key()
+        run_keys = keys[run_starts]
+        repeated = run_keys_seen_before(run_keys, int(np.prod(span)))
         if not repeated.size:
             continue
         steps = run_starts[repeated]
@@ -256,6 +300,13 @@ def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fi
             "each output block in one run of consecutive steps (put reduction axes last).",
             operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
         )
+
+
+def run_keys_seen_before(keys: np.ndarray, nkeys: int) -> np.ndarray:
+    """Positions whose key already occurred earlier (O(n), no sort)."""
+    first = np.full(nkeys, -1, np.int64)
+    first[keys[::-1]] = np.arange(len(keys) - 1, -1, -1)  # last write wins: the first position
+    return np.flatnonzero(first[keys] != np.arange(len(keys)))
 
 
 def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
@@ -294,12 +345,13 @@ def _conflicting_steps(keys: np.ndarray, coords: np.ndarray) -> np.ndarray | Non
     span = coords.max(axis=0, initial=0).astype(np.int64) + 1
     sub = np.ravel_multi_index(tuple(coords.T.astype(np.int64)), tuple(span)) if coords.size \
         else np.zeros(len(keys), np.int64)
-    pairs = np.unique(np.stack([keys, sub], axis=1), axis=0)
-    pair_keys = pairs[:, 0]
-    dup = np.flatnonzero(pair_keys[1:] == pair_keys[:-1])
-    if not dup.size:
+    # Compare every step's concurrent coordinates with those of the block's first writer.
+    first_sub = np.zeros(int(keys.max(initial=0)) + 1, np.int64)
+    first_sub[keys[::-1]] = sub[::-1]
+    differs = np.flatnonzero(first_sub[keys] != sub)
+    if not differs.size:
         return None
-    return np.flatnonzero(keys == pair_keys[dup[0]])
+    return np.flatnonzero(keys == keys[differs[0]])
 
 
 RULES: tuple[Callable[[Kernel, Tiling, Rules], Iterator[Finding]], ...] = (

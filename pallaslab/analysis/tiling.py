@@ -30,10 +30,20 @@ class OperandTiling:
     shape: tuple[int, ...]
     extent: tuple[int, ...]  # elements per block along each array dimension
     block_indices: np.ndarray  # (P, ndim) int32: what the index map returned
-    starts: np.ndarray  # (P, ndim) int64: first element of the block in the array
     fetch_mask: np.ndarray  # (P,) bool: a copy (fetch or write-back) starts at this step
     windowed: bool  # pipelined through VMEM (False for ANY/HBM operands: no copies)
     itemsize: int
+    scale: tuple[int, ...]  # elements per block-index unit (block size; 1 for element dims)
+    offset: tuple[int, ...]  # low padding of element dims
+
+    @property
+    def starts(self) -> np.ndarray:
+        """(P, ndim) int64: the first element of each step's block in the array."""
+        return self.starts_at(slice(None))
+
+    def starts_at(self, steps: np.ndarray | slice) -> np.ndarray:
+        rows = self.block_indices[steps].astype(np.int64)
+        return rows * np.asarray(self.scale, np.int64) - np.asarray(self.offset, np.int64)
 
     @property
     def fetches(self) -> int | None:
@@ -44,7 +54,7 @@ class OperandTiling:
         """Bytes copied between HBM and VMEM over the grid (edge blocks clipped to the array)."""
         if not self.windowed:
             return None
-        return int(self.clipped_volume(self.starts[self.fetch_mask]).sum()) * self.itemsize
+        return int(self.clipped_volume(self.starts_at(self.fetch_mask)).sum()) * self.itemsize
 
     def clipped_volume(self, starts: np.ndarray) -> np.ndarray:
         """In-bounds elements of blocks starting at `starts` (rows)."""
@@ -144,14 +154,13 @@ def _program_ids(grid: tuple[int, ...]) -> np.ndarray:
 
 def _operand_tiling(op: Operand, block_indices: np.ndarray) -> OperandTiling:
     dims = op.block_dims or ()
-    scale = np.array([d.size if d.kind == "blocked" else 1 for d in dims], np.int64)
-    offset = np.array([d.padding[0] if d.kind == "element" else 0 for d in dims], np.int64)
-    starts = block_indices.astype(np.int64) * scale - offset
     fetch_mask = np.ones(len(block_indices), bool)
     if len(block_indices) > 1:
         fetch_mask[1:] = np.any(block_indices[1:] != block_indices[:-1], axis=1)
     return OperandTiling(
         origin=op.origin, role=op.role, shape=op.shape, extent=op.block_extent or (),
-        block_indices=block_indices, starts=starts, fetch_mask=fetch_mask,
+        block_indices=block_indices, fetch_mask=fetch_mask,
         windowed=op.windowed, itemsize=op.itemsize,
+        scale=tuple(d.size if d.kind == "blocked" else 1 for d in dims),
+        offset=tuple(d.padding[0] if d.kind == "element" else 0 for d in dims),
     )

@@ -1,0 +1,103 @@
+"""`pallaslab inspect` and `pallaslab check` honour the contract of design.md."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from kernels import CATALOG
+
+from pallaslab.cli import main
+
+CASES = "tests/kernels.py"
+OPERAND_KEYS = {"origin", "role", "shape", "dtype", "block_shape", "memory_space",
+                "buffer_count", "fetches", "hbm_bytes"}
+FINDING_KEYS = {"code", "severity", "message", "operand", "programs"}
+
+
+def run_json(capsys, *argv):
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_inspect_json_contract(capsys):
+    data = run_json(capsys, "inspect", f"{CASES}:matmul_f32", "--json")
+    assert data["schema_version"] == 1
+    (k,) = data["kernels"]
+    assert k["name"] == "matmul_kernel" and k["source"].startswith("kernels.py:")
+    assert k["grid"] == [4, 3, 2] and k["programs"] == 24
+    assert k["dimension_semantics"] == ["parallel", "parallel", "arbitrary"]
+    assert [op["origin"] for op in k["operands"]] == ["args[0]", "args[1]", "outputs",
+                                                      "scratch[0]"]
+    for op in k["operands"]:
+        assert OPERAND_KEYS <= set(op)
+    x = k["operands"][0]
+    assert (x["role"], x["shape"], x["dtype"], x["block_shape"]) == (
+        "input", [512, 256], "float32", [128, 128])
+    assert (x["buffer_count"], x["fetches"], x["hbm_bytes"]) == (2, 24, 24 * 128 * 128 * 4)
+    assert k["operands"][3]["role"] == "scratch" and k["operands"][3]["fetches"] is None
+    assert k["findings"] == []
+
+
+@pytest.mark.parametrize("name", list(CATALOG))
+def test_inspect_json_for_every_catalog_kernel(capsys, name):
+    data = run_json(capsys, "inspect", f"{CASES}:{name}", "--json")
+    for k in data["kernels"]:
+        assert isinstance(k["grid"], list) and all(isinstance(g, int) for g in k["grid"])
+        for f in k["findings"]:
+            assert FINDING_KEYS <= set(f) and f["severity"] in ("error", "warning", "info")
+            assert len(f["programs"]) <= 8
+    codes = {f["code"] for k in data["kernels"] for f in k["findings"]
+             if f["severity"] != "info"}
+    assert codes == set(CATALOG[name].findings)
+
+
+def test_squeezed_dims_are_null_in_json(capsys):
+    (k,) = run_json(capsys, "inspect", f"{CASES}:squeezed_dims", "--json")["kernels"]
+    assert k["operands"][0]["block_shape"] == [None, 64, 256]
+
+
+def test_inspect_human_output(capsys):
+    assert main(["inspect", f"{CASES}:racy_parallel_accumulate"]) == 0
+    out = capsys.readouterr().out
+    assert "kernel 0: row_sum_kernel" in out
+    assert "grid 4 = 4 programs" in out and "semantics: parallel" in out
+    assert "operand" in out and "fetches" in out and "HBM bytes" in out
+    assert "error parallel-write-conflict" in out
+
+
+def test_check_exit_status(capsys):
+    assert main(["check", f"{CASES}:matmul_f32", f"{CASES}:row_softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "ok  tests/kernels.py:matmul_f32 [0] matmul_kernel" in out and "0 error(s)" in out
+    assert main(["check", f"{CASES}:matmul_f32", f"{CASES}:uncovered_output"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  tests/kernels.py:uncovered_output [0] scale_kernel" in out
+    assert "uncovered-output" in out
+
+
+def test_check_target_switches_rules(capsys):
+    assert main(["check", f"{CASES}:tpu_misaligned", "--target", "gpu-h100"]) == 0
+    capsys.readouterr()
+    assert main(["check", f"{CASES}:matmul_f32", "--target", "gpu-h100"]) == 1
+    assert "parallel-write-conflict" in capsys.readouterr().out
+
+
+def test_bad_case_is_reported_not_raised(capsys):
+    assert main(["inspect", "tests/cases/bad_cases.py:returns_array"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "a case returns (fn, args) or (fn, args, kwargs)" in err
+    assert main(["inspect", "tests/cases/bad_cases.py:no_kernel"]) == 2
+    assert "launched no Pallas kernel" in capsys.readouterr().err
+
+
+def test_console_script_runs_in_a_fresh_process():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    proc = subprocess.run([sys.executable, "-m", "pallaslab", "check",
+                           f"{CASES}:output_revisit_clobber"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "output-revisit" in proc.stdout
+    # No libtpu start-up noise on a host without accelerators.
+    assert "TPU_WORKER_HOSTNAMES" not in proc.stderr

@@ -1,0 +1,37 @@
+"""Every tutorial notebook runs top to bottom on the CPU (each executed once per session)."""
+
+import functools
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+@functools.cache
+def executed(path: Path) -> nbformat.NotebookNode:
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    return nb
+
+
+def outputs_text(nb: nbformat.NotebookNode) -> str:
+    return "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                   for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path):
+    errors = [o for c in executed(path).cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+
+
+def test_quickstart_shows_fetches_and_the_race():
+    text = outputs_text(executed(next(p for p in NOTEBOOKS if p.name == "00_quickstart.ipynb")))
+    # grid (8, 6, 4): x and y change block every step, the output once per (i, j)
+    assert "args[0]  fetches= 192" in text and "outputs  fetches=  48" in text
+    assert "error parallel-write-conflict" in text
