@@ -28,7 +28,6 @@ lab: setup
 
 lint: setup
 	$(VENV)/bin/ruff check pallaslab lowering tests benchmarks
-	$(VENV)/bin/ruff format --check pallaslab lowering tests benchmarks
 	$(VENV)/bin/mypy
 
 test-python: setup

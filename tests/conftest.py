@@ -5,7 +5,7 @@ import os
 # Before jax is imported anywhere: this machine has no accelerator.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -46,9 +46,11 @@ def test_matmul_operands_and_params():
 
 
 def _line_of(text):
+    from pathlib import Path
+
     import kernels
 
-    lines = open(kernels.__file__).read().splitlines()
+    lines = Path(kernels.__file__).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if line.startswith(text))
 
 

@@ -62,7 +62,9 @@ class Rules:
         return cls(tpu=chosen in (None, "tpu"), gpu=chosen in ("triton", "mosaic_gpu"))
 
 
-def find(kernel: Kernel, tiling: Tiling | None, *, backend: str | None = None) -> tuple[Finding, ...]:
+def find(
+    kernel: Kernel, tiling: Tiling | None, *, backend: str | None = None
+) -> tuple[Finding, ...]:
     """Every finding for one kernel. `backend` ("tpu", "triton", ...) overrides the kernel's own."""
     rules = Rules.for_kernel(kernel, backend)
     found: list[Finding] = []
@@ -149,8 +151,8 @@ def out_of_bounds(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Find
                 f"{ot.origin}: {steps.size} program(s) use a block outside the array "
                 f"{ot.shape} (block shape {op.block_shape}); e.g. program "
                 f"{tiling.program_at(int(steps[0]))} gets block index {blocks[0]}, which starts "
-                f"at element {tuple(int(s) for s in ot.starts_at(steps[:1])[0])}. Rule: every block "
-                "must start inside its array.",
+                f"at element {tuple(int(s) for s in ot.starts_at(steps[:1])[0])}. "
+                "Rule: every block must start inside its array.",
                 operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
             )
 

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     out = console()
     errors = 0
-    backends = sorted({backend_for_target(t) for t in args.target}) or [None]
+    backends: list[str | None] = [*sorted({backend_for_target(t) for t in args.target})] or [None]
     for spec in args.cases:
         try:
             _, cap = load_and_capture(spec)

@@ -210,12 +210,12 @@ def concrete_kernel_operands(
                 if id(eqn) in wanted and not tainted:
                     n = _leading_operand_count(eqn)
                     found[id(eqn)] = [np.asarray(x) for x in ins[:n]]
-                outs = [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
+                outs = _zeros_like_outputs(eqn)
                 tainted = True
             elif eqn.primitive.name in _CALL_ONCE and (sub := _single_sub(eqn.params)) is not None:
                 outs = run(sub, sub.consts, ins)
             elif _contains_kernel(eqn.params):
-                outs = [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
+                outs = _zeros_like_outputs(eqn)
                 tainted = True
             else:
                 ans = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
@@ -229,6 +229,12 @@ def concrete_kernel_operands(
     with jax.default_device(jax.devices("cpu")[0]):
         run(closed_jaxpr, closed_jaxpr.consts, list(flat_args))
     return found
+
+
+def _zeros_like_outputs(eqn: Any) -> list[Any]:
+    """Stand-ins for outputs we do not compute (kernels are never run during capture)."""
+    avals: list[Any] = [v.aval for v in eqn.outvars]
+    return [jnp.zeros(a.shape, a.dtype) for a in avals]
 
 
 def _is_literal(a: Any) -> bool:
@@ -742,3 +748,365 @@ def tpu_chip_facts(version: str) -> dict[str, Any]:
         for bits, dtype in ((32, np.float32), (16, jnp.bfloat16), (8, np.int8), (4, jnp.int4))
     }
     return facts
+
+
+# --------------------------------------------------------------------------------------------
+# Lowering support (used by the top-level `lowering` package; owned by its helper).
+# The Mosaic TPU module travels inside the `tpu_custom_call` backend config as versioned MLIR
+# bytecode, with its debug locations split off into a second bytecode blob ("tpu.locs", one
+# location per operation and block argument in pre-order). Reading it there, instead of from
+# `debug=True` prints, keeps the user's stdout clean and gives us source locations back.
+
+MOSAIC_LOC_TAG = "@pl"  # name-location prefix marking item i of the pre-order walk
+
+
+def mosaic_tpu_module(body: bytes, debug_locations: bytes | None) -> tuple[str, str | None]:
+    """Deserialize a Mosaic TPU module from its custom-call bytecode and print it.
+
+    Returns the module text, where every operation and block argument carries the name
+    location `"@pl<i>"` (i = its position in the pre-order walk that `tpu.locs` follows),
+    and the printed debug-locations module (None when the config had none).
+    """
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib import tpu
+    from jax._src.lib.mlir import ir, passmanager
+
+    ctx = jax_mlir.make_ir_context()
+    tpu.register_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(body)
+        passmanager.PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(
+            module.operation
+        )
+        for i, item in enumerate(_preorder(module.operation)):
+            loc = ir.Location.name(f"{MOSAIC_LOC_TAG}{i}")
+            if isinstance(item, ir.BlockArgument):
+                item.set_location(loc)
+            else:
+                item.location = loc
+        text = module.operation.get_asm(enable_debug_info=True, pretty_debug_info=True)
+        locs = None
+        if debug_locations:
+            locs = ir.Module.parse(debug_locations).operation.get_asm(enable_debug_info=True)
+    return text, locs
+
+
+def _preorder(op: Any) -> Iterator[Any]:
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            yield from block.arguments
+            for inner in block.operations:
+                yield from _preorder(inner.operation)
+
+
+# ============================================================================================
+# Executors and the program stepper (pallaslab.execute; owned by its helper). Begin.
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramRunner:
+    """A captured `pallas_call` split into one jitted function per program, as JAX's HLO
+    interpreter (`interpret=True`) runs it: the discharged kernel body, called with the program
+    ids, the scalar-prefetch values, each operand's block and the scratch values.
+
+    `run(program_ids, scalars, blocks, scratch) -> (blocks, scratch)`; blocks are squeezed like
+    the kernel sees them. The caller keeps the (padded) arrays and slices blocks itself.
+    """
+
+    run: Callable[..., tuple[list[Any], list[Any]]]
+    grid: tuple[int, ...]
+    block_shapes: tuple[tuple[int, ...], ...]  # per input/output (squeezed dims = 1)
+    squeezed: tuple[tuple[bool, ...], ...]
+    blocked: tuple[tuple[bool, ...], ...]  # dims whose start is block index * block size
+    element_padding: tuple[tuple[tuple[int, int], ...], ...]
+    num_inputs: int
+    num_outputs: int
+    scratch_init: tuple[np.ndarray, ...]
+    discharged: Any  # ClosedJaxpr of the discharged kernel body
+    vmapped_dims: tuple[int, ...]
+    aliases: tuple[tuple[int, int], ...]  # (input position among inputs, output position)
+
+
+def program_runner(kernel: Kernel) -> ProgramRunner:
+    from jax._src.pallas import hlo_interpreter
+
+    eqn = kernel.handle.eqn
+    gm = eqn.params["grid_mapping"]
+    discharged, _, scratch_avals = hlo_interpreter.kernel_to_hlo_jaxpr(
+        eqn.params["jaxpr"], (), gm)
+    grid = tuple(int(g) for g in kernel.grid)  # type: ignore[arg-type]
+    n_index = gm.num_index_operands
+    n_inout = gm.num_inputs + gm.num_outputs
+    vmapped = tuple(int(d) for d in gm.vmapped_dims)
+
+    def one_program(ids: jax.Array, scalars: tuple, blocks: tuple, scratch: tuple):
+        env = _local_grid_env(gm, ids, grid)
+        with pallas_core.grid_env(env):
+            outs = jax_core.eval_jaxpr(discharged.jaxpr, discharged.consts,
+                                       *scalars, *blocks, *scratch)
+        return list(outs[n_index:n_index + n_inout]), list(outs[n_index + n_inout:])
+
+    dims = [tuple(bm.block_shape) for bm in gm.block_mappings]
+    return ProgramRunner(
+        run=jax.jit(one_program),
+        grid=grid,
+        block_shapes=tuple(tuple(pallas_core._get_block_shape(d)) for d in dims),
+        squeezed=tuple(tuple(isinstance(b, pallas_core.Squeezed) for b in d) for d in dims),
+        blocked=tuple(tuple(isinstance(b, pallas_core.Blocked) for b in d) for d in dims),
+        element_padding=tuple(
+            tuple(b.padding if isinstance(b, pallas_core.Element) else (0, 0) for b in d)
+            for d in dims),
+        num_inputs=gm.num_inputs,
+        num_outputs=gm.num_outputs,
+        scratch_init=tuple(uninitialized(a.shape, a.dtype) for a in scratch_avals),
+        discharged=discharged,
+        vmapped_dims=vmapped,
+        aliases=tuple((int(i) - n_index, int(o))
+                      for i, o in eqn.params.get("input_output_aliases", ())),
+    )
+
+
+def _local_grid_env(gm: Any, ids: Any, grid: tuple[int, ...]) -> tuple[Any, ...]:
+    if gm.local_grid_env is not None:
+        return gm.local_grid_env(tuple(ids[d] for d in range(len(grid))), grid)
+    return tuple(pallas_core.GridAxis(ids[d], b) for d, b in enumerate(grid)
+                 if d not in gm.vmapped_dims)
+
+
+def uninitialized(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """What Pallas's HLO interpreter fills unwritten memory with: NaN, int min, False."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.floating) or dtype.name in ("bfloat16",) or "float" in dtype.name:
+        return np.full(tuple(shape), np.nan, dtype)
+    if np.issubdtype(dtype, np.integer):
+        return np.full(tuple(shape), np.iinfo(dtype).min, dtype)
+    if dtype == np.bool_:
+        return np.zeros(tuple(shape), dtype)
+    return np.zeros(tuple(shape), dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class EquationValue:
+    """One top-level equation of a program's (discharged) kernel body, as evaluated."""
+
+    index: int
+    primitive: str
+    text: str  # the equation, pretty-printed (first line)
+    source: str | None  # "file.py:LINE" of the user's code that produced it
+    outputs: tuple[np.ndarray, ...]
+
+
+def program_equations(runner: ProgramRunner, ids: Sequence[int], scalars: Sequence[Any],
+                      blocks: Sequence[Any], scratch: Sequence[Any]) -> list[EquationValue]:
+    """Evaluate one program's kernel body equation by equation, keeping every value."""
+    jaxpr = runner.discharged.jaxpr
+    env: dict[Any, Any] = {}
+    for v, x in zip(jaxpr.constvars, runner.discharged.consts, strict=True):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, [*scalars, *blocks, *scratch], strict=True):
+        env[v] = jnp.asarray(x)
+
+    def read(a: Any) -> Any:
+        return a.val if isinstance(a, jax_core.Literal) else env[a]
+
+    context = jax_core.JaxprPpContext()
+    settings = jax_core.JaxprPpSettings()
+    out: list[EquationValue] = []
+    grid_ids = [jnp.int32(i) for i in ids]
+    with pallas_core.grid_env(_local_grid_env_static(runner, grid_ids)):
+        for k, eqn in enumerate(jaxpr.eqns):
+            params = eqn.primitive.get_bind_params(eqn.params)
+            with source_info_util.user_context(eqn.source_info.traceback,
+                                               name_stack=eqn.source_info.name_stack), \
+                    eqn.ctx.manager:
+                ans = eqn.primitive.bind(*[read(a) for a in eqn.invars], **params)
+            values = list(ans) if eqn.primitive.multiple_results else [ans]
+            for v, x in zip(eqn.outvars, values, strict=True):
+                env[v] = x
+            text = jax_core.pp_eqn(eqn, context, settings).format()
+            out.append(EquationValue(
+                index=k, primitive=eqn.primitive.name, text=text.splitlines()[0],
+                source=_call_site(eqn),
+                outputs=tuple(np.asarray(x) for x in values),
+            ))
+    return out
+
+
+def _local_grid_env_static(runner: ProgramRunner, ids: list[Any]) -> tuple[Any, ...]:
+    return tuple(pallas_core.GridAxis(ids[d], b) for d, b in enumerate(runner.grid)
+                 if d not in runner.vmapped_dims)
+
+
+def instrument_program_entry(eqn: Any, on_entry: Callable[[], None]) -> dict[str, Any] | None:
+    """Param overrides making a `pallas_call` call `on_entry()` (a host callback) at the start
+    of every program, before its body runs. Used to attribute `pl.debug_print` output to
+    programs. None for kernels that cannot be instrumented (mesh kernels)."""
+    if eqn.primitive is not PALLAS_CALL:
+        return None
+    from jax._src import linear_util as lu
+    from jax._src.interpreters import partial_eval as pe
+
+    jaxpr = eqn.params["jaxpr"]
+    gm = eqn.params["grid_mapping"]
+
+    def wrapped(*refs: Any) -> Any:
+        jax.debug.callback(on_entry)
+        return jax_core.eval_jaxpr(jaxpr, (), *refs)
+
+    with pallas_core.tracing_grid_env(gm.grid, gm.vmapped_dims):
+        new, _, consts = pe.trace_to_jaxpr_dynamic(
+            lu.wrap_init(wrapped, debug_info=jaxpr.debug_info), [v.aval for v in jaxpr.invars])
+    if consts:  # pragma: no cover - the callback closes over nothing traced
+        return None
+    return {"jaxpr": new}
+
+
+def kernel_arg_names(kernel: Kernel) -> dict[str, str]:
+    """The kernel body's parameter names (e.g. "x_ref") -> operand origins.
+
+    TPU interpret mode names operands by these in its error messages.
+    """
+    eqn = kernel.handle.eqn
+    if eqn.primitive is not PALLAS_CALL:
+        return {}
+    names = eqn.params["jaxpr"].debug_info.arg_names
+    if names is None:
+        return {}
+    gm = eqn.params["grid_mapping"]
+    body_ops = [op for op in kernel.operands if not op.scalar_prefetch]
+    return {str(n): op.origin for n, op in
+            zip(names[gm.num_index_operands:], body_ops, strict=False)}
+
+
+def tpu_interpret_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
+    """(memory space, buffer id) -> operand origin, for TPU interpret mode's messages.
+
+    TPU interpret mode numbers buffers from 100 in allocation order (per kernel launch): HBM
+    copies of the inputs, HBM outputs (aliased ones reuse their input's), SMEM scalar
+    prefetch, then one buffer per kernel parameter that is not in HBM (input/output blocks,
+    scratch). Mirrors `interpret_pallas_call`; ids it does not explain map to nothing.
+    """
+    eqn = kernel.handle.eqn
+    if eqn.primitive is not PALLAS_CALL:
+        return {}
+    gm = eqn.params["grid_mapping"]
+    aliased_outputs = {int(o) for _, o in eqn.params.get("input_output_aliases", ())}
+    prefetch = [op for op in kernel.operands if op.scalar_prefetch]
+    inputs = [op for op in kernel.inputs if not op.scalar_prefetch]
+    body_ops = [op for op in kernel.operands if not op.scalar_prefetch]
+    found: dict[tuple[str, int], str] = {}
+    next_id = 100
+    for op in inputs:
+        found[("hbm", next_id)] = op.origin
+        next_id += 1
+    for j, op in enumerate(kernel.outputs):
+        if j not in aliased_outputs:
+            found[("hbm", next_id)] = op.origin
+            next_id += 1
+    for op in prefetch:
+        found[("smem", next_id)] = op.origin
+        next_id += 1
+    n_blocks = gm.num_inputs + gm.num_outputs
+    for i, op in enumerate(body_ops):
+        space = (_memory_space(gm.block_mappings[i].transformed_block_aval)
+                 if i < n_blocks else op.memory_space)
+        if space in ("any", "hbm"):
+            continue
+        if space == "semaphore":
+            continue  # semaphores have their own ids
+        found[(space if space != "default" else "vmem", next_id)] = op.origin
+        next_id += 1
+    return found
+
+
+def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
+                    interpret: Any = True) -> list[Any] | None:
+    """The concrete operands the kernel equation is bound with when the traced function runs
+    on `flat_args` (every kernel interpreted). None when the kernel sits inside a loop, a
+    conditional or a mapped region (its operands are not one set of values)."""
+    target = kernel.handle.eqn
+
+    class _Found(Exception):
+        def __init__(self, values: list[Any]):
+            self.values = values
+
+    def interpreted(e: Any) -> dict[str, Any]:
+        return {"interpret": interpret}
+
+    def run(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+        env: dict[Any, Any] = {}
+        for v, x in zip(jaxpr.constvars, consts, strict=True):
+            env[v] = x
+        for v, x in zip(jaxpr.invars, args, strict=True):
+            env[v] = x
+
+        def read(a: Any) -> Any:
+            return a.val if isinstance(a, jax_core.Literal) else env[a]
+
+        for eqn in jaxpr.eqns:
+            ins = [read(a) for a in eqn.invars]
+            if eqn is target:
+                raise _Found(ins)
+            if eqn.primitive in KERNEL_PRIMITIVES:
+                ans = eqn.primitive.bind(*ins, **_override_params(eqn, interpreted(eqn)))
+            elif eqn.primitive.name in _CALL_ONCE and (sub := _single_sub(eqn.params)) is not None:
+                ans = run(sub, sub.consts, ins)
+            else:
+                params = {k: _rewrite_value(v, interpreted) for k, v in eqn.params.items()}
+                ans = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(params))
+            outs = list(ans) if eqn.primitive.multiple_results or isinstance(ans, list) \
+                else [ans]
+            for v, x in zip(eqn.outvars, outs, strict=True):
+                env[v] = x
+        return [read(a) for a in jaxpr.outvars]
+
+    try:
+        run(closed_jaxpr.jaxpr, closed_jaxpr.consts, list(flat_args))
+    except _Found as found:
+        return found.values
+    return None
+
+
+# Executors and the program stepper. End.
+# ============================================================================================
+
+
+def constant_index_maps(kernel: Kernel) -> dict[str, bool]:
+    """Per BlockSpec operand: does its index map return the same block for every program?
+
+    Decided statically, as Mosaic does, from the index-map jaxpr: no output depends on the grid
+    indices or on scalar-prefetch operands. Mosaic gives such a window a single VMEM buffer.
+    """
+    if kernel.kind != "pallas_call":
+        return {}
+    gm = kernel.handle.eqn.params["grid_mapping"]
+    return {str(bm.origin): _outputs_constant(bm.index_map_jaxpr.jaxpr)
+            for bm in gm.block_mappings}
+
+
+def _outputs_constant(jaxpr: Jaxpr) -> bool:
+    dependent = set(jaxpr.invars)
+    for eqn in jaxpr.eqns:
+        if any(not _is_literal(v) and v in dependent for v in eqn.invars):
+            dependent.update(eqn.outvars)
+    return not any(not _is_literal(v) and v in dependent for v in jaxpr.outvars)
+
+
+def tpu_topology_device(topology: str) -> Any:
+    """The first device of a libtpu topology ("v5e:1x1"), to AOT-compile for without a TPU."""
+    from jax.experimental import topologies
+
+    return topologies.get_topology_desc(topology, "tpu").devices[0]
+
+
+def aot_compile_stablehlo(hlo_text: str, device: Any) -> Any:
+    """Compile a lowered single-device StableHLO module for a (topology) device; raises the
+    compiler's error. Returns the unloaded executable."""
+    from jax._src import compiler
+    from jax._src.lib import xla_client
+
+    options = compiler.get_compile_options(
+        num_replicas=1, num_partitions=1, device_assignment=np.array([[device]]))
+    return device.client.compile(hlo_text, xla_client.DeviceList((device,)), options)

@@ -200,7 +200,7 @@ class Capture(Sequence[Kernel]):
     def __iter__(self) -> Iterator[Kernel]:
         return iter(self.kernels)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self.kernels[i]
 
     def check_invariants(self) -> None:
