@@ -215,3 +215,27 @@ def test_jax_gpu_softmax_and_attention():
     assert a.backend == "triton"
     # grid: (q_len / block_q, batch, heads) with the default block_q = 128
     assert a.grid == (2, 1, 2)
+
+
+def test_kernel_inside_while_loop():
+    from kernels import pallas_double
+
+    def fn(x, n):
+        return jax.lax.while_loop(lambda c: c[1] < n, lambda c: (pallas_double(c[0]), c[1] + 1),
+                                  (x, 0))[0]
+
+    (k,) = pallaslab.capture(fn, rand((128, 128)), 3)
+    assert k.context == ("while", "custom_vjp")
+
+
+def test_tpu_pl_kernel_mesh():
+    from jax.experimental.pallas import tpu as pltpu
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+
+    mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=1)
+    fn = pl.kernel(body, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32), mesh=mesh)
+    (k,) = pallaslab.capture(fn, rand((8, 128)))
+    assert k.kind == "mesh" and k.backend == "tpu"
+    assert k.mesh.kind == "TensorCoreMesh" and k.mesh.axes == (("core", 1),)
