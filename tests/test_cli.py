@@ -1,6 +1,7 @@
 """`pallaslab inspect` and `pallaslab check` honour the contract of design.md."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -101,3 +102,18 @@ def test_console_script_runs_in_a_fresh_process():
     assert "output-revisit" in proc.stdout
     # No libtpu start-up noise on a host without accelerators.
     assert "TPU_WORKER_HOSTNAMES" not in proc.stderr
+
+
+SHIPPED = ["tpu_flash_attention", "tpu_matmul", "tpu_megablox_gmm", "tpu_paged_attention",
+           "gpu_softmax", "gpu_attention"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("name", SHIPPED)
+def test_jax_shipped_kernels_through_the_cli(capsys, name):
+    spec = f"tests/cases/shipped.py:{name}"
+    (k,) = run_json(capsys, "inspect", spec, "--json")["kernels"]
+    assert k["programs"] == math.prod(k["grid"])
+    windowed = [op for op in k["operands"] if op["fetches"] is not None]
+    assert windowed and all(op["hbm_bytes"] > 0 for op in windowed)
+    assert main(["check", spec]) == 0  # JAX's own kernels pass every check

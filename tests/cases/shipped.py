@@ -1,0 +1,58 @@
+"""JAX's own shipped Pallas kernels as cases (`pallaslab inspect tests/cases/shipped.py:NAME`)."""
+
+import functools
+import importlib
+
+import jax
+import jax.numpy as jnp
+
+
+def _rand(shape, dtype=jnp.float32, seed=0):
+    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
+
+
+def tpu_flash_attention():
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    q = jax.ShapeDtypeStruct((2, 4, 512, 128), jnp.float32)
+    sizes = fa.BlockSizes(block_q=128, block_k_major=256, block_k=128, block_b=1)
+    return functools.partial(fa.flash_attention, block_sizes=sizes), (q, q, q)
+
+
+def tpu_matmul():
+    from jax.experimental.pallas.ops.tpu import matmul as tm
+
+    x = jax.ShapeDtypeStruct((1024, 512), jnp.float32)
+    y = jax.ShapeDtypeStruct((512, 768), jnp.float32)
+    return functools.partial(tm.matmul, block_shape=(256, 256), block_k=128), (x, y)
+
+
+def tpu_megablox_gmm():
+    gmm = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
+    group_sizes = jnp.array([128, 0, 256, 128], jnp.int32)
+    args = (_rand((512, 256)), _rand((4, 256, 256), seed=1), group_sizes)
+    return functools.partial(gmm.gmm, tiling=(128, 128, 128)), args
+
+
+def tpu_paged_attention():
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+    q = _rand((2, 4, 128))
+    k_pages, v_pages = _rand((4, 32, 16, 128), seed=1), _rand((4, 32, 16, 128), seed=2)
+    lengths = jnp.array([40, 64], jnp.int32)
+    page_indices = jnp.arange(16, dtype=jnp.int32).reshape(2, 8)
+    fn = functools.partial(paged_attention, pages_per_compute_block=4)
+    return fn, (q, k_pages, v_pages, lengths, page_indices)
+
+
+def gpu_softmax():
+    from jax.experimental.pallas.ops.gpu import softmax
+
+    return softmax.softmax, (jax.ShapeDtypeStruct((64, 256), jnp.float32),)
+
+
+def gpu_attention():
+    from jax.experimental.pallas.ops.gpu import attention
+
+    q = jax.ShapeDtypeStruct((1, 256, 2, 64), jnp.float16)
+    return functools.partial(attention.mha, segment_ids=None), (q, q, q)
