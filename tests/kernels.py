@@ -199,20 +199,21 @@ def layer_norm():
     return fn, (rand((256, 512)), rand((1, 512), seed=1), rand((1, 512), seed=2))
 
 
+def row_sum(x, semantics):
+    """Sums 128-row blocks of x into one (8, cols) output block, revisited by every program."""
+    return pl.pallas_call(
+        row_sum_kernel, out_shape=jax.ShapeDtypeStruct((8, x.shape[1]), x.dtype),
+        grid=(x.shape[0] // 128,),
+        in_specs=[pl.BlockSpec((128, x.shape[1]), lambda k: (k, 0))],
+        out_specs=pl.BlockSpec((8, x.shape[1]), lambda k: (0, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=semantics),
+    )(x)
+
+
 @case("tpu", "revisit")
 def reduction_revisited_output():
-    """Sums 128-row blocks into one (8, 256) accumulator: the output block is revisited."""
-
-    def fn(x):
-        return pl.pallas_call(
-            row_sum_kernel, out_shape=jax.ShapeDtypeStruct((8, x.shape[1]), x.dtype),
-            grid=(x.shape[0] // 128,),
-            in_specs=[pl.BlockSpec((128, x.shape[1]), lambda k: (k, 0))],
-            out_specs=pl.BlockSpec((8, x.shape[1]), lambda k: (0, 0)),
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
-        )(x)
-
-    return fn, (rand((1024, 256)),)
+    """The reduction axis is "arbitrary": consecutive revisits of one accumulator block."""
+    return functools.partial(row_sum, semantics=("arbitrary",)), (rand((1024, 256)),)
 
 
 @case("tpu", "scalar-prefetch")
@@ -253,17 +254,7 @@ def partial_blocks():
 @case("tpu", "racy", findings=("parallel-write-conflict",))
 def racy_parallel_accumulate():
     """Every program adds into output block (0, 0) although the grid axis is "parallel"."""
-
-    def fn(x):
-        return pl.pallas_call(
-            row_sum_kernel, out_shape=jax.ShapeDtypeStruct((8, x.shape[1]), x.dtype),
-            grid=(x.shape[0] // 128,),
-            in_specs=[pl.BlockSpec((128, x.shape[1]), lambda k: (k, 0))],
-            out_specs=pl.BlockSpec((8, x.shape[1]), lambda k: (0, 0)),
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-        )(x)
-
-    return fn, (rand((512, 128)),)
+    return functools.partial(row_sum, semantics=("parallel",)), (rand((512, 128)),)
 
 
 @case("tpu", "uncovered", findings=("uncovered-output",))
