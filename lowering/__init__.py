@@ -1,0 +1,29 @@
+"""Lower and really compile captured Pallas kernels for TPU and GPU targets, from a CPU host.
+
+`lower(fn_or_capture, *args, target="tpu-v5e", compile=False, vmem_exact=False)` returns a
+`LoweringResult`: per kernel, its IR stages (jaxpr, Mosaic / TTIR / Mosaic GPU, the compiler's
+per-pass modules, PTX, SASS), diagnostics with stable codes and resources.
+"""
+
+from lowering.api import lower, lower_kernel
+from lowering.cache import cache_dir
+from lowering.irtext import normalise
+from lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
+from lowering.targets import GPU_TARGETS, TARGETS, TPU_TARGETS, Target, get_target
+
+__all__ = [
+    "GPU_TARGETS",
+    "TARGETS",
+    "TPU_TARGETS",
+    "Diagnostic",
+    "KernelLowering",
+    "LoweringResult",
+    "Resources",
+    "Stage",
+    "Target",
+    "cache_dir",
+    "get_target",
+    "lower",
+    "lower_kernel",
+    "normalise",
+]

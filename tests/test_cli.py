@@ -78,11 +78,21 @@ def test_check_exit_status(capsys):
     assert "uncovered-output" in out
 
 
-def test_check_target_switches_rules(capsys):
-    assert main(["check", f"{CASES}:tpu_misaligned", "--target", "gpu-h100"]) == 0
-    capsys.readouterr()
+def test_check_target_switches_rules_and_lowers(capsys):
+    # TPU: misaligned blocks are a finding and Mosaic's own verdict.
+    assert main(["check", f"{CASES}:tpu_misaligned", "--target", "tpu-v5e"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  tests/kernels.py:tpu_misaligned [0] add_kernel on tpu-v5e" in out
+    assert "is not allowed by Mosaic TPU" in out
+    # GPU: no (8, 128) rule, but Triton rejects the non-power-of-two block when lowering.
+    assert main(["check", f"{CASES}:tpu_misaligned", "--target", "gpu-h100"]) == 1
+    out = capsys.readouterr().out
+    assert "tpu-block-shape" not in out and "size is a power of 2" in out
+    # A k-accumulating matmul races on GPU (every program may run concurrently).
     assert main(["check", f"{CASES}:matmul_f32", "--target", "gpu-h100"]) == 1
     assert "parallel-write-conflict" in capsys.readouterr().out
+    assert main(["check", f"{CASES}:row_softmax", "--target", "tpu-v5e",
+                 "--target", "gpu-h100"]) == 0
 
 
 def test_bad_case_is_reported_not_raised(capsys):

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules, in the order `pallaslab --help` lists them.
-COMMANDS = ("inspect", "check")
+COMMANDS = ("inspect", "check", "lower", "compare", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

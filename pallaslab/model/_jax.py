@@ -785,10 +785,11 @@ def mosaic_tpu_module(body: bytes, debug_locations: bytes | None) -> tuple[str, 
                 item.set_location(loc)
             else:
                 item.location = loc
-        text = module.operation.get_asm(enable_debug_info=True, pretty_debug_info=True)
+        text = str(module.operation.get_asm(enable_debug_info=True, pretty_debug_info=True))
         locs = None
         if debug_locations:
-            locs = ir.Module.parse(debug_locations).operation.get_asm(enable_debug_info=True)
+            parsed = ir.Module.parse(debug_locations)
+            locs = str(parsed.operation.get_asm(enable_debug_info=True))
     return text, locs
 
 
@@ -927,11 +928,22 @@ def program_equations(runner: ProgramRunner, ids: Sequence[int], scalars: Sequen
                 env[v] = x
             text = jax_core.pp_eqn(eqn, context, settings).format()
             out.append(EquationValue(
-                index=k, primitive=eqn.primitive.name, text=text.splitlines()[0],
+                index=k, primitive=eqn.primitive.name, text=_one_line(text, eqn, context),
                 source=_call_site(eqn),
                 outputs=tuple(np.asarray(x) for x in values),
             ))
     return out
+
+
+def _one_line(text: str, eqn: Any, context: Any) -> str:
+    """An equation on one line: sub-jaxprs (a `cond`'s branches) elided."""
+    lines = text.splitlines()
+    if len(lines) == 1:
+        return text
+    head = lines[0].rstrip().rstrip("[").rstrip()
+    args = " ".join(str(a.val) if isinstance(a, jax_core.Literal) else
+                    jax_core.pp_var(a, context).format() for a in eqn.invars)
+    return f"{head}[...] {args}"
 
 
 def _local_grid_env_static(runner: ProgramRunner, ids: list[Any]) -> tuple[Any, ...]:
@@ -1069,6 +1081,104 @@ def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
     return None
 
 
+def is_pallas_call(eqn: Any) -> bool:
+    return eqn.primitive is PALLAS_CALL
+
+
+def kernel_leading_invars(kernel: Kernel) -> list[Any]:
+    """The variables a kernel equation is bound with (dynamic grid, prefetch, inputs)."""
+    return list(kernel.handle.eqn.invars)
+
+
+def output_sources(closed_jaxpr: Any, kernels: Sequence[Kernel]
+                   ) -> list[tuple[int, int] | None]:
+    """For each output of the traced function: (kernel index, output position) when it is
+    a kernel's output unchanged (through jit-like calls), else None."""
+    index = {id(k.handle.eqn): k.index for k in kernels}
+
+    def sources(jaxpr: Jaxpr) -> list[tuple[int, int] | None]:
+        made: dict[Any, tuple[int, int] | None] = {}
+        for eqn in jaxpr.eqns:
+            if id(eqn) in index:
+                for j, v in enumerate(eqn.outvars):
+                    made[v] = (index[id(eqn)], j)
+            elif eqn.primitive.name in _CALL_ONCE and (sub := _single_sub(eqn.params)) is not None:
+                inner = sources(sub)
+                for v, s in zip(eqn.outvars, inner, strict=False):
+                    made[v] = s
+        return [None if isinstance(v, jax_core.Literal) else made.get(v) for v in jaxpr.outvars]
+
+    return sources(closed_jaxpr.jaxpr)
+
+
+def rewrite_kernels_with_effects(closed_jaxpr: Any,
+                                 overrides: Callable[[Any], Mapping[str, Any] | None]) -> Any:
+    """`rewrite_kernels`, also adding the effects the new params bring (TPU/GPU interpret
+    mode's ordered host callbacks) to every enclosing equation and jaxpr, so kernels inside
+    `cond`, `scan`, `custom_vjp`, ... still lower."""
+    return _rewrite_fx(closed_jaxpr, overrides)[0]
+
+
+def _rewrite_fx(jaxpr: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
+                ) -> tuple[Any, set[Any]]:
+    added: set[Any] = set()
+    new_eqns = []
+    changed = False
+    for eqn in jaxpr.eqns:
+        extra: set[Any] = set()
+        if eqn.primitive in KERNEL_PRIMITIVES:
+            update = overrides(eqn)
+            if update:
+                params = _override_params(eqn, update)
+                extra = set(pallas_core.get_interpret_effects(params.get("interpret")))
+                eqn = eqn.replace(params=params, effects=eqn.effects | extra)
+                changed = True
+        else:
+            new_params = {}
+            for key, value in eqn.params.items():
+                new_value, effs = _rewrite_value_fx(value, overrides)
+                if new_value is not value:
+                    new_params[key] = new_value
+                    extra |= effs
+            if new_params:
+                eqn = eqn.replace(params={**eqn.params, **new_params},
+                                  effects=eqn.effects | extra)
+                changed = True
+        added |= extra
+        new_eqns.append(eqn)
+    if not changed:
+        return jaxpr, set()
+    return jaxpr.replace(eqns=new_eqns, effects=jaxpr.effects | added), added
+
+
+def _rewrite_value_fx(value: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
+                      ) -> tuple[Any, set[Any]]:
+    if isinstance(value, Jaxpr):
+        return _rewrite_fx(value, overrides)
+    if isinstance(value, tuple) and any(isinstance(v, Jaxpr) for v in value):
+        pairs = [_rewrite_fx(v, overrides) if isinstance(v, Jaxpr) else (v, set())
+                 for v in value]
+        new = tuple(p[0] for p in pairs)
+        if all(a is b for a, b in zip(new, value, strict=True)):
+            return value, set()
+        return new, set().union(*(p[1] for p in pairs))
+    return value, set()
+
+
+def full_dimension_semantics_params(kernel: Kernel) -> dict[str, Any] | None:
+    """Compiler params whose TPU dimension semantics cover the whole grid (vmap adds grid
+    dimensions but not their semantics; Mosaic treats them as parallel, TPU interpret mode
+    rejects the mismatch)."""
+    params = kernel.handle.eqn.params.get("compiler_params")
+    if not kernel.vmapped_dims or params is None or kernel.dimension_semantics is None:
+        return None
+    semantics = getattr(params, "dimension_semantics", None)
+    if semantics is None or len(semantics) == len(kernel.grid):
+        return None
+    return {"compiler_params": dataclasses.replace(
+        params, dimension_semantics=tuple(kernel.dimension_semantics))}
+
+
 # Executors and the program stepper. End.
 # ============================================================================================
 
@@ -1105,8 +1215,86 @@ def aot_compile_stablehlo(hlo_text: str, device: Any) -> Any:
     """Compile a lowered single-device StableHLO module for a (topology) device; raises the
     compiler's error. Returns the unloaded executable."""
     from jax._src import compiler
+    from jax._src.interpreters import mlir as jax_mlir
     from jax._src.lib import xla_client
+    from jax._src.lib.mlir import ir
 
     options = compiler.get_compile_options(
         num_replicas=1, num_partitions=1, device_assignment=np.array([[device]]))
-    return device.client.compile(hlo_text, xla_client.DeviceList((device,)), options)
+    with jax_mlir.make_ir_context():
+        module = ir.Module.parse(hlo_text)
+        return device.client.compile(module, xla_client.DeviceList((device,)), options)
+
+
+def kernel_body_values(kernel: Kernel) -> list[tuple[tuple[int, ...], np.dtype, str]]:
+    """(shape, dtype, primitive) of every array value the kernel body computes (not refs),
+    descending into `pl.when` / loop bodies. Used to flag values the compiler may spill."""
+    eqn = kernel.handle.eqn if kernel.handle is not None else None
+    if eqn is None:
+        return []
+    jaxprs = [eqn.params["jaxpr"]] if "jaxpr" in eqn.params else list(eqn.params.get("jaxprs", ()))
+    out: list[tuple[tuple[int, ...], np.dtype, str]] = []
+    for jaxpr in jaxprs:
+        _collect_values(getattr(jaxpr, "jaxpr", jaxpr), out)
+    return out
+
+
+def _collect_values(jaxpr: Jaxpr, out: list[tuple[tuple[int, ...], np.dtype, str]]) -> None:
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            aval = v.aval
+            shape = getattr(aval, "shape", None)
+            dtype = getattr(aval, "dtype", None)
+            if shape and dtype is not None and type(aval).__name__ == "ShapedArray":
+                out.append((tuple(int(s) for s in shape), np.dtype(dtype), eqn.primitive.name))
+        for value in eqn.params.values():
+            for v in value if isinstance(value, tuple) else (value,):
+                inner = v if isinstance(v, Jaxpr) else getattr(v, "jaxpr", None)
+                if isinstance(inner, Jaxpr):
+                    _collect_values(inner, out)
+
+
+def kernel_body_cost(kernel: Kernel) -> tuple[int, int]:
+    """(flops, transcendentals) of one kernel-body invocation, from Pallas's own cost rules
+    (`jax._src.pallas.cost_estimate`). `pl.when`/`cond` branches count as taken (the costliest
+    branch), `scan`/`fori_loop` bodies times their trip count; a `while` body once."""
+    eqn = kernel.handle.eqn if kernel.handle is not None else None
+    if eqn is None or "jaxpr" not in eqn.params:
+        return 0, 0
+    jaxpr = eqn.params["jaxpr"]
+    return _body_cost(getattr(jaxpr, "jaxpr", jaxpr))
+
+
+def _body_cost(jaxpr: Jaxpr) -> tuple[int, int]:
+    from jax._src.pallas import cost_estimate
+
+    flops = trans = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        rule = cost_estimate._cost_rules.get(eqn.primitive)
+        if rule is not None:
+            ctx = cost_estimate.Context(avals_in=[v.aval for v in eqn.invars],
+                                        avals_out=[v.aval for v in eqn.outvars])
+            cost = rule(ctx, **eqn.params)
+            flops, trans = flops + int(cost.flops), trans + int(cost.transcendentals)
+            continue
+        subs = [s for value in eqn.params.values()
+                for v in (value if isinstance(value, tuple) else (value,))
+                if isinstance(s := getattr(v, "jaxpr", v), Jaxpr)]
+        if not subs:
+            continue
+        costs = [_body_cost(s) for s in subs]
+        if name == "cond":
+            f, t = max(costs)
+        else:
+            f, t = sum(c[0] for c in costs), sum(c[1] for c in costs)
+        times = int(eqn.params.get("length", 1)) if name == "scan" else 1
+        flops, trans = flops + f * times, trans + t * times
+    return flops, trans
+
+
+def kernel_jaxpr_with_source_info(kernel: Kernel) -> str:
+    """The kernel body's jaxpr, each equation followed by `# file.py:LINE:COL (function)`."""
+    params = kernel.handle.eqn.params
+    jaxprs = [params["jaxpr"]] if "jaxpr" in params else list(params.get("jaxprs", ()))
+    return "\n".join(str(j.pretty_print(source_info=True, name_stack=False)) for j in jaxprs)

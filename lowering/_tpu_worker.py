@@ -1,0 +1,101 @@
+"""The TPU compiler worker: a process of our own that runs libtpu's AOT compiler.
+
+libtpu reads LIBTPU_INIT_ARGS once per process (the Mosaic dump directory is one of them) and
+prints screens of initialisation warnings from C++ straight to file descriptors 1 and 2; so it
+lives here, away from the user's process. Protocol: one JSON request per line on stdin, one
+JSON response per line on the file descriptor that was stdout at start (fds 1 and 2 now go to
+a log file, whose new lines come back with each response).
+
+Request:  {"topology": "v5e:1x1", "hlo": "<StableHLO text>", "dumps": true}
+Response: {"ok": bool, "error": str | null, "passes": [[name, text], ...], "log": [str],
+           "seconds": float}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# libtpu's start-up chatter about the (absent) TPU host; compiler messages are kept.
+NOISE = ("TPU_ACCELERATOR_TYPE", "host bounds", "InitGoogle", "Source Location Trace",
+         "libtpu_init_utils", "Logging before", "TPU_WORKER", "metadata", "GCE", "===",
+         "WARNING: All log messages before absl::InitializeLog()", "worker hostname",
+         "learning/45eac")
+
+
+def main() -> int:
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    log_path = Path(os.environ["PALLASLAB_WORKER_LOG"])
+    os.dup2(2, 1)  # C++ prints to fd 1 as well; keep the protocol channel clean
+    dump_dir = Path(os.environ["PALLASLAB_MOSAIC_DUMP"])
+    from pallaslab.model import _jax
+
+    devices: dict[str, Any] = {}
+    protocol.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("quit"):
+            break
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        response = _compile(_jax, devices, request, dump_dir)
+        response["log"] = _new_log_lines(log_path, offset)
+        protocol.write(json.dumps(response) + "\n")
+    return 0
+
+
+def _compile(_jax: Any, devices: dict[str, Any], request: dict, dump_dir: Path) -> dict:
+    shutil.rmtree(dump_dir, ignore_errors=True)
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    topology = request["topology"]
+    try:
+        if topology not in devices:
+            devices[topology] = _jax.tpu_topology_device(topology)
+        _jax.aot_compile_stablehlo(request["hlo"], devices[topology])
+        ok, error = True, None
+    except Exception as err:  # the compiler's verdict
+        ok, error = False, f"{type(err).__name__}: {err}"
+    seconds = time.perf_counter() - start
+    passes = _read_passes(dump_dir) if request.get("dumps", True) else []
+    return {"ok": ok, "error": error, "passes": passes, "seconds": seconds}
+
+
+def _read_passes(dump_dir: Path) -> list[list[str]]:
+    """Mosaic's module after every pass, in order: files `<id>-<seq>-mosaic-dump-<kernel>-<pass>`.
+
+    Deserialization runs several times per compile (one file each); the pass pipeline is the
+    group of files that starts with `-original`.
+    """
+    groups: dict[str, list[Path]] = {}
+    for path in dump_dir.glob("*-mosaic-dump-*.txt"):
+        groups.setdefault(path.name.split("-", 1)[0], []).append(path)
+    pipeline = [g for g in groups.values() if any(p.stem.endswith("-original") for p in g)]
+    if not pipeline:
+        return []
+    files = sorted(pipeline[-1], key=lambda p: p.name)
+    original = next(p for p in files if p.stem.endswith("-original"))
+    kernel = original.stem.split("-mosaic-dump-", 1)[1].removesuffix("-original")
+    out = []
+    for path in files:
+        name = path.stem.split("-mosaic-dump-", 1)[1].removeprefix(kernel + "-")
+        out.append([name, path.read_text(errors="replace")])
+    return out
+
+
+def _new_log_lines(path: Path, offset: int) -> list[str]:
+    if not path.exists():
+        return []
+    with path.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return [line for line in text.splitlines()
+            if line.strip() and not any(n in line for n in NOISE)][:50]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

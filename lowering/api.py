@@ -1,0 +1,146 @@
+"""`lower(...)`: every kernel of a function, capture or kernel, lowered for one target."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from lowering import cache, params
+from lowering.cross import CrossLowered, cross_lower
+from lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
+from lowering.targets import Target, get_target
+from pallaslab.model import Capture, Kernel, capture
+
+
+def lower(
+    fn_or_capture: Callable[..., Any] | Capture | Kernel,
+    *args: Any,
+    target: str | Target = "tpu-v5e",
+    compile: bool = False,
+    vmem_exact: bool = False,
+    use_cache: bool = True,
+    **kwargs: Any,
+) -> LoweringResult:
+    """Lower every Pallas kernel for `target` ("tpu-v5e", "gpu-h100", ...); no device needed.
+
+    `compile=True` also runs the real compiler (libtpu for TPU, the triton wheel for GPU) and
+    adds its per-pass IR, diagnostics and resources. `vmem_exact=True` (TPU) bisects the
+    compiler for the kernel's true scoped-VMEM need. Results are cached on disk.
+    """
+    tgt = get_target(target)
+    kernels = _kernels(fn_or_capture, args, kwargs)
+    compile = compile or vmem_exact
+    return LoweringResult(tgt.name, tuple(
+        lower_kernel(k, tgt, compile=compile, vmem_exact=vmem_exact, use_cache=use_cache)
+        for k in kernels))
+
+
+def _kernels(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Kernel]:
+    if isinstance(obj, Kernel):
+        return (obj,)
+    if isinstance(obj, Capture):
+        return obj.kernels
+    return capture(obj, *args, **kwargs).kernels
+
+
+def lower_kernel(kernel: Kernel, target: Target, *, compile: bool = False,
+                 vmem_exact: bool = False, use_cache: bool = True) -> KernelLowering:
+    options = {"compile": compile, "vmem_exact": vmem_exact}
+    key = cache.cache_key(kernel, target.name, options) if use_cache else None
+    if key is not None and (hit := cache.load(key)) is not None:
+        return dataclasses.replace(hit, index=kernel.index, cached=True)
+    result = _lower_uncached(kernel, target, compile, vmem_exact)
+    if key is not None:
+        cache.store(key, result)
+    return result
+
+
+def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
+                    vmem_exact: bool) -> KernelLowering:
+    cross = cross_lower(kernel, target)
+    stages = list(cross.stages)
+    diags = list(cross.diagnostics)
+    if cross.backend == "mosaic-gpu" and (target.compute_capability or (0, 0)) < (9, 0):
+        diags.append(Diagnostic(
+            "warning", "unsupported-target",
+            f"Mosaic GPU generates code for Hopper (sm_90) and newer; {target.name} is "
+            f"sm_{''.join(map(str, target.compute_capability or ()))}, so this kernel would "
+            "not run there. Use gpu-h100 or gpu-b200, or write it with pallas_call (Triton)."))
+    resources = Resources()
+    ok, compiled = cross.ok, False
+    if cross.ok and compile:
+        if cross.backend == "mosaic-tpu":
+            ok, compiled, resources = _compile_tpu(kernel, target, cross, vmem_exact, stages,
+                                                   diags)
+        elif cross.backend == "triton":
+            ok, compiled, resources = _compile_triton(kernel, target, cross, stages, diags)
+        else:
+            diags.append(Diagnostic(
+                "info", "no-compiler",
+                "Mosaic GPU kernels are compiled by jaxlib on a machine with a GPU; on this "
+                "host pallaslab shows the Mosaic GPU MLIR only."))
+    if vmem_exact and target.platform != "tpu":
+        diags.append(Diagnostic("info", "no-compiler",
+                                "vmem_exact applies to TPU targets only (GPU has no VMEM)."))
+    return KernelLowering(
+        name=kernel.name, index=kernel.index, backend=cross.backend,  # type: ignore[arg-type]
+        ok=ok, stages=tuple(stages), diagnostics=tuple(diags), resources=resources,
+        compiled=compiled)
+
+
+def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact: bool,
+                 stages: list[Stage], diags: list[Diagnostic]) -> tuple[bool, bool, Resources]:
+    from lowering import tpu_compile
+
+    assert cross.hlo is not None
+    out = tpu_compile.compile_tpu(kernel.name, target, cross.hlo)
+    stages.extend(out.stages)
+    diags.extend(out.diagnostics)
+    vmem = None
+    if vmem_exact and out.ok:
+        vmem = _vmem_exact(kernel, target, diags)
+    elif not out.ok:
+        vmem = next((d.get("needed_bytes") for d in out.diagnostics if d.code == "vmem-oom"),
+                    None)
+    return out.ok, True, Resources(vmem_bytes=vmem)
+
+
+def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic]) -> int | None:
+    from lowering import tpu_compile
+    from pallaslab.model import _jax
+
+    if kernel.kind == "mesh":
+        diags.append(Diagnostic("info", "no-compiler", "vmem_exact needs a pallas_call kernel "
+                                "(its vmem_limit_bytes is set through CompilerParams)."))
+        return None
+    assert target.chip is not None
+    capacity = int(_jax.tpu_chip_facts(target.chip)["vmem_capacity_bytes"])
+
+    def hlo_with_limit(limit: int) -> str:
+        relowered = cross_lower(kernel, target, vmem_limit_bytes=limit)
+        assert relowered.hlo is not None
+        return relowered.hlo
+
+    need = tpu_compile.find_vmem_need(kernel.name, target, capacity, hlo_with_limit)
+    diags.extend(need.diagnostics)
+    if need.bytes is not None:
+        diags.append(Diagnostic(
+            "info", "vmem-exact",
+            f"kernel {kernel.name!r} needs {need.bytes // 1024} KiB of scoped VMEM on "
+            f"{target.name}: the smallest vmem_limit_bytes the compiler accepts "
+            f"({need.compiles} compiles).",
+            data=(("vmem_bytes", need.bytes), ("compiles", need.compiles))))
+    return need.bytes
+
+
+def _compile_triton(kernel: Kernel, target: Target, cross: CrossLowered, stages: list[Stage],
+                    diags: list[Diagnostic]) -> tuple[bool, bool, Resources]:
+    from lowering import triton_compile
+
+    assert cross.ttir is not None
+    num_warps, num_stages = params.triton_launch(kernel)
+    out = triton_compile.compile_triton(kernel.name, target, cross.ttir, num_warps, num_stages)
+    stages.extend(out.stages)
+    diags.extend(out.diagnostics)
+    return out.ok, True, out.resources

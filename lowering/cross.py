@@ -1,0 +1,119 @@
+"""Cross-lowering: a captured kernel -> Mosaic TPU / Triton / Mosaic GPU IR, with no device.
+
+JAX lowers for a platform it has no device for when an abstract mesh says which device kind
+to assume (`jax.sharding.use_abstract_mesh`), and `lower(lowering_platforms=...)` names the
+platform. The kernel is bound alone (`_jax.kernel_callable`), with its operand avals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import warnings
+from typing import Any
+
+import jax
+from jax.sharding import AbstractDevice, AbstractMesh, AxisType
+
+from lowering import diagnostics, irtext, params
+from lowering.result import Diagnostic, Stage
+from lowering.targets import Target
+from pallaslab.errors import missing
+from pallaslab.model import Kernel, _jax
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossLowered:
+    backend: str  # "mosaic-tpu" | "triton" | "mosaic-gpu"
+    ok: bool
+    stages: tuple[Stage, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    hlo: str | None = None  # lowered StableHLO of the kernel alone (what libtpu compiles)
+    ttir: str | None = None  # TTIR without locations, parseable by the triton wheel
+
+
+def abstract_mesh(target: Target) -> AbstractMesh:
+    device = AbstractDevice(device_kind=target.device_kind, num_cores=1,
+                            platform=target.platform)
+    return AbstractMesh((1,), ("x",), (AxisType.Explicit,), abstract_device=device)
+
+
+def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None = None
+                ) -> CrossLowered:
+    backend = params.lowering_backend(kernel, target)
+    jaxpr_stage = Stage("jaxpr", *irtext.jaxpr_with_sources(
+        _jax.kernel_jaxpr_with_source_info(kernel)))
+    if (wrong := params.wrong_backend(kernel, target)) is not None:
+        return CrossLowered(backend, False, (jaxpr_stage,), (wrong,))
+    if backend == "mosaic-gpu" and not _importable("absl"):
+        raise missing("Lowering Mosaic GPU kernels (plgpu.kernel)", "absl-py", "gpu")
+    compiler_params, notes = params.compiler_params_for(kernel, target, vmem_limit_bytes)
+    overrides: dict[str, Any] = {"debug": target.platform == "gpu", "interpret": False}
+    if compiler_params is not None:
+        overrides["compiler_params"] = compiler_params
+    try:
+        hlo, printed = _lower(kernel, target, overrides)
+    except Exception as err:  # Pallas's verdict on this kernel for this backend
+        diag = diagnostics.from_lowering_error(err, kernel.name, _BACKEND_NAMES[backend])
+        return CrossLowered(backend, False, (jaxpr_stage,), (*notes, diag))
+    if backend == "mosaic-tpu":
+        stages = _mosaic_tpu_stages(hlo)
+        return CrossLowered(backend, True, (jaxpr_stage, *stages), notes, hlo=hlo)
+    sections = irtext.debug_sections(printed)
+    if backend == "triton":
+        module = sections.get("Triton module", "")
+        text, sources = irtext.pretty_ir_with_sources(module)
+        return CrossLowered(backend, True, (jaxpr_stage, Stage("ttir", text, sources)), notes,
+                            ttir=irtext.strip_locations(module))
+    module = sections.get("Mosaic GPU module", "")
+    text, sources = irtext.pretty_ir_with_sources(module)
+    return CrossLowered(backend, True, (jaxpr_stage, Stage("mosaic-gpu", text, sources)), notes)
+
+
+_BACKEND_NAMES = {"mosaic-tpu": "Mosaic TPU", "triton": "Triton", "mosaic-gpu": "Mosaic GPU"}
+
+
+def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]) -> tuple[str, str]:
+    """(StableHLO text, what the lowering printed): prints never reach the user's stdout."""
+    call = _jax.kernel_callable(kernel, **_supported(kernel, overrides))
+    avals = _jax.kernel_call_avals(kernel)
+    printed = io.StringIO()
+    with (contextlib.redirect_stdout(printed), warnings.catch_warnings(),
+          jax.sharding.use_abstract_mesh(abstract_mesh(target))):
+        warnings.simplefilter("ignore")  # e.g. "the Triton backend is deprecated"
+        lowered = jax.jit(call).trace(*avals).lower(
+            lowering_platforms=(target.lowering_platform,))
+        hlo = lowered.as_text() if target.platform == "tpu" else ""
+    return hlo, printed.getvalue()
+
+
+def _supported(kernel: Kernel, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Mesh kernels have no `compiler_params` override from us; keep only known params."""
+    try:
+        _jax.kernel_callable(kernel, **overrides)
+    except TypeError:
+        return {k: v for k, v in overrides.items() if k in ("debug", "interpret")}
+    return overrides
+
+
+def _mosaic_tpu_stages(hlo: str) -> tuple[Stage, ...]:
+    configs = irtext.tpu_custom_call_configs(hlo)
+    stages = []
+    for i, config in enumerate(configs):
+        body = irtext.config_bytes(config, "body")
+        if body is None:
+            continue
+        tagged, locs = _jax.mosaic_tpu_module(body, irtext.config_bytes(config, "debug_locations"))
+        text, sources = irtext.mosaic_with_sources(tagged, locs)
+        stages.append(Stage("mosaic" if i == 0 else f"mosaic[{i}]", text, sources))
+    return tuple(stages)
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,186 @@
+"""Real TPU compilation with libtpu on a CPU host, in a worker process we control.
+
+One worker serves the whole Python session (started on first use, ~1 s; each compile then
+costs what the compiler costs). See `_tpu_worker.py` for why it is a separate process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lowering import diagnostics, irtext
+from lowering.result import Diagnostic, Stage
+from lowering.targets import Target
+from pallaslab.errors import UnavailableError, missing
+
+
+def require_libtpu() -> None:
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        raise missing("Compiling for TPU (compile=True / --compile)", "libtpu", "tpu") from None
+
+
+class TpuWorker:
+    """A libtpu compiler process; `compile` sends one StableHLO module and waits."""
+
+    def __init__(self) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="pallaslab-tpu-"))
+        self.log_path = self._dir / "libtpu.log"
+        dump = self._dir / "mosaic"
+        env = dict(os.environ)
+        # Mosaic's module after every pass, with locations (so each maps back to Python).
+        flags = f"--xla_mosaic_dump_to={dump} --xla_mosaic_enable_dump_debug_info=true"
+        env["LIBTPU_INIT_ARGS"] = f"{env.get('LIBTPU_INIT_ARGS', '')} {flags}".strip()
+        env["JAX_PLATFORMS"] = "cpu"  # the worker compiles for topology devices only
+        env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"  # other processes may hold libtpu's lockfile
+        env["PALLASLAB_WORKER_LOG"] = str(self.log_path)
+        env["PALLASLAB_MOSAIC_DUMP"] = str(dump)
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "lowering._tpu_worker"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log, env=env, text=True, bufsize=1)
+        self._lock = threading.Lock()
+        self._read()  # {"ready": true}
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def compile(self, topology: str, hlo: str, dumps: bool = True) -> dict[str, Any]:
+        with self._lock:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps({"topology": topology, "hlo": hlo,
+                                               "dumps": dumps}) + "\n")
+            self._proc.stdin.flush()
+            return self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            self._proc.wait()
+            tail = self.log_path.read_text(errors="replace").splitlines()[-15:]
+            raise UnavailableError(
+                f"the TPU compiler worker (libtpu) exited with status {self._proc.returncode}; "
+                "its last output:\n" + "\n".join(tail))
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write('{"quit": true}\n')
+                self._proc.stdin.close()
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+_worker: TpuWorker | None = None
+_worker_lock = threading.Lock()
+
+
+def worker() -> TpuWorker:
+    """The session's TPU compiler worker (restarted if it died)."""
+    global _worker
+    require_libtpu()
+    with _worker_lock:
+        if _worker is None or not _worker.alive():
+            _worker = TpuWorker()
+        return _worker
+
+
+@atexit.register
+def shutdown_worker() -> None:
+    global _worker
+    with _worker_lock:
+        if _worker is not None:
+            _worker.close()
+            _worker = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuCompiled:
+    ok: bool
+    stages: tuple[Stage, ...]  # Mosaic after every compiler pass: "mosaic:<pass>"
+    diagnostics: tuple[Diagnostic, ...]
+    seconds: float
+
+
+def compile_tpu(kernel_name: str, target: Target, hlo: str, dumps: bool = True) -> TpuCompiled:
+    assert target.topology is not None
+    response = worker().compile(target.topology, hlo, dumps)
+    stages = []
+    for name, text in response["passes"]:
+        clean, sources = irtext.pretty_ir_with_sources(text)
+        stages.append(Stage(f"mosaic:{name}", clean, sources))
+    diags: list[Diagnostic] = []
+    if not response["ok"]:
+        diags.append(diagnostics.from_compile_error(response["error"], kernel_name, target.name))
+        if response["log"]:
+            diags.append(Diagnostic("info", "compiler-log", "libtpu printed: "
+                                    + " | ".join(response["log"][:10])))
+    return TpuCompiled(response["ok"], tuple(stages), tuple(diags), response["seconds"])
+
+
+@dataclasses.dataclass(frozen=True)
+class VmemNeed:
+    bytes: int | None  # smallest vmem_limit_bytes the compiler accepts (KiB resolution)
+    compiles: int  # how many compiles the search took
+    diagnostics: tuple[Diagnostic, ...]
+
+
+def find_vmem_need(kernel_name: str, target: Target, capacity: int,
+                   hlo_with_limit: Callable[[int], str]) -> VmemNeed:
+    """Bisect `vmem_limit_bytes` (in KiB) for the smallest limit the real compiler accepts.
+
+    The compiler's VMEM OOM message states the size it needed (rounded to 0.01 of its unit);
+    one probe at 1 KiB reads it, which narrows the bisection to a few compiles.
+    """
+    count = 0
+
+    def compiles(kib: int) -> tuple[bool, Diagnostic | None]:
+        nonlocal count
+        count += 1
+        out = compile_tpu(kernel_name, target, hlo_with_limit(kib * 1024), dumps=False)
+        return out.ok, (out.diagnostics[0] if out.diagnostics else None)
+
+    lo, hi = 0, capacity // 1024
+    ok, diag = compiles(hi)
+    if not ok:
+        return VmemNeed(None, count, (diag,) if diag else ())
+    probe = 1
+    while hi - lo > 1:
+        ok, diag = compiles(probe)
+        if ok:
+            hi = probe
+        else:
+            lo = probe
+            # The OOM message's size is an allocation the kernel needs, so a lower bound.
+            needed = diag.get("needed_bytes") if diag and diag.code == "vmem-oom" else None
+            if needed and needed * 0.995 / 1024 - 1 > lo:
+                lo = min(hi - 1, math.floor(needed * 0.995 / 1024) - 1)
+                guess = math.ceil(needed * 1.005 / 1024) + 1
+                if lo < guess < hi:
+                    probe = guess
+                    continue
+        probe = (lo + hi) // 2
+    return VmemNeed(hi * 1024, count, ())
