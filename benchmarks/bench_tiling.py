@@ -15,15 +15,15 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.experimental import pallas as pl  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
-import pallaslab  # noqa: E402
-from pallaslab.analysis import find, tile  # noqa: E402
-from pallaslab.model import _jax  # noqa: E402
+import pallaslab
+from pallaslab.analysis import find, tile
+from pallaslab.model import _jax
 
 GRID = (1024, 1024)
 SAMPLE = 2000
