@@ -5,8 +5,28 @@ from pallaslab._platform import prefer_cpu_on_accelerator_free_host
 prefer_cpu_on_accelerator_free_host()
 
 from pallaslab.errors import PallasLabError  # noqa: E402
+from pallaslab.execute import compare, run, step  # noqa: E402
 from pallaslab.model import Capture, Kernel, Operand, capture  # noqa: E402
+from pallaslab.workbench import Workbench, inspect  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["Capture", "Kernel", "Operand", "PallasLabError", "__version__", "capture"]
+__all__ = ["Capture", "Kernel", "Operand", "PallasLabError", "Workbench", "__version__", "capture",
+           "compare", "inspect", "load_ipython_extension", "lower", "run", "step"]
+
+
+def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    """`%load_ext pallaslab` registers the `%%pallas` cell magic (IPython imported only then)."""
+    from pallaslab.magic import load_ipython_extension as load
+
+    load(ipython)
+
+
+def __getattr__(name: str) -> object:
+    # `lower` lives in the top-level `lowering` package, which imports pallaslab.model: import
+    # it on first use so that `import lowering` and `import pallaslab` work in either order.
+    if name == "lower":
+        from lowering import lower
+
+        return lower
+    raise AttributeError(f"module 'pallaslab' has no attribute {name!r}")

@@ -385,3 +385,25 @@ def gpu_mesh_kernel():
 
 def catalog_names(*, tag: str | None = None) -> list[str]:
     return [n for n, e in CATALOG.items() if tag is None or tag in e.tags]
+
+
+# --- added by the executors helper -----------------------------------------------------------
+
+
+@case("tpu", "gpu", "wrong")
+def shifted_block_wrong():
+    """Meant to double x block by block, but program (2,) reads input block 3 instead of 2:
+    output block (2, 0) is wrong and every other block is right. Reference: `2 * x`."""
+
+    def fn(x):
+        return pl.pallas_call(
+            scale_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+            in_specs=[pl.BlockSpec((64, 128), lambda i: (jnp.where(i == 2, 3, i), 0))],
+            out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)),
+        )(x)
+
+    return fn, (rand((256, 128)),)
+
+
+def shifted_block_reference(x):
+    return x * 2.0

@@ -1,0 +1,160 @@
+"""What the interpreters report, as findings naming the operand and the program.
+
+TPU interpret mode reports races (with `on_race="warn"`, as log warnings, and carries on),
+out-of-bounds reads and revisited output blocks (as exceptions that stop the run). Their
+messages name buffers by TPU interpret mode's internal ids and kernel parameters by name;
+`pallaslab.model._jax` maps both to Pallas's operand origins.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+
+from pallaslab.analysis.findings import Finding
+from pallaslab.execute.monitor import RunMonitor
+from pallaslab.model import Kernel, _jax
+
+# Finding codes the executors add to the analysis codes of design.md.
+EXECUTOR_CODES = ("data-race", "out-of-bounds-read", "output-revisit", "interpret-error",
+                  "interrupted")
+
+_RACE = re.compile(
+    r"RACE DETECTED\n\s+(?P<op>read|write) of \('(?P<space>\w+)', (?P<buf>\d+), \d+, \d+\)"
+    r"\[(?P<range>.*?)\] from \((?P<dev>\d+), (?P<core>\d+)\), (?P<frame>[^\n]*)\n"
+    r".*?\n\s+(?P<op2>read|write) of .*?\[(?P<range2>.*?)\] from \((?P<dev2>\d+), "
+    r"(?P<core2>\d+)\)", re.S)
+_OOB_BLOCK = re.compile(
+    r"Out-of-bounds block index (?P<block>\([^)]*\)) for input \"(?P<name>[^\"]+)\" in "
+    r"iteration (?P<iter>\([^)]*\)) on device \d+ \(core (?P<core>\d+)\): reading "
+    r"\[(?P<range>.*?)\] but input has shape (?P<shape>\([^)]*\))")
+_OOB_READ = re.compile(
+    r"Out-of-bounds read of \(\d+ (?P<core>\d+) (?P<space>\w+) (?P<buf>\d+)\): reading "
+    r"\[(?P<range>.*?)\] but buffer has shape (?P<shape>\([^)]*\))")
+_REVISIT = re.compile(
+    r"Revisited block (?P<range>\(.*?\)) of output (?P<out>\d+) in iteration (?P<iter>\([^)]*\))"
+    r"\. The block was previously visited in iterations (?P<first>\([^)]*\))")
+
+
+class RaceLog(logging.Handler):
+    """Collects TPU interpret mode's race warnings (it logs them to the root logger and its
+    module logger) together with the program each racing core was running."""
+
+    def __init__(self, monitor: RunMonitor):
+        super().__init__(logging.WARNING)
+        self.monitor = monitor
+        self.races: list[tuple[str, int | None, tuple | None, tuple | None]] = []
+        self._loggers = [logging.getLogger(), logging.getLogger(
+            "jax._src.pallas.mosaic.interpret.race_detection_state")]
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "RACE DETECTED" not in message:
+            return
+        m = _RACE.search(message)
+        now = self.monitor.program_on_core(int(m["core"])) if m else None
+        other = self.monitor.program_on_core(int(m["core2"])) if m else None
+        kernel = now[0] if now else self.monitor.kernel_now
+        self.races.append((message, kernel, now[1] if now else None,
+                           other[1] if other else None))
+
+    def __enter__(self) -> RaceLog:
+        for lg in self._loggers:
+            lg.addHandler(self)
+        # The module logger propagates to the root one: stop the record being seen twice.
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for lg in self._loggers:
+            lg.removeHandler(self)
+
+
+def race_findings(log: RaceLog, kernels: list[Kernel]) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for message, kernel_index, program, other in log.races:
+        if message in seen:
+            continue
+        seen.add(message)
+        m = _RACE.search(message)
+        kernel = kernels[kernel_index] if kernel_index is not None else None
+        origin = _buffer_origin(kernel, m["space"], int(m["buf"])) if m and kernel else None
+        programs = tuple(p for p in (program, other) if p is not None)
+        what = (f"{m['op']} of {origin or 'a buffer'}[{m['range']}] on core {m['core']} and "
+                f"{m['op2']} of [{m['range2']}] on core {m['core2']} are not ordered"
+                if m else message.splitlines()[0])
+        shown = " and ".join(str(p) for p in programs) or "unknown programs"
+        name = f"{kernel.name}: " if kernel else ""
+        yield Finding(
+            "data-race", "error",
+            f"{name}{origin or 'an operand'}: data race between programs {shown}: {what}. "
+            "TPU interpret mode ran the grid's \"parallel\" dimensions on 2 cores; on a chip "
+            "with 2 TensorCores these programs run at the same time. Rule: programs that "
+            "differ along a parallel dimension must not write the same memory.",
+            operand=origin, programs=programs,
+        )
+
+
+def error_finding(message: str, kernels: list[Kernel], monitor: RunMonitor) -> Finding:
+    """The finding for an exception that stopped an interpreted run."""
+    kernel = kernels[monitor.kernel_now] if monitor.kernel_now is not None else None
+    name = f"{kernel.name}: " if kernel else ""
+    if m := _OOB_BLOCK.search(message):
+        origin = _jax.kernel_arg_names(kernel).get(m["name"], m["name"]) if kernel else m["name"]
+        program = _program(monitor, int(m["core"])) or _tuple(m["iter"])
+        return Finding(
+            "out-of-bounds-read", "error",
+            f"{name}{origin}: program {program} reads block {m['block']}, elements "
+            f"[{m['range']}], outside the array of shape {m['shape']}. Rule: every block an "
+            "index map selects must lie inside its array.",
+            operand=origin, programs=(program,), blocks=(_tuple(m["block"]),),
+        )
+    if m := _OOB_READ.search(message):
+        origin = _buffer_origin(kernel, m["space"], int(m["buf"])) if kernel else None
+        reader = _program(monitor, int(m["core"]))
+        return Finding(
+            "out-of-bounds-read", "error",
+            f"{name}{origin or 'a buffer'}: program {reader} reads [{m['range']}] of a "
+            f"{m['space'].upper()} buffer of shape {m['shape']}. Rule: reads must stay inside "
+            "the buffer.",
+            operand=origin, programs=(reader,) if reader else (),
+        )
+    if m := _REVISIT.search(message):
+        j = int(m["out"])
+        outs = kernel.outputs if kernel else ()
+        origin = outs[j].origin if j < len(outs) else f"outputs[{j}]"
+        revisit = _program(monitor, None) or _tuple(m["iter"])
+        return Finding(
+            "output-revisit", "error",
+            f"{name}{origin}: program {revisit} writes output block {m['range']}, which "
+            f"programs from {m['first']} wrote earlier with other blocks in between. On TPU "
+            "the later write-back clobbers the earlier result. Rule: visit each output block "
+            "in one run of consecutive steps.",
+            operand=origin, programs=(revisit,),
+        )
+    return Finding("interpret-error", "error", f"{name}{short_error(message)}")
+
+
+def _program(monitor: RunMonitor, core: int | None) -> tuple[int, ...] | None:
+    if core is not None and (where := monitor.program_on_core(core)) is not None:
+        return where[1]
+    return None
+
+
+def _buffer_origin(kernel: Kernel | None, space: str, buffer_id: int) -> str | None:
+    if kernel is None:
+        return None
+    return _jax.tpu_interpret_buffers(kernel).get((space, buffer_id))
+
+
+def _tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in re.findall(r"-?\d+", text))
+
+
+def short_error(message: str) -> str:
+    """The informative line of an interpreter error (XLA wraps callback tracebacks)."""
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", line):
+            return line
+    return lines[-1] if lines else message

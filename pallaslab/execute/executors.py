@@ -1,0 +1,430 @@
+"""Executors: one protocol, five ways to run a captured function.
+
+- `interpret`: JAX's HLO interpreter (`interpret=True`);
+- `tpu-interpret`: TPU interpret mode, `pltpu.InterpretParams(detect_races=True,
+  on_race="warn", out_of_bounds_reads="raise", uninitialized_memory="nan",
+  num_cores_or_threads=2)`: two cores, so programs along "parallel" dimensions really overlap
+  and races show; races, out-of-bounds reads and revisited outputs become findings;
+- `gpu-interpret`: Mosaic GPU interpret mode (`plgpu.InterpretGPUParams()`), for `plgpu.kernel`
+  kernels only (it rejects BlockSpec windows);
+- `device`: compiled for an attached TPU or GPU; unavailable (with the reason) elsewhere;
+- `reference`: the user's pure-JAX function with the same signature.
+
+Whole functions run by re-running their captured jaxpr with every kernel's `interpret`
+parameter replaced, so library kernels that hard-code `interpret=False` run interpreted too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+from pallaslab.analysis.findings import Finding
+from pallaslab.errors import PallasLabError, UnavailableError
+from pallaslab.execute import diagnostics
+from pallaslab.execute.data import DEFAULT_SEED, concretize, concretize_for_kernels
+from pallaslab.execute.monitor import Cancelled, RunMonitor, total_programs
+from pallaslab.execute.result import OutputInfo, RunResult
+from pallaslab.model import Capture, Kernel, _jax, capture
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A function (or lone kernel) captured on concrete arguments, ready to run."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    capture: Capture
+    output_info: tuple[OutputInfo, ...]
+
+    @property
+    def flat_args(self) -> tuple[Any, ...]:
+        return tuple(self.capture.handle.flat_args)
+
+
+def prepare(kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
+            kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED) -> Prepared:
+    """Capture on concrete arguments (abstract ones get seeded random data)."""
+    kwargs = dict(kwargs or {})
+    if isinstance(kernel_or_fn, Kernel):
+        fn = _lone_kernel_fn(kernel_or_fn)
+        args = tuple(concretize(tuple(args), seed=seed)) if args else tuple(
+            concretize(tuple(_jax.kernel_call_avals(kernel_or_fn)), seed=seed))
+    else:
+        fn = kernel_or_fn
+        args, kwargs = concretize_for_kernels(fn, tuple(args), kwargs, seed=seed)
+    cap = capture(fn, *args, **kwargs)
+    return Prepared(fn, tuple(args), kwargs, cap, _output_info(cap))
+
+
+def _lone_kernel_fn(kernel: Kernel) -> Callable[..., Any]:
+    call = _jax.kernel_callable(kernel)
+
+    def lone_kernel(*operands: Any) -> list[Any]:
+        return call(*operands)
+
+    lone_kernel.__name__ = kernel.name
+    return lone_kernel
+
+
+def _output_info(cap: Capture) -> tuple[OutputInfo, ...]:
+    sources = _jax.output_sources(cap.handle.closed_jaxpr, cap.kernels)
+    infos = []
+    for i, src in enumerate(sources):
+        if src is None:
+            infos.append(OutputInfo(f"result[{i}]", None, None))
+            continue
+        k, j = src
+        origin = cap[k].outputs[j].origin
+        name = origin if len(cap) == 1 else f"{cap[k].name}[{k}].{origin}"
+        if any(info.name == name for info in infos):
+            name = f"{name}#{i}"
+        infos.append(OutputInfo(name, k, origin))
+    return tuple(infos)
+
+
+class Executor(Protocol):
+    name: str
+
+    def unavailable(self) -> str | None:
+        """Why this executor cannot run on this machine (None: it can)."""
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        """Why this executor cannot run these kernels (None: it can)."""
+
+    def execute(self, prepared: Prepared) -> RunResult: ...
+
+
+def run_with(executor: Executor, kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
+             kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED) -> RunResult:
+    prepared = prepare(kernel_or_fn, args, kwargs, seed=seed)
+    return execute(executor, prepared)
+
+
+def execute(executor: Executor, prepared: Prepared) -> RunResult:
+    reason = executor.unavailable() or executor.cannot_run(prepared)
+    if reason:
+        return RunResult(executor.name, None, prepared.output_info, 0.0, 0.0,
+                         unavailable=reason, inputs=_numpy(prepared.flat_args))
+    return executor.execute(prepared)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _numpy(values: Sequence[Any]) -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(v) for v in values)
+
+
+def _timed_jaxpr_run(name: str, prepared: Prepared, jaxpr: Any, monitor: RunMonitor,
+                     interpreter_findings: Callable[[], list[Finding]] = list,
+                     reset: Callable[[], None] = lambda: None) -> RunResult:
+    flat = prepared.flat_args
+    t0 = time.perf_counter()
+    compiled = jax.jit(_jax.jaxpr_callable(jaxpr)).lower(*flat).compile()
+    compile_time = time.perf_counter() - t0
+    outputs: tuple[np.ndarray, ...] | None = None
+    error = None
+    findings: list[Finding] = []
+    t1 = time.perf_counter()
+    with monitor.watching():
+        try:
+            outs = compiled(*flat)
+            jax.block_until_ready(outs)
+            jax.effects_barrier()
+            outputs = _numpy(outs)
+        except Exception as err:  # the interpreters report kernel bugs as runtime errors
+            reset()
+            if monitor.cancelled or isinstance(err.__cause__, Cancelled) or \
+                    "Cancelled: interrupted" in str(err):
+                raise KeyboardInterrupt(
+                    f"{name} run interrupted after {monitor.programs_run} program(s)") from None
+            error = diagnostics.short_error(str(err))
+            findings.append(diagnostics.error_finding(str(err), list(prepared.capture), monitor))
+    wall = time.perf_counter() - t1
+    if monitor.cancelled:
+        raise KeyboardInterrupt(f"{name} run interrupted after {monitor.programs_run} program(s)")
+    findings = interpreter_findings() + findings
+    return RunResult(name, outputs, prepared.output_info, wall, compile_time,
+                     prints=monitor.prints, findings=tuple(findings), error=error,
+                     inputs=_numpy(flat))
+
+
+class InterpretExecutor:
+    """JAX's HLO interpreter (`interpret=True`): fast, no TPU memory model."""
+
+    name = "interpret"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        return None
+
+    def execute(self, prepared: Prepared) -> RunResult:
+        cap = prepared.capture
+        monitor = RunMonitor(list(cap), desc=self.name, total=total_programs(list(cap)))
+        by_eqn = {id(k.handle.eqn): k for k in cap}
+
+        def overrides(eqn: Any) -> dict[str, Any]:
+            update: dict[str, Any] = {"interpret": True}
+            kernel = by_eqn.get(id(eqn))
+            if kernel is not None:
+                index = kernel.index
+                update |= _jax.instrument_program_entry(
+                    eqn, lambda: monitor.enter_next(index)) or {}
+            return update
+
+        jaxpr = _jax.rewrite_kernels_with_effects(cap.handle.closed_jaxpr, overrides)
+        return _timed_jaxpr_run(self.name, prepared, jaxpr, monitor)
+
+
+TPU_INTERPRET_CORES = 2
+
+
+class TpuInterpretExecutor:
+    """TPU interpret mode: HBM/VMEM/SMEM, DMAs, semaphores, race detection (slow)."""
+
+    name = "tpu-interpret"
+
+    def __init__(self, cores: int = TPU_INTERPRET_CORES, detect_races: bool = True):
+        self.cores = cores
+        self.detect_races = detect_races
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        for k in prepared.capture:
+            if k.kind == "mesh":
+                return (f"kernel {k.name} is a mesh kernel ({k.mesh.kind if k.mesh else '?'}): "
+                        "TPU interpret mode here runs pallas_call kernels")
+            if k.backend not in (None, "tpu"):
+                return (f"kernel {k.name} has {k.backend} compiler params: TPU interpret mode "
+                        "needs TPU (or no) compiler params")
+        return None
+
+    def params(self, recorder: Callable[..., Any] | None = None) -> Any:
+        from jax.experimental.pallas import tpu as pltpu
+
+        return pltpu.InterpretParams(
+            detect_races=self.detect_races, on_race="warn", out_of_bounds_reads="raise",
+            uninitialized_memory="nan", num_cores_or_threads=self.cores,
+            grid_point_recorder=recorder)
+
+    def execute(self, prepared: Prepared) -> RunResult:
+        from jax.experimental.pallas import tpu as pltpu
+
+        cap = prepared.capture
+        kernels = list(cap)
+        monitor = RunMonitor(kernels, desc=self.name, total=total_programs(kernels))
+        by_eqn = {id(k.handle.eqn): k for k in cap}
+
+        def recorder_for(index: int) -> Callable[..., Any]:
+            def record(token: Any, grid_point: Any, core_id: Any) -> Any:
+                monitor.enter(index, tuple(int(g) for g in grid_point), int(core_id))
+                return token
+            return record
+
+        def overrides(eqn: Any) -> dict[str, Any]:
+            kernel = by_eqn.get(id(eqn))
+            recorder = recorder_for(kernel.index) if kernel is not None else None
+            update = {"interpret": self.params(recorder)}
+            if kernel is not None:
+                update |= _jax.full_dimension_semantics_params(kernel) or {}
+            return update
+
+        jaxpr = _jax.rewrite_kernels_with_effects(cap.handle.closed_jaxpr, overrides)
+        race_log = diagnostics.RaceLog(monitor)
+        with race_log:
+            result = _timed_jaxpr_run(
+                self.name, prepared, jaxpr, monitor,
+                interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
+                reset=pltpu.reset_tpu_interpret_mode_state)
+        return result
+
+
+class GpuInterpretExecutor:
+    """Mosaic GPU interpret mode, for `plgpu.kernel` kernels."""
+
+    name = "gpu-interpret"
+
+    def unavailable(self) -> str | None:
+        try:
+            from jax.experimental.pallas import mosaic_gpu  # noqa: F401
+        except ImportError as err:  # pragma: no cover - absl-py missing
+            return f"Mosaic GPU interpret mode cannot be imported ({err}); " \
+                   'install it with: pip install "pallaslab[gpu]"'
+        return None
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        for k in prepared.capture:
+            if k.kind != "mesh" or k.backend != "mosaic_gpu":
+                return (f"kernel {k.name} is a {k.kind} kernel for {k.backend or 'no backend'}: "
+                        "GPU interpret mode runs plgpu.kernel (Mosaic GPU mesh) kernels only")
+        return None
+
+    def execute(self, prepared: Prepared) -> RunResult:
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+
+        # Rebinding the captured equation misses the interpreter's ordered effects: re-trace
+        # the user's function with GPU interpret mode forced instead.
+        monitor = RunMonitor(list(prepared.capture), desc=self.name)
+        t0 = time.perf_counter()
+        with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams()):
+            compiled = jax.jit(prepared.fn).lower(*prepared.args, **prepared.kwargs).compile()
+        compile_time = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        outputs: tuple[np.ndarray, ...] | None = None
+        error, findings = None, []
+        with monitor.watching():
+            try:
+                outs = compiled(*prepared.args, **prepared.kwargs)
+                jax.block_until_ready(outs)
+                jax.effects_barrier()
+                outputs = _numpy(jax.tree.leaves(outs))
+            except Exception as err:
+                error = diagnostics.short_error(str(err))
+                findings.append(Finding("interpret-error", "error", error))
+        return RunResult(self.name, outputs, prepared.output_info, time.perf_counter() - t1,
+                         compile_time, prints=monitor.prints, findings=tuple(findings),
+                         error=error, inputs=_numpy(prepared.flat_args))
+
+
+def attached_accelerator() -> tuple[Any | None, str | None]:
+    """(device, None) for an attached TPU or GPU, else (None, why not)."""
+    for platform in ("tpu", "gpu"):
+        try:
+            devices = jax.devices(platform)
+        except RuntimeError:
+            continue
+        if devices:
+            return devices[0], None
+    try:
+        backends = sorted({d.platform for d in jax.devices()})
+    except RuntimeError:  # pragma: no cover
+        backends = []
+    return None, ("no TPU or GPU is attached: the JAX backends here are "
+                  f"{', '.join(backends) or 'none'}; run on a TPU/GPU VM for hardware outputs")
+
+
+class DeviceExecutor:
+    """The kernels compiled and run on an attached TPU or GPU."""
+
+    name = "device"
+
+    def __init__(self, device: Any = None):
+        self._device = device
+
+    def device(self) -> Any:
+        if self._device is not None:
+            return self._device
+        return attached_accelerator()[0]
+
+    def unavailable(self) -> str | None:
+        if self._device is not None:
+            return None
+        return attached_accelerator()[1]
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        return None
+
+    def execute(self, prepared: Prepared) -> RunResult:
+        device = self.device()
+        cap = prepared.capture
+        jaxpr = _jax.rewrite_kernels(
+            cap.handle.closed_jaxpr,
+            lambda eqn: {"interpret": False} if _jax.is_pallas_call(eqn) else None)
+        flat = jax.device_put(prepared.flat_args, device)
+        t0 = time.perf_counter()
+        compiled = jax.jit(_jax.jaxpr_callable(jaxpr)).lower(*flat).compile()
+        compile_time = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        outs = jax.block_until_ready(compiled(*flat))
+        return RunResult(self.name, _numpy(outs), prepared.output_info,
+                         time.perf_counter() - t1, compile_time, inputs=_numpy(prepared.flat_args))
+
+
+class ReferenceExecutor:
+    """The user's pure-JAX function, called with the same arguments."""
+
+    name = "reference"
+
+    def __init__(self, reference: Callable[..., Any] | None):
+        self.reference = reference
+
+    def unavailable(self) -> str | None:
+        if self.reference is None:
+            return "no reference function was given (pass reference=fn or --reference FILE:FUNC)"
+        return None
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        return None
+
+    def execute(self, prepared: Prepared) -> RunResult:
+        assert self.reference is not None
+        t0 = time.perf_counter()
+        compiled = jax.jit(self.reference).lower(*prepared.args, **prepared.kwargs).compile()
+        compile_time = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        outs = jax.block_until_ready(compiled(*prepared.args, **prepared.kwargs))
+        wall = time.perf_counter() - t1
+        leaves = jax.tree.leaves(outs)
+        n = len(prepared.output_info)
+        if len(leaves) != n:
+            raise ExecutorError(
+                f"the reference {getattr(self.reference, '__name__', 'function')} returned "
+                f"{len(leaves)} array(s), but the kernel function returns {n}. Rule: a "
+                "reference has the kernel function's signature and outputs.")
+        return RunResult(self.name, _numpy(leaves), prepared.output_info, wall, compile_time,
+                         inputs=_numpy(prepared.flat_args))
+
+
+class ExecutorError(PallasLabError, ValueError):
+    """An executor name or reference that does not fit."""
+
+
+EXECUTOR_NAMES = ("interpret", "tpu-interpret", "gpu-interpret", "device", "reference")
+
+
+def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None = None
+                 ) -> Executor:
+    if not isinstance(name, str):
+        return name
+    factories: dict[str, Callable[[], Executor]] = {
+        "interpret": InterpretExecutor,
+        "tpu-interpret": TpuInterpretExecutor,
+        "gpu-interpret": GpuInterpretExecutor,
+        "device": DeviceExecutor,
+        "reference": lambda: ReferenceExecutor(reference),
+    }
+    if name not in factories:
+        raise ExecutorError(f"unknown executor {name!r}; the executors are: "
+                            f"{', '.join(EXECUTOR_NAMES)}")
+    return factories[name]()
+
+
+def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any, executor: str | Executor =
+        "interpret", reference: Callable[..., Any] | None = None, seed: int = DEFAULT_SEED,
+        **kwargs: Any) -> RunResult:
+    """Run `fn(*args, **kwargs)` (or a captured `Kernel` on its operands) with one executor.
+
+    Abstract arguments get seeded random data (see `pallaslab.execute.data`). An executor
+    that cannot run here returns a result with `unavailable` set; `device` raises
+    `UnavailableError` only when asked for explicitly through `require_device()`.
+    """
+    return run_with(get_executor(executor, reference=reference), kernel_or_fn, args, kwargs,
+                    seed=seed)
+
+
+def require_device() -> Any:
+    device, reason = attached_accelerator()
+    if device is None:
+        raise UnavailableError(f"the device executor is unavailable: {reason}")
+    return device

@@ -1,0 +1,66 @@
+"""What an executor returns: frozen, numpy-backed, ready for a view to render."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from pallaslab.analysis.findings import Finding
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramPrint:
+    """One line a kernel printed with `pl.debug_print`, and the program that printed it."""
+
+    kernel: int | None  # launch index in the capture (None: printed outside any program)
+    program: tuple[int, ...] | None  # program ids
+    text: str
+    launch: int = 0  # which launch of the kernel (a kernel inside `scan` launches repeatedly)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputInfo:
+    """Where a function output comes from: a kernel's output operand, or something else."""
+
+    name: str  # "outputs", "outputs[1]" (kernel origin) or "result[2]" (flat output position)
+    kernel: int | None  # the kernel that wrote it directly, if any
+    origin: str | None  # that kernel's output origin
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """One execution of a function (or a lone kernel) by one executor."""
+
+    executor: str
+    outputs: tuple[np.ndarray, ...] | None  # flat outputs; None when the run failed
+    output_info: tuple[OutputInfo, ...]
+    wall_time: float  # seconds for the execution proper (compilation excluded)
+    compile_time: float  # seconds to trace and compile
+    prints: tuple[ProgramPrint, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    error: str | None = None  # why the run failed (the interpreter's message, shortened)
+    unavailable: str | None = None  # why the executor could not run at all
+    inputs: tuple[np.ndarray, ...] = ()  # the flat concrete inputs it ran on
+
+    @property
+    def ok(self) -> bool:
+        return self.outputs is not None
+
+    def prints_by_program(self, kernel: int = 0) -> Mapping[tuple[int, ...] | None, list[str]]:
+        """kernel's printed lines, grouped by program (execution order kept)."""
+        out: dict[tuple[int, ...] | None, list[str]] = {}
+        for p in self.prints:
+            if p.kernel == kernel:
+                out.setdefault(p.program, []).append(p.text)
+        return out
+
+    def output(self, name: str) -> np.ndarray:
+        if self.outputs is None:
+            raise ValueError(f"the {self.executor} run failed: {self.error or self.unavailable}")
+        for info, value in zip(self.output_info, self.outputs, strict=True):
+            if info.name == name:
+                return value
+        known = ", ".join(i.name for i in self.output_info)
+        raise KeyError(f"no output {name!r}; the outputs are: {known}")

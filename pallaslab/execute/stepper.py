@@ -1,0 +1,306 @@
+"""The program stepper: run one grid program at a time over simulated HBM.
+
+`st = pallaslab.step(fn, *args, kernel=0)` captures `fn`, runs it (interpreted) up to the
+chosen kernel to get that kernel's concrete operands, and then runs the kernel's programs one
+by one, in execution order, exactly as JAX's HLO interpreter (`interpret=True`) does: each
+program reads its blocks from the (padded) arrays, runs the discharged kernel body, and writes
+its blocks back; scratch persists from program to program. Outputs are read-modify-written at
+every step, which is what TPU does for an accumulator revisited in consecutive steps. After the
+last program the outputs equal the `interpret` executor's bit for bit.
+
+The single-program function is compiled once (`jax.jit` of the kernel body, taking program
+ids, scalar-prefetch values, blocks and scratch). History keeps, per step, only the blocks and
+scratch values that step changed (their previous contents), so `back()` is cheap and memory
+grows with the blocks touched, not with the arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
+from pallaslab.errors import UnavailableError
+from pallaslab.execute.data import DEFAULT_SEED
+from pallaslab.execute.executors import prepare
+from pallaslab.execute.monitor import Interruptible, progress
+from pallaslab.model import Kernel, _jax, select_kernel
+
+PROGRESS_MIN_STEPS = 64  # loops this long may show a progress bar (after its delay)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramBlocks:
+    """One operand's block in one program: as the program read it and as it left it."""
+
+    origin: str
+    block_index: tuple[int, ...]
+    start: tuple[int, ...]  # first element (in the array as the interpreter pads it)
+    read: np.ndarray
+    written: np.ndarray
+
+    @property
+    def changed(self) -> bool:
+        return self.read.tobytes() != self.written.tobytes()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Delta:
+    """What one step overwrote: (operand position, region, previous contents), scratch."""
+
+    blocks: tuple[tuple[int, tuple[slice, ...], np.ndarray], ...]
+    scratch: tuple[np.ndarray, ...] | None  # scratch before the step, if the step changed it
+
+    @property
+    def nbytes(self) -> int:
+        total = sum(b.nbytes for _, _, b in self.blocks)
+        return total + (sum(s.nbytes for s in self.scratch) if self.scratch else 0)
+
+
+class Stepper:
+    """Steps one kernel of a function program by program (see the module docstring)."""
+
+    def __init__(self, fn: Callable[..., Any], args: Sequence[Any],
+                 kwargs: Mapping[str, Any] | None = None, *, kernel: int | str = 0,
+                 seed: int = DEFAULT_SEED):
+        prepared = prepare(fn, args, kwargs, seed=seed)
+        self.kernel: Kernel = select_kernel(prepared.capture, kernel)
+        self.tiling: Tiling = _tiling_or_raise(self.kernel)
+        operands = _jax.kernel_operands(prepared.capture.handle.closed_jaxpr,
+                                        prepared.flat_args, self.kernel)
+        if operands is None:
+            raise UnavailableError(
+                f"kernel {self.kernel.name} runs inside {' > '.join(self.kernel.context)}: "
+                "its operands are not one set of values, so it cannot be stepped. Step a "
+                "function that launches it directly.")
+        self._runner = _jax.program_runner(self.kernel)
+        self._ids = self.tiling.program_ids()
+        self._init_state(operands)
+        self._history: list[_Delta] = []
+        self._last: tuple[int, dict[str, ProgramBlocks], tuple[np.ndarray, ...]] | None = None
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _init_state(self, operands: Sequence[Any]) -> None:
+        r = self._runner
+        n_dyn = self.kernel.handle.num_dynamic_grid
+        n_pre = len(self.kernel.scalar_prefetch)
+        self._scalars = tuple(np.asarray(x) for x in operands[n_dyn:n_dyn + n_pre])
+        inputs = [np.asarray(x) for x in operands[n_dyn + n_pre:]]
+        outputs = []
+        for j, op in enumerate(self.kernel.outputs):
+            aliased = [i for i, o in r.aliases if o == j]
+            outputs.append(inputs[aliased[0]].copy() if aliased else
+                           _jax.uninitialized(op.shape, op.dtype))
+        ops = [op for op in self.kernel.operands if not op.scalar_prefetch
+               and op.role != "scratch"]
+        self._origins = tuple(op.origin for op in ops)
+        self._shapes = tuple(op.shape for op in ops)
+        self._arrays = [self._padded(j, x) for j, x in enumerate([*inputs, *outputs])]
+        self._scratch = tuple(np.array(s) for s in r.scratch_init)
+        self._starts = [self._start_table(j) for j in range(len(ops))]
+
+    def _padded(self, j: int, x: np.ndarray) -> np.ndarray:
+        r = self._runner
+        pad = r.element_padding[j]
+        fill = _jax.uninitialized((), x.dtype)
+        if any(p != (0, 0) for p in pad):
+            x = np.pad(x, pad, constant_values=fill)
+        target = tuple(-(-s // b) * b for s, b in zip(x.shape, r.block_shapes[j], strict=True))
+        if target != x.shape:
+            x = np.pad(x, [(0, t - s) for s, t in zip(x.shape, target, strict=True)],
+                       constant_values=fill)
+        return np.array(x, copy=True)
+
+    def _start_table(self, j: int) -> np.ndarray:
+        """(P, ndim) starts in the padded array, clamped like XLA's dynamic_slice."""
+        r = self._runner
+        table = self.tiling.operands[self._origins[j]].block_indices.astype(np.int64)
+        scale = np.array([b if blocked else 1 for b, blocked in
+                          zip(r.block_shapes[j], r.blocked[j], strict=True)], np.int64)
+        limit = np.array(self._arrays[j].shape, np.int64) - np.array(r.block_shapes[j])
+        return np.clip(table * scale, 0, np.maximum(limit, 0))
+
+    def _region(self, j: int, step: int) -> tuple[slice, ...]:
+        start = self._starts[j][step]
+        return tuple(slice(int(s), int(s) + b)
+                     for s, b in zip(start, self._runner.block_shapes[j], strict=True))
+
+    # -- stepping -------------------------------------------------------------------------
+
+    @property
+    def programs(self) -> int:
+        return self.tiling.programs
+
+    @property
+    def position(self) -> int:
+        """How many programs have run."""
+        return len(self._history)
+
+    @property
+    def done(self) -> bool:
+        return self.position == self.programs
+
+    @property
+    def program(self) -> tuple[int, ...] | None:
+        """Program ids of the last program run (None before any)."""
+        return self.tiling.program_at(self.position - 1) if self._history else None
+
+    def step(self, n: int = 1) -> tuple[int, ...] | None:
+        """Run the next `n` programs (fewer at the end of the grid); returns `program`."""
+        self._loop(min(n, self.programs - self.position), lambda: False)
+        return self.program
+
+    def back(self, n: int = 1) -> tuple[int, ...] | None:
+        """Undo the last `n` programs; returns `program`."""
+        for _ in range(min(n, self.position)):
+            delta = self._history.pop()
+            for j, region, old in delta.blocks:
+                self._arrays[j][region] = old
+            if delta.scratch is not None:
+                self._scratch = delta.scratch
+        self._last = None
+        return self.program
+
+    def goto(self, program_ids: Sequence[int]) -> tuple[int, ...] | None:
+        """Run or undo programs until `program_ids` is the last program run."""
+        target = self.tiling.step_of(tuple(int(i) for i in program_ids)) + 1
+        if target < self.position:
+            return self.back(self.position - target)
+        return self.step(target - self.position)
+
+    def run_to(self, predicate: Callable[[Stepper], bool]) -> tuple[int, ...] | None:
+        """Run programs until one satisfies `predicate(stepper)` (checked after each);
+        returns its ids, or None when the grid ended first."""
+        found = self._loop(self.programs - self.position, lambda: predicate(self))
+        return self.program if found else None
+
+    def reset(self) -> None:
+        self.back(self.position)
+
+    def _loop(self, n: int, stop: Callable[[], bool]) -> bool:
+        bar = progress(n, f"stepping {self.kernel.name}") if n >= PROGRESS_MIN_STEPS else None
+        try:
+            with Interruptible() as flag:
+                for _ in range(n):
+                    if flag.cancelled:
+                        raise KeyboardInterrupt(
+                            f"stepping stopped after program {self.program}")
+                    self._run_one()
+                    if bar is not None:
+                        bar.update(1)
+                    if stop():
+                        return True
+        finally:
+            if bar is not None:
+                bar.close()
+        return False
+
+    def _run_one(self) -> None:
+        step = self.position
+        r = self._runner
+        regions = [self._region(j, step) for j in range(len(self._arrays))]
+        read = [self._arrays[j][regions[j]].copy() for j in range(len(self._arrays))]
+        blocks = tuple(_squeeze(b, r.squeezed[j]) for j, b in enumerate(read))
+        outs, scratch = r.run(self._ids[step], self._scalars, blocks, self._scratch)
+        changed = []
+        written = []
+        for j, (old, new) in enumerate(zip(read, outs, strict=True)):
+            new = np.asarray(new).reshape(old.shape)
+            written.append(new)
+            if old.tobytes() != new.tobytes():
+                changed.append((j, regions[j], old))
+                self._arrays[j][regions[j]] = new
+        new_scratch = tuple(np.asarray(s) for s in scratch)
+        scratch_changed = any(a.tobytes() != b.tobytes()
+                              for a, b in zip(self._scratch, new_scratch, strict=True))
+        self._history.append(_Delta(tuple(changed), self._scratch if scratch_changed else None))
+        before = self._scratch
+        self._scratch = new_scratch
+        self._last = (step, {
+            origin: ProgramBlocks(
+                origin, tuple(int(v) for v in
+                              self.tiling.operands[origin].block_indices[step]),
+                tuple(int(s) for s in self._starts[j][step]), read[j], written[j])
+            for j, origin in enumerate(self._origins)}, before)
+
+    # -- what the user looks at --------------------------------------------------------------
+
+    def blocks(self) -> Mapping[str, ProgramBlocks]:
+        """origin -> the last program's block of that operand, as read and as written."""
+        return self._current()[1]
+
+    def scratch(self) -> tuple[np.ndarray, ...]:
+        """Scratch buffers as they stand."""
+        return tuple(s.copy() for s in self._scratch)
+
+    def outputs(self) -> tuple[np.ndarray, ...]:
+        """The kernel's outputs as they stand (unwritten elements are NaN / int min)."""
+        n_in = self._runner.num_inputs
+        return tuple(self._unpadded(n_in + j) for j in range(self._runner.num_outputs))
+
+    def equations(self) -> list[_jax.EquationValue]:
+        """The last program's kernel body, equation by equation, with every value and the
+        Python line that produced it."""
+        step, blocks, scratch_before = self._current()
+        r = self._runner
+        inputs = [_squeeze(blocks[o].read, r.squeezed[j]) for j, o in enumerate(self._origins)]
+        return _jax.program_equations(r, [int(i) for i in self._ids[step]], self._scalars,
+                                      inputs, scratch_before)
+
+    def history_nbytes(self) -> int:
+        """Bytes the undo history holds (blocks and scratch overwritten so far)."""
+        return sum(d.nbytes for d in self._history)
+
+    def _current(self) -> tuple[int, dict[str, ProgramBlocks], tuple[np.ndarray, ...]]:
+        if not self._history:
+            raise IndexError("no program has run yet: call step() first")
+        if self._last is None or self._last[0] != self.position - 1:
+            self.back(1)  # re-run the last program to recover what it read
+            self._run_one()
+        assert self._last is not None
+        return self._last
+
+    def _unpadded(self, j: int) -> np.ndarray:
+        x = self._arrays[j]
+        pad = self._runner.element_padding[j]
+        region = tuple(slice(lo, lo + s) for (lo, _), s in zip(pad, self._shapes[j],
+                                                               strict=True))
+        return x[region].copy()
+
+    def __repr__(self) -> str:
+        return (f"<Stepper {self.kernel.name}: {self.position}/{self.programs} programs run, "
+                f"last {self.program}>")
+
+
+def _squeeze(block: np.ndarray, squeezed: tuple[bool, ...]) -> np.ndarray:
+    axes = tuple(i for i, s in enumerate(squeezed) if s)
+    return block.squeeze(axis=axes) if axes else block
+
+
+def _tiling_or_raise(kernel: Kernel) -> Tiling:
+    reason = tiling_unavailable_reason(kernel)
+    t = tile(kernel) if reason is None else None
+    if t is None:
+        raise UnavailableError(f"kernel {kernel.name} cannot be stepped: "
+                               f"{reason or 'its block index tables are unavailable'}")
+    missing = [op.origin for op in kernel.blocked_operands if op.origin not in t.operands]
+    if missing:
+        raise UnavailableError(
+            f"kernel {kernel.name} cannot be stepped: operand(s) {', '.join(missing)} use "
+            "bounded or indirect block dimensions, whose blocks the stepper cannot slice")
+    unblocked = [op.origin for op in kernel.operands if op.role != "scratch"
+                 and not op.scalar_prefetch and op.block_dims is None]
+    if unblocked:
+        raise UnavailableError(f"kernel {kernel.name} cannot be stepped: operand(s) "
+                               f"{', '.join(unblocked)} have no BlockSpec")
+    return t
+
+
+def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
+         seed: int = DEFAULT_SEED, **kwargs: Any) -> Stepper:
+    """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet."""
+    return Stepper(fn, args, kwargs, kernel=kernel, seed=seed)
