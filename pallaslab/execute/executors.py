@@ -181,7 +181,7 @@ class InterpretExecutor:
                     eqn, lambda: monitor.enter_next(index)) or {}
             return update
 
-        jaxpr = _jax.rewrite_kernels_with_effects(cap.handle.closed_jaxpr, overrides)
+        jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
         return _timed_jaxpr_run(self.name, prepared, jaxpr, monitor)
 
 
@@ -240,7 +240,7 @@ class TpuInterpretExecutor:
                 update |= _jax.full_dimension_semantics_params(kernel) or {}
             return update
 
-        jaxpr = _jax.rewrite_kernels_with_effects(cap.handle.closed_jaxpr, overrides)
+        jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
         race_log = diagnostics.RaceLog(monitor)
         with race_log:
             result = _timed_jaxpr_run(

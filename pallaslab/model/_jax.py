@@ -191,54 +191,57 @@ def concrete_kernel_operands(
     dynamic). Kernels inside loops or conditionals are not evaluated either.
     """
     found: dict[int, list[np.ndarray]] = {}
-    dependent: set[int] = set()  # ids of Vars derived from kernel outputs
+    tainted: dict[int, Any] = {}  # id -> value derived from a kernel output (kept alive)
 
-    def run(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-        env: dict[Any, Any] = {}
-        for v, x in zip(jaxpr.constvars, consts, strict=True):
-            env[v] = x
-        for v, x in zip(jaxpr.invars, args, strict=True):
-            env[v] = x
-
-        def read(a: Any) -> Any:
-            return a.val if isinstance(a, jax_core.Literal) else env[a]
-
-        for eqn in jaxpr.eqns:
-            ins = [read(a) for a in eqn.invars]
-            tainted = any(id(a) in dependent for a in eqn.invars if not _is_literal(a))
-            if eqn.primitive in KERNEL_PRIMITIVES:
-                if id(eqn) in wanted and not tainted:
-                    n = _leading_operand_count(eqn)
-                    found[id(eqn)] = [np.asarray(x) for x in ins[:n]]
-                outs = _zeros_like_outputs(eqn)
-                tainted = True
-            elif eqn.primitive.name in _CALL_ONCE and (sub := _single_sub(eqn.params)) is not None:
-                outs = run(sub, sub.consts, ins)
-            elif _contains_kernel(eqn.params):
-                outs = _zeros_like_outputs(eqn)
-                tainted = True
-            else:
-                ans = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
-                outs = list(ans) if eqn.primitive.multiple_results else [ans]
-            for v, x in zip(eqn.outvars, outs, strict=True):
-                env[v] = x
-                if tainted:
-                    dependent.add(id(v))
-        return [read(a) for a in jaxpr.outvars]
+    def eval_eqn(eqn: Any, ins: list[Any]) -> list[Any]:
+        is_tainted = any(id(x) in tainted for x in ins)
+        if eqn.primitive in KERNEL_PRIMITIVES or _contains_kernel(eqn.params):
+            if id(eqn) in wanted and not is_tainted:
+                found[id(eqn)] = [np.asarray(x) for x in ins[: _leading_operand_count(eqn)]]
+            outs, is_tainted = _zeros_like_outputs(eqn), True
+        else:
+            outs = _bind(eqn, ins, eqn.params)
+        if is_tainted:
+            tainted.update((id(x), x) for x in outs)
+        return outs
 
     with jax.default_device(jax.devices("cpu")[0]):
-        run(closed_jaxpr, closed_jaxpr.consts, list(flat_args))
+        interpret_jaxpr(closed_jaxpr, flat_args, eval_eqn)
     return found
+
+
+def interpret_jaxpr(
+    jaxpr: Jaxpr, args: Sequence[Any], eval_eqn: Callable[[Any, list[Any]], list[Any]]
+) -> list[Any]:
+    """Evaluate a closed jaxpr equation by equation, descending into calls made exactly once
+    (jit, custom_vjp, ...) and handing every other equation to `eval_eqn(eqn, inputs)`."""
+    env: dict[Any, Any] = dict(zip(jaxpr.constvars, jaxpr.consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+
+    def read(a: Any) -> Any:
+        return a.val if isinstance(a, jax_core.Literal) else env[a]
+
+    for eqn in jaxpr.eqns:
+        ins = [read(a) for a in eqn.invars]
+        sub = _single_sub(eqn.params) if eqn.primitive.name in _CALL_ONCE else None
+        outs = interpret_jaxpr(sub, ins, eval_eqn) if sub is not None else eval_eqn(eqn, ins)
+        env.update(zip(eqn.outvars, outs, strict=True))
+    return [read(a) for a in jaxpr.outvars]
+
+
+def _is_literal(a: Any) -> bool:
+    return isinstance(a, jax_core.Literal)
+
+
+def _bind(eqn: Any, ins: list[Any], params: Mapping[str, Any]) -> list[Any]:
+    ans = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(params))
+    return list(ans) if eqn.primitive.multiple_results else [ans]
 
 
 def _zeros_like_outputs(eqn: Any) -> list[Any]:
     """Stand-ins for outputs we do not compute (kernels are never run during capture)."""
     avals: list[Any] = [v.aval for v in eqn.outvars]
     return [jnp.zeros(a.shape, a.dtype) for a in avals]
-
-
-def _is_literal(a: Any) -> bool:
-    return isinstance(a, jax_core.Literal)
 
 
 def _single_sub(params: Mapping[str, Any]) -> Jaxpr | None:
@@ -669,40 +672,56 @@ def rewrite_kernels(
     """A copy of the jaxpr where every kernel equation's params are updated by `overrides(eqn)`.
 
     Descends into every sub-jaxpr (jit, scan, cond, custom_vjp, shard_map, ...), so a whole
-    traced function can be re-run with, e.g., every kernel interpreted.
+    traced function can be re-run with, e.g., every kernel interpreted. The effects the new
+    params bring (interpret mode's ordered host callbacks) are added to every enclosing
+    equation and jaxpr, so kernels inside `cond`, `scan`, `custom_vjp`, ... still lower.
     """
-    return _rewrite(closed_jaxpr, overrides)
+    return _rewrite(closed_jaxpr, overrides)[0]
 
 
-def _rewrite(jaxpr: Jaxpr, overrides: Callable[[Any], Mapping[str, Any] | None]) -> Jaxpr:
+def _rewrite(jaxpr: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
+             ) -> tuple[Any, set[Any]]:
+    added: set[Any] = set()
     new_eqns = []
     changed = False
     for eqn in jaxpr.eqns:
+        extra: set[Any] = set()
         if eqn.primitive in KERNEL_PRIMITIVES:
             update = overrides(eqn)
             if update:
-                eqn = eqn.replace(params=_override_params(eqn, update))
+                params = _override_params(eqn, update)
+                extra = set(pallas_core.get_interpret_effects(params.get("interpret")))
+                eqn = eqn.replace(params=params, effects=eqn.effects | extra)
                 changed = True
         else:
             new_params = {}
             for key, value in eqn.params.items():
-                new_value = _rewrite_value(value, overrides)
+                new_value, effs = _rewrite_value(value, overrides)
                 if new_value is not value:
                     new_params[key] = new_value
+                    extra |= effs
             if new_params:
-                eqn = eqn.replace(params={**eqn.params, **new_params})
+                eqn = eqn.replace(params={**eqn.params, **new_params},
+                                  effects=eqn.effects | extra)
                 changed = True
+        added |= extra
         new_eqns.append(eqn)
-    return jaxpr.replace(eqns=new_eqns) if changed else jaxpr
+    if not changed:
+        return jaxpr, set()
+    return jaxpr.replace(eqns=new_eqns, effects=jaxpr.effects | added), added
 
 
-def _rewrite_value(value: Any, overrides: Callable[[Any], Mapping[str, Any] | None]) -> Any:
+def _rewrite_value(value: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
+                   ) -> tuple[Any, set[Any]]:
     if isinstance(value, Jaxpr):
         return _rewrite(value, overrides)
     if isinstance(value, tuple) and any(isinstance(v, Jaxpr) for v in value):
-        new = tuple(_rewrite(v, overrides) if isinstance(v, Jaxpr) else v for v in value)
-        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
-    return value
+        pairs = [_rewrite(v, overrides) if isinstance(v, Jaxpr) else (v, set()) for v in value]
+        new = tuple(p[0] for p in pairs)
+        if all(a is b for a, b in zip(new, value, strict=True)):
+            return value, set()
+        return new, set().union(*(p[1] for p in pairs))
+    return value, set()
 
 
 def jaxpr_callable(closed_jaxpr: Jaxpr) -> Callable[..., list[Any]]:
@@ -1047,35 +1066,16 @@ def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
     def interpreted(e: Any) -> dict[str, Any]:
         return {"interpret": interpret}
 
-    def run(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-        env: dict[Any, Any] = {}
-        for v, x in zip(jaxpr.constvars, consts, strict=True):
-            env[v] = x
-        for v, x in zip(jaxpr.invars, args, strict=True):
-            env[v] = x
-
-        def read(a: Any) -> Any:
-            return a.val if isinstance(a, jax_core.Literal) else env[a]
-
-        for eqn in jaxpr.eqns:
-            ins = [read(a) for a in eqn.invars]
-            if eqn is target:
-                raise _Found(ins)
-            if eqn.primitive in KERNEL_PRIMITIVES:
-                ans = eqn.primitive.bind(*ins, **_override_params(eqn, interpreted(eqn)))
-            elif eqn.primitive.name in _CALL_ONCE and (sub := _single_sub(eqn.params)) is not None:
-                ans = run(sub, sub.consts, ins)
-            else:
-                params = {k: _rewrite_value(v, interpreted) for k, v in eqn.params.items()}
-                ans = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(params))
-            outs = list(ans) if eqn.primitive.multiple_results or isinstance(ans, list) \
-                else [ans]
-            for v, x in zip(eqn.outvars, outs, strict=True):
-                env[v] = x
-        return [read(a) for a in jaxpr.outvars]
+    def eval_eqn(eqn: Any, ins: list[Any]) -> list[Any]:
+        if eqn is target:
+            raise _Found(ins)
+        if eqn.primitive in KERNEL_PRIMITIVES:
+            return _bind(eqn, ins, _override_params(eqn, interpreted(eqn)))
+        params = {k: _rewrite_value(v, interpreted)[0] for k, v in eqn.params.items()}
+        return _bind(eqn, ins, params)
 
     try:
-        run(closed_jaxpr.jaxpr, closed_jaxpr.consts, list(flat_args))
+        interpret_jaxpr(closed_jaxpr, flat_args, eval_eqn)
     except _Found as found:
         return found.values
     return None
@@ -1109,60 +1109,6 @@ def output_sources(closed_jaxpr: Any, kernels: Sequence[Kernel]
         return [None if isinstance(v, jax_core.Literal) else made.get(v) for v in jaxpr.outvars]
 
     return sources(closed_jaxpr.jaxpr)
-
-
-def rewrite_kernels_with_effects(closed_jaxpr: Any,
-                                 overrides: Callable[[Any], Mapping[str, Any] | None]) -> Any:
-    """`rewrite_kernels`, also adding the effects the new params bring (TPU/GPU interpret
-    mode's ordered host callbacks) to every enclosing equation and jaxpr, so kernels inside
-    `cond`, `scan`, `custom_vjp`, ... still lower."""
-    return _rewrite_fx(closed_jaxpr, overrides)[0]
-
-
-def _rewrite_fx(jaxpr: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
-                ) -> tuple[Any, set[Any]]:
-    added: set[Any] = set()
-    new_eqns = []
-    changed = False
-    for eqn in jaxpr.eqns:
-        extra: set[Any] = set()
-        if eqn.primitive in KERNEL_PRIMITIVES:
-            update = overrides(eqn)
-            if update:
-                params = _override_params(eqn, update)
-                extra = set(pallas_core.get_interpret_effects(params.get("interpret")))
-                eqn = eqn.replace(params=params, effects=eqn.effects | extra)
-                changed = True
-        else:
-            new_params = {}
-            for key, value in eqn.params.items():
-                new_value, effs = _rewrite_value_fx(value, overrides)
-                if new_value is not value:
-                    new_params[key] = new_value
-                    extra |= effs
-            if new_params:
-                eqn = eqn.replace(params={**eqn.params, **new_params},
-                                  effects=eqn.effects | extra)
-                changed = True
-        added |= extra
-        new_eqns.append(eqn)
-    if not changed:
-        return jaxpr, set()
-    return jaxpr.replace(eqns=new_eqns, effects=jaxpr.effects | added), added
-
-
-def _rewrite_value_fx(value: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
-                      ) -> tuple[Any, set[Any]]:
-    if isinstance(value, Jaxpr):
-        return _rewrite_fx(value, overrides)
-    if isinstance(value, tuple) and any(isinstance(v, Jaxpr) for v in value):
-        pairs = [_rewrite_fx(v, overrides) if isinstance(v, Jaxpr) else (v, set())
-                 for v in value]
-        new = tuple(p[0] for p in pairs)
-        if all(a is b for a, b in zip(new, value, strict=True)):
-            return value, set()
-        return new, set().union(*(p[1] for p in pairs))
-    return value, set()
 
 
 def full_dimension_semantics_params(kernel: Kernel) -> dict[str, Any] | None:
