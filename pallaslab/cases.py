@@ -22,19 +22,24 @@ class Case:
 
 
 def load_case(spec: str) -> Case:
+    factory = load_function(spec, what="case")
+    return _validate(spec, spec.rpartition(":")[2], factory())
+
+
+def load_function(spec: str, *, what: str = "reference") -> Any:
+    """`path/to/file.py:NAME` -> the callable NAME defined in that file."""
     path_text, sep, func_name = spec.rpartition(":")
     if not sep or not path_text or not func_name:
-        raise CaseError(f"case {spec!r} is not of the form path/to/file.py:function")
+        raise CaseError(f"{what} {spec!r} is not of the form path/to/file.py:function")
     path = Path(path_text)
     if not path.is_file():
-        raise CaseError(f"case {spec!r}: no such file {str(path)!r}")
-    module = _import_file(path)
-    factory = getattr(module, func_name, None)
-    if factory is None:
-        raise CaseError(f"case {spec!r}: {path.name} defines no {func_name!r}")
-    if not callable(factory):
-        raise CaseError(f"case {spec!r}: {func_name} is a {type(factory).__name__}, not a function")
-    return _validate(spec, func_name, factory())
+        raise CaseError(f"{what} {spec!r}: no such file {str(path)!r}")
+    fn = getattr(_import_file(path), func_name, None)
+    if fn is None:
+        raise CaseError(f"{what} {spec!r}: {path.name} defines no {func_name!r}")
+    if not callable(fn):
+        raise CaseError(f"{what} {spec!r}: {func_name} is a {type(fn).__name__}, not a function")
+    return fn
 
 
 def _import_file(path: Path) -> Any:

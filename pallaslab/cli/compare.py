@@ -4,15 +4,13 @@ run a case under several executors and compare them; exit 1 when any pair mismat
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from pallaslab.cases import _import_file, load_case
+from pallaslab.cases import load_case, load_function
 from pallaslab.cli._shared import console, fail, print_json
-from pallaslab.errors import CaseError, PallasLabError
+from pallaslab.errors import PallasLabError
 from pallaslab.execute import EXECUTOR_NAMES, Comparison, compare
 
 
@@ -46,20 +44,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         render(result)
     return 0 if result.allclose else 1
-
-
-def load_function(spec: str) -> Any:
-    """`path/to/file.py:FUNC` -> the function itself (not a case factory)."""
-    path_text, sep, name = spec.rpartition(":")
-    if not sep or not path_text or not name:
-        raise CaseError(f"reference {spec!r} is not of the form path/to/file.py:function")
-    path = Path(path_text)
-    if not path.is_file():
-        raise CaseError(f"reference {spec!r}: no such file {str(path)!r}")
-    fn = getattr(_import_file(path), name, None)
-    if not callable(fn):
-        raise CaseError(f"reference {spec!r}: {path.name} defines no function {name!r}")
-    return fn
 
 
 def render(result: Comparison) -> None:
