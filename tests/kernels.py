@@ -383,11 +383,26 @@ def gpu_mesh_kernel():
     return fn, (rand((256,)),)
 
 
-def catalog_names(*, tag: str | None = None) -> list[str]:
-    return [n for n, e in CATALOG.items() if tag is None or tag in e.tags]
+@case("tpu", "vmem", findings=("vmem-overflow",))
+def vmem_overflow():
+    """(1024, 2048) f32 blocks: 8 MiB each, double-buffered in and out = 32 MiB of VMEM, over
+    the 16 MiB default scoped limit of v5e and (with the f32 scratch) the 32 MiB of v6e."""
+
+    def body(x_ref, o_ref, acc_ref):
+        acc_ref[...] = x_ref[...] * 2.0
+        o_ref[...] = acc_ref[...]
+
+    def fn(x):
+        spec = pl.BlockSpec((1024, 2048), lambda i: (i, 0))
+        return pl.pallas_call(
+            body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+            in_specs=[spec], out_specs=spec,
+            scratch_shapes=[pltpu.VMEM((1024, 2048), jnp.float32)],
+        )(x)
+
+    return fn, (rand((2048, 2048)),)
 
 
-# --- added by the executors helper -----------------------------------------------------------
 
 
 @case("tpu", "gpu", "wrong")
@@ -407,3 +422,7 @@ def shifted_block_wrong():
 
 def shifted_block_reference(x):
     return x * 2.0
+
+
+def catalog_names(*, tag: str | None = None) -> list[str]:
+    return [n for n, e in CATALOG.items() if tag is None or tag in e.tags]

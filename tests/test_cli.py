@@ -127,3 +127,16 @@ def test_jax_shipped_kernels_through_the_cli(capsys, name):
     windowed = [op for op in k["operands"] if op["fetches"] is not None]
     assert windowed and all(op["hbm_bytes"] > 0 for op in windowed)
     assert main(["check", spec]) == 0  # JAX's own kernels pass every check
+
+
+def test_inspect_vmem_section_and_overflow(capsys):
+    (k,) = run_json(capsys, "inspect", f"{CASES}:matmul_f32", "--json")["kernels"]
+    # 2 buffers x (x, y, out) 64 KiB blocks + the 64 KiB f32 accumulator (libtpu agrees: 448 KiB)
+    assert k["vmem"] == {"tpu-v5e": {"bytes": 448 * 1024, "limit": 16 << 20, "fits": True},
+                         "tpu-v6e": {"bytes": 448 * 1024, "limit": 32 << 20, "fits": True}}
+    (k,) = run_json(capsys, "inspect", f"{CASES}:vmem_overflow", "--json", "--chip", "v6e")[
+        "kernels"]
+    assert list(k["vmem"]) == ["tpu-v6e"] and not k["vmem"]["tpu-v6e"]["fits"]
+    (f,) = [f for f in k["findings"] if f["code"] == "vmem-overflow"]
+    assert f["severity"] == "error" and "needs 40.00 MiB of scoped VMEM" in f["message"]
+    assert main(["check", f"{CASES}:vmem_overflow", "--target", "tpu-v6e"]) == 1

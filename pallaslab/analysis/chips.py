@@ -68,7 +68,9 @@ class Chip:
 
     def tile_rows(self, dtype: np.dtype) -> int:
         """Rows of the chip's large native tile for a dtype: f32 8, bf16 8 (16 on 7x), int8 32."""
-        bits = np.dtype(dtype).itemsize * 8 if np.dtype(dtype).kind != "V" else 32
+        return self.tile_rows_for_bits(np.dtype(dtype).itemsize * 8)
+
+    def tile_rows_for_bits(self, bits: int) -> int:
         return dict(self.sublane_tiling).get(bits, self.sublanes)
 
     def peak_flops(self, dtype: np.dtype | None = None) -> float:

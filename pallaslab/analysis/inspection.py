@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pallaslab.analysis.findings import Finding, find
+from collections.abc import Sequence
+
+from pallaslab.analysis.findings import Finding, Rules, find
+from pallaslab.analysis.occupancy import DEFAULT_CHIPS, vmem_findings, vmem_section
 from pallaslab.analysis.tiling import Tiling, tile
 from pallaslab.model import Capture, Kernel
 
@@ -17,19 +20,30 @@ class KernelInspection:
     kernel: Kernel
     tiling: Tiling | None
     findings: tuple[Finding, ...]
+    vmem: dict[str, Any] = dataclasses.field(default_factory=dict)  # per TPU chip
 
     @property
     def errors(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == "error")
 
 
-def inspect_kernel(kernel: Kernel, *, backend: str | None = None) -> KernelInspection:
+def inspect_kernel(
+    kernel: Kernel, *, backend: str | None = None, chips: Sequence[str] = DEFAULT_CHIPS
+) -> KernelInspection:
+    """Tiling, findings and (for TPU kernels) VMEM occupancy on `chips` ("v5e", "v6e", ...)."""
     tiling = tile(kernel)
-    return KernelInspection(kernel, tiling, find(kernel, tiling, backend=backend))
+    findings = find(kernel, tiling, backend=backend)
+    vmem: dict[str, Any] = {}
+    if Rules.for_kernel(kernel, backend).tpu and chips:
+        vmem = vmem_section(kernel, chips)
+        findings += vmem_findings(kernel, chips)
+    return KernelInspection(kernel, tiling, findings, vmem)
 
 
-def inspect_capture(cap: Capture, *, backend: str | None = None) -> tuple[KernelInspection, ...]:
-    return tuple(inspect_kernel(k, backend=backend) for k in cap)
+def inspect_capture(
+    cap: Capture, *, backend: str | None = None, chips: Sequence[str] = DEFAULT_CHIPS
+) -> tuple[KernelInspection, ...]:
+    return tuple(inspect_kernel(k, backend=backend, chips=chips) for k in cap)
 
 
 def kernel_json(insp: KernelInspection) -> dict[str, Any]:
@@ -47,6 +61,7 @@ def kernel_json(insp: KernelInspection) -> dict[str, Any]:
         "dimension_semantics": list(k.dimension_semantics) if k.dimension_semantics else None,
         "operands": [_operand_json(insp, op) for op in k.operands],
         "findings": [f.to_json() for f in insp.findings],
+        "vmem": insp.vmem,
     }
 
 

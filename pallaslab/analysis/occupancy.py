@@ -7,8 +7,10 @@ What Mosaic allocates in scoped VMEM for a `pallas_call`:
 - every VMEM scratch buffer once;
 - each buffer padded to the layout Mosaic's infer-memref-layout pass gives it: the minor
   dimension to 128 lanes, the second-minor to the chip's tile rows for the dtype (8 for 32-
-  and 16-bit types before TPU7x, 32 for 8-bit; a short second-minor dimension gets a smaller
-  power-of-two tile), a rank-1 buffer to a multiple of (tile x 128) elements.
+  and 16-bit types before TPU7x, 32 for 8-bit) when they divide it, else to a power of two of
+  at most 8 rows; a rank-1 buffer to a multiple of 128 x packing elements.
+- an operand whose index map is constant (the same block every step), or any operand of a
+  single-step grid, gets one buffer: there is nothing to prefetch.
 SMEM holds scalar-prefetch operands, SMEM blocks and SMEM scratch; semaphores are counted.
 
 The total is judged against the kernel's `vmem_limit_bytes` or the chip's default scoped
@@ -25,7 +27,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pallaslab.analysis.chips import DEFAULT_CHIPS, Chip, chip as get_chip
+from pallaslab.analysis.chips import DEFAULT_CHIPS, Chip
+from pallaslab.analysis.chips import chip as get_chip
+from pallaslab.analysis.findings import Finding
 from pallaslab.model import Kernel, Operand, _jax
 
 Space = Literal["vmem", "smem", "semaphore", "hbm"]
@@ -72,11 +76,23 @@ class Occupancy:
     operands: tuple[OperandOccupancy, ...]
     bytes: int  # scoped VMEM the kernel needs
     limit: int  # the scoped-VMEM limit it is compiled with
-    limit_source: Literal["vmem_limit_bytes", "chip default"]
+    limit_source: str  # "vmem_limit_bytes" or "chip default"
     vmem_capacity: int
     smem_bytes: int
     smem_capacity: int
     semaphores: int
+    # In-kernel values of at least SPILL_RISK_BYTES (largest first): the compiler may keep
+    # them in scoped VMEM on top of `bytes` (not counted; see `spill_note`).
+    large_values: tuple[tuple[tuple[int, ...], str, int], ...] = ()
+
+    @property
+    def spill_note(self) -> str | None:
+        if not self.large_values:
+            return None
+        shape, dtype, size = self.large_values[0]
+        return (f"the kernel body computes a {dtype}{list(shape)} value ({_kib(size)}); the "
+                "compiler may spill values this large to scoped VMEM beyond the buffers counted "
+                "here (measured with libtpu: up to about twice the largest such value)")
 
     @property
     def fits(self) -> bool:
@@ -104,6 +120,7 @@ class Occupancy:
             "limit_source": self.limit_source, "vmem_capacity": self.vmem_capacity,
             "smem_bytes": self.smem_bytes, "smem_capacity": self.smem_capacity,
             "semaphores": self.semaphores, "operands": [op.to_json() for op in self.operands],
+            "spill_note": self.spill_note,
         }
 
     def __str__(self) -> str:
@@ -116,43 +133,49 @@ class Occupancy:
             lines.append(f"  {op.origin:<12} {op.space:<9} {op.buffers} x "
                          f"{'x'.join(map(str, op.padded_shape)) or '()'} {op.dtype:<9} "
                          f"{_kib(op.bytes):>12}")
+        if self.spill_note:
+            lines.append(f"  note: {self.spill_note}")
         return "\n".join(lines)
 
 
 def _kib(n: int) -> str:
-    return f"{n / 1024:,.1f} KiB"
+    return f"{n / 1024:,.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):,.2f} MiB"
 
 
-# --- Mosaic's VMEM layout ------------------------------------------------------------------------
+# --- Mosaic's VMEM layout ---------------------------------------------------------------------
 
 
-def tiling_factor(rows: int, bits: int, chip: Chip, large: int) -> int:
+def tiling_factor(rows: int, bits: int, chip: Chip) -> int:
     """Rows of the tile Mosaic's infer-memref-layout picks for a second-minor extent `rows`.
 
-    A buffer at least one large tile tall gets the large tile; a shorter one the smallest
-    power of two >= its height, between the dtype's packing and 8 rows.
+    The chip's large tile (32 rows for 8-bit types) when it divides `rows`; otherwise the
+    smallest power of two >= `rows`, at least the dtype's packing and at most 8. Checked
+    against libtpu's layouts (`--xla_mosaic_dump_to`): int8 rows 64 -> (32,128), 48 -> (8,128),
+    3 -> (4,128); f32 1 -> (1,128); bf16 12 -> (8,128)(2,1).
     """
-    if large <= rows:
+    large = chip.tile_rows_for_bits(bits)
+    if rows > 0 and rows % large == 0:
         return large
     packing = max(1, 32 // bits)
     tile = (1 + (chip.generation < 4)) * packing
-    while tile < min(rows, 8):
+    while tile < min(rows, chip.sublanes):
         tile *= 2
     return tile
 
 
 def padded_shape(shape: Sequence[int], dtype: Any, chip: Chip) -> tuple[int, ...]:
-    """A VMEM buffer's shape after Mosaic pads it to its native tiling on `chip`."""
+    """A VMEM buffer's shape after Mosaic pads it to its native tiling on `chip`.
+
+    Rank >= 2: the minor dimension to 128 lanes, the second-minor to `tiling_factor` rows.
+    Rank 1: to a multiple of 128 x packing elements (f32 128, bf16 256, int8 512).
+    """
     dt = _storage_dtype(dtype)
     bits = dt.itemsize * 8
-    large = chip.tile_rows(dt)
     lanes = chip.lanes
-    if len(shape) == 0:
-        return (tiling_factor(1, bits, chip, large) * lanes,)
-    if len(shape) == 1:
-        tile = tiling_factor(-(-shape[0] // lanes), bits, chip, large) * lanes
-        return (_round_up(shape[0], tile),)
-    rows = tiling_factor(shape[-2], bits, chip, large)
+    if len(shape) <= 1:
+        n = shape[0] if shape else 1
+        return (_round_up(n, lanes * max(1, 32 // bits)),)
+    rows = tiling_factor(shape[-2], bits, chip)
     return (*shape[:-2], _round_up(shape[-2], rows), _round_up(shape[-1], lanes))
 
 
@@ -166,7 +189,7 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-# --- per operand ---------------------------------------------------------------------------------
+# --- per operand ------------------------------------------------------------------------------
 
 
 def operand_occupancy(
@@ -224,10 +247,14 @@ def _buffers(op: Operand, kernel: Kernel, constant_index: bool) -> int:
     return op.buffer_count if op.buffer_count is not None else 2
 
 
-# --- per kernel ------------------------------------------------------------------------------------
+# --- per kernel -------------------------------------------------------------------------------
 
 
-def vmem_limit(kernel: Kernel, chip: Chip) -> tuple[int, Literal["vmem_limit_bytes", "chip default"]]:
+LimitSource = Literal["vmem_limit_bytes", "chip default"]
+
+
+def vmem_limit(kernel: Kernel, chip: Chip) -> tuple[int, LimitSource]:
+    """The scoped-VMEM limit the kernel compiles with: its own `vmem_limit_bytes` or the chip's."""
     for params in kernel.compiler_params.values():
         limit = params.get("vmem_limit_bytes") if hasattr(params, "get") else None
         if limit is not None:
@@ -253,7 +280,24 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
         smem_bytes=sum(o.bytes for o in ops if o.space == "smem"),
         smem_capacity=c.smem_capacity,
         semaphores=sum(o.bytes for o in ops if o.space == "semaphore"),
+        large_values=large_values(kernel, c),
     )
+
+
+# Values this large exceed what the vector registers hold; libtpu was measured to spill some
+# of them (flash attention with 512x256 f32 scores: +0.9 MiB; a bf16 256x512x256 matmul on
+# v5e: +76 KiB) and not others (a 512x512 f32 matmul result: nothing).
+SPILL_RISK_BYTES = 256 * 1024
+
+
+def large_values(kernel: Kernel, chip: Chip) -> tuple[tuple[tuple[int, ...], str, int], ...]:
+    seen: dict[tuple[tuple[int, ...], str], int] = {}
+    for shape, dtype, _ in _jax.kernel_body_values(kernel):
+        size = math.prod(padded_shape(shape, dtype, chip)) * _storage_dtype(dtype).itemsize
+        if size >= SPILL_RISK_BYTES:
+            seen[(shape, np.dtype(dtype).name)] = size
+    ranked = sorted(seen.items(), key=lambda kv: -kv[1])
+    return tuple((shape, dtype, size) for (shape, dtype), size in ranked[:4])
 
 
 def applies(kernel: Kernel) -> bool:
@@ -270,3 +314,107 @@ def vmem_section(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> dict[s
         occ = occupancy(kernel, name)
         out[get_chip(name).target] = occ.summary()
     return out
+
+
+def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple[Finding, ...]:
+    """A `vmem-overflow` error for every chip the kernel's buffers do not fit."""
+    if not applies(kernel):
+        return ()
+    out = []
+    for name in chips:
+        occ = occupancy(kernel, name)
+        if not occ.fits:
+            out.append(overflow_finding(occ))
+    return tuple(out)
+
+
+def overflow_finding(occ: Occupancy) -> Finding:
+    top = sorted((o for o in occ.operands if o.space == "vmem"), key=lambda o: -o.bytes)[:3]
+    parts = ", ".join(f"{o.origin} {o.buffers} x {_kib(o.buffer_bytes)}" for o in top)
+    if occ.smem_bytes > occ.smem_capacity:
+        what = f"needs {_kib(occ.smem_bytes)} of SMEM, more than the {_kib(occ.smem_capacity)}"
+    elif occ.limit > occ.vmem_capacity:
+        what = (f"asks for vmem_limit_bytes={occ.limit}, more than the chip's "
+                f"{_kib(occ.vmem_capacity)} of VMEM")
+    else:
+        what = (f"needs {_kib(occ.bytes)} of scoped VMEM but the limit is {_kib(occ.limit)} "
+                f"({occ.limit_source})")
+    hint = ("raise `vmem_limit_bytes` in pltpu.CompilerParams (up to "
+            f"{_kib(occ.vmem_capacity)}) or use smaller blocks / pl.Buffered(1)")
+    return Finding(
+        code="vmem-overflow", severity="error",
+        message=f"{occ.kernel} on TPU {occ.chip} {what}. Largest: {parts}. Rule: all pipeline "
+                f"buffers and scratch must fit the scoped-VMEM limit; {hint}.",
+        operand=top[0].origin if top else None,
+    )
+
+
+# --- GPU: blocks per SM ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuLimits:
+    """Per-SM limits of a GPU architecture (NVIDIA CUDA C Programming Guide, "Compute
+    Capabilities" table: 8.0 for A100, 9.0 for H100)."""
+
+    name: str
+    compute_capability: tuple[int, int]
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    max_warps_per_sm: int
+    registers_per_sm: int
+    max_registers_per_thread: int
+    register_allocation_unit: int  # registers, per warp
+    shared_memory_per_sm: int  # bytes (the configurable maximum)
+    max_shared_memory_per_block: int  # bytes (opt-in)
+    reserved_shared_memory_per_block: int  # bytes the driver reserves per block
+
+
+GPU_LIMITS = {
+    "a100": GpuLimits("a100", (8, 0), 2048, 32, 64, 65536, 255, 256, 164 * 1024,
+                      163 * 1024, 1024),
+    "h100": GpuLimits("h100", (9, 0), 2048, 32, 64, 65536, 255, 256, 228 * 1024,
+                      227 * 1024, 1024),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuOccupancy:
+    gpu: str
+    blocks_per_sm: int
+    limited_by: str  # "warps", "registers", "shared memory", "blocks"
+    warps_per_sm: int
+    occupancy: float  # active warps / max warps
+
+    @property
+    def fits(self) -> bool:
+        return self.blocks_per_sm > 0
+
+
+def gpu_occupancy(shared_bytes: int, registers: int, num_warps: int,
+                  gpu: str = "h100") -> GpuOccupancy:
+    """Resident blocks per SM for a kernel using `shared_bytes` of shared memory per block and
+    `registers` per thread with `num_warps` warps per block (the CUDA occupancy calculation)."""
+    key = gpu.lower().removeprefix("gpu-")
+    if key not in GPU_LIMITS:
+        raise ValueError(f"unknown GPU {gpu!r}: known: {', '.join(GPU_LIMITS)}")
+    lim = GPU_LIMITS[key]
+    if num_warps <= 0:
+        raise ValueError(f"num_warps must be positive, got {num_warps}")
+    by_warps = lim.max_warps_per_sm // num_warps
+    if registers > lim.max_registers_per_thread:
+        by_regs = 0
+    else:
+        per_warp = _round_up(max(registers, 1) * 32, lim.register_allocation_unit)
+        by_regs = lim.registers_per_sm // (per_warp * num_warps)
+    if shared_bytes > lim.max_shared_memory_per_block:
+        by_smem = 0
+    else:
+        per_block = shared_bytes + lim.reserved_shared_memory_per_block
+        by_smem = lim.shared_memory_per_sm // per_block
+    limits = {"warps": by_warps, "registers": by_regs, "shared memory": by_smem,
+              "blocks": lim.max_blocks_per_sm}
+    limited_by = min(limits, key=lambda k: limits[k])
+    blocks = limits[limited_by]
+    return GpuOccupancy(key, blocks, limited_by, blocks * num_warps,
+                        blocks * num_warps / lim.max_warps_per_sm)

@@ -11,6 +11,7 @@ import argparse
 from rich.markup import escape
 
 from pallaslab.analysis.inspection import inspect_capture
+from pallaslab.analysis.occupancy import DEFAULT_CHIPS
 from pallaslab.cli._shared import backend_for_target, console, fail, load_and_capture
 from pallaslab.cli.inspect import SEVERITY_STYLE
 from pallaslab.errors import PallasLabError
@@ -48,7 +49,8 @@ def _check(out, spec: str, cap: Capture, target: str | None, args: argparse.Name
     backend = backend_for_target(target) if target else None
     lowered = _lower(cap, target, args.compile) if target else None
     errors = 0
-    for insp in inspect_capture(cap, backend=backend):
+    chips = (target.removeprefix("tpu-"),) if target and backend == "tpu" else DEFAULT_CHIPS
+    for insp in inspect_capture(cap, backend=backend, chips=chips):
         lines = [(f.severity, f.code, f.message) for f in insp.findings
                  if args.warnings or f.severity == "error"]
         failed = len(insp.errors)

@@ -13,6 +13,7 @@ from pallaslab.analysis.inspection import (
     inspect_capture,
     kernel_json,
 )
+from pallaslab.analysis.occupancy import DEFAULT_CHIPS
 from pallaslab.cli._shared import console, fail, load_and_capture, print_json
 from pallaslab.errors import PallasLabError
 
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         _, cap = load_and_capture(args.case)
     except PallasLabError as err:
         return fail(err)
-    inspections = inspect_capture(cap)
+    inspections = inspect_capture(cap, chips=args.chip or DEFAULT_CHIPS)
     if args.json:
         print_json(capture_json(inspections))
         return 0
@@ -68,6 +69,10 @@ def render(insp: KernelInspection, out) -> None:
             _num(op["hbm_bytes"]),
         )
     out.print(table)
+    for target, v in data["vmem"].items():
+        style = "green" if v["fits"] else "bold red"
+        out.print(f"  VMEM on {target}: [{style}]{v['bytes'] / 1024:,.0f} KiB of "
+                  f"{v['limit'] / 1024:,.0f} KiB[/]")
     if not insp.findings:
         out.print("  [green]no findings[/]")
     for f in insp.findings:

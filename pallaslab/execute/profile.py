@@ -25,6 +25,8 @@ from pallaslab.execute.data import random_leaf
 from pallaslab.model import Kernel, _jax, capture, select_kernel
 
 KINDS = ("kernel", "step", "op")
+# XLA:CPU's event for a whole asynchronous execution (seen for long interpreted grids).
+_WAIT = "ThunkExecutor::Execute (wait for completion)"
 KERNEL, STEP, OP = 0, 1, 2
 
 
@@ -119,36 +121,43 @@ def read_trace(path: str | bytes, *, kernel_name: str | None = None,
 
 def _interpret_events(planes: Iterable[Any]) -> Events:
     """Kernel = the longest `while` (or `call`, when XLA compiled the whole grid loop into one
-    function) op; steps = the loop's iterations (the executor's per-iteration
-    `ThunkExecutor::Execute` regions inside it, when it runs thunk by thunk); ops = HLO ops."""
+    function; or the whole asynchronous execution) event; steps = the loop's iterations (the
+    executor's per-iteration `ThunkExecutor::Execute` regions inside it, when it runs thunk by
+    thunk on one thread); ops = HLO ops. When XLA runs the loop asynchronously across threads
+    the iterations are not recoverable from the trace: only the kernel and its ops."""
     best: tuple[float, Events] | None = None
     for plane in planes:
-        for li, line in enumerate(plane.lines):
-            # Event stats are not read: some stat types abort ProfileData's reader. The trace
-            # holds one jitted module (the kernel alone), so its `while` op is the kernel.
-            names: list[str] = []
-            starts: list[float] = []
-            durs: list[float] = []
+        # Event stats are not read: some stat types abort ProfileData's reader. The trace
+        # holds one jitted module (the kernel alone), so its longest loop is the kernel. XLA
+        # may run loop iterations on other threads: a plane's lines are read as one timeline.
+        names: list[str] = []
+        starts: list[float] = []
+        durs: list[float] = []
+        for line in plane.lines:
+            if line.name == "python":
+                continue
             for ev in line.events:
                 names.append(ev.name)
                 starts.append(ev.start_ns)
                 durs.append(ev.duration_ns)
-            if names:
-                found = _line_events(li, line.name, names, np.asarray(starts), np.asarray(durs))
-                if found is not None and (best is None or found[0] > best[0]):
-                    best = found
+        if names:
+            found = _line_events(0, plane.name, names, np.asarray(starts), np.asarray(durs))
+            if found is not None and (best is None or found[0] > best[0]):
+                best = found
     return best[1] if best is not None else _empty(())
 
 
 def _line_events(li: int, line_name: str, names: list[str], start: np.ndarray,
                  dur: np.ndarray) -> tuple[float, Events] | None:
-    is_while = np.array([n.startswith(("while", "call")) for n in names])
+    is_while = np.array([n.startswith(("while", "call")) or n == _WAIT for n in names])
     if not is_while.any():
         return None
     k = int(np.flatnonzero(is_while)[np.argmax(dur[is_while])])
     k_start, k_end = start[k], start[k] + dur[k]
     inside = (start >= k_start) & (start + dur <= k_end) & (np.arange(len(names)) != k)
     is_exec = np.array([n == "ThunkExecutor::Execute" for n in names]) & inside
+    if names[k] == _WAIT:  # the loop ran asynchronously: its regions are not iterations
+        is_exec[:] = False
     # Iterations: executor regions not nested in an earlier one (nested loops in the body).
     cand = np.flatnonzero(is_exec)
     cand = cand[np.argsort(start[cand], kind="stable")]
