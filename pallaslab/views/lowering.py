@@ -1,0 +1,490 @@
+"""The Lowering view: a kernel's IR per target and stage, mapped line by line to its Python.
+
+`lowering_payload` is the pure function the widget, the report and the tests share. The IR
+line -> Python line maps cross the wire as int32 triples `(ir_line, file, py_line)` in a binary
+buffer per stage. Stage texts can be megabytes (a compiled flash attention's per-pass dumps),
+so each is capped at `STAGE_TEXT_CAP` characters and the payload carries texts only up to a
+budget: the live widget asks Python for the others when the user picks them (it sets
+`selection.stage` / `selection.target`; `LoweringView` lowers and re-sends), the static report
+embeds what fits. The default is cheap: one cross-lowering for the kernel's default target and
+no compile until asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import linecache
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import numpy as np
+
+from pallaslab.errors import PallasLabError
+from pallaslab.model import Kernel
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+from pallaslab.views.base import View
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import register_tab
+
+if TYPE_CHECKING:
+    from lowering import KernelLowering
+
+PAYLOAD_VERSION = 1
+STAGE_TEXT_CAP = 200_000  # characters of one stage sent to the browser (cut at a line end)
+LIVE_BUDGET = 400_000  # characters of stage text in the live widget's payload
+STATIC_BUDGET = 1_500_000  # ... in the report's embedded payload (no Python to ask)
+HTML_STAGE_CAP = 40_000  # characters of one stage in the static HTML `<pre>`
+HTML_BUDGET = 240_000  # ... of all stages (notebooks store this HTML in every saved output)
+MAX_SOURCE_LINES = 600  # Python lines shown beside the IR, over all chunks
+PRIMARY_STAGES = ("mosaic", "ttir", "mosaic-gpu")  # what the view opens on
+
+
+class TargetEntry(TypedDict):
+    name: str
+    platform: str  # "tpu" | "gpu"
+    lowered: bool  # its lowering is in `lowerings`
+
+
+class StagePayload(TypedDict):
+    name: str
+    lines: int  # lines of the whole stage
+    chars: int
+    text: str | None  # None: not sent (the widget asks Python for it)
+    sent_lines: int  # lines of `text` (fewer than `lines` when capped)
+    map: memoryview  # int32 (ir_line, file, py_line) triples, IR lines 1-based
+
+
+class DiagnosticPayload(TypedDict):
+    severity: str
+    code: str
+    message: str
+    operand: str | None
+
+
+class TargetLowering(TypedDict):
+    target: str
+    backend: str
+    ok: bool
+    compiled: bool
+    cached: bool
+    diagnostics: list[DiagnosticPayload]
+    resources: dict[str, int | None]
+    stages: list[StagePayload]
+
+
+class SourceFile(TypedDict):
+    path: str
+    name: str  # the file's base name, what the view shows
+
+
+class SourceChunk(TypedDict):
+    file: int  # index into `files`
+    start: int  # line number of `lines[0]`
+    lines: list[str]
+
+
+class LoweringPayload(TypedDict):
+    version: int
+    kernel: str
+    index: int
+    source: str | None
+    target: str  # the target shown
+    stage: str | None  # the stage shown
+    default_target: str
+    targets: list[TargetEntry]
+    interactive: bool  # a Python kernel answers selection changes (False in the report)
+    lowerings: dict[str, TargetLowering]
+    files: list[SourceFile]
+    sources: list[SourceChunk]
+    error: str | None  # why the last lowering asked for did not happen (e.g. missing libtpu)
+    revision: int  # bumped by every answer to the widget, so a repeated answer still arrives
+
+
+# --- the pure payload -------------------------------------------------------------------------
+
+
+def default_target(kernel: Kernel, asked: Sequence[str] = ()) -> str:
+    """The first target the user asked for, else tpu-v5e for TPU kernels and gpu-h100 for
+    Triton and Mosaic GPU kernels (what the kernel is most likely written for)."""
+    if asked:
+        return asked[0]
+    return "gpu-h100" if kernel.backend in ("triton", "mosaic_gpu") else "tpu-v5e"
+
+
+def default_stage(result: KernelLowering) -> str | None:
+    names = result.stage_names
+    return next((n for n in PRIMARY_STAGES if n in names), names[0] if names else None)
+
+
+def lowering_payload(
+    kernel: Kernel,
+    results: Mapping[str, KernelLowering],
+    target: str,
+    *,
+    stage: str | None = None,
+    interactive: bool = False,
+    budget: int = STATIC_BUDGET,
+    error: str | None = None,
+    revision: int = 0,
+) -> LoweringPayload:
+    """Everything the lowering widget shows, from a kernel and its lowerings per target (pure,
+    apart from reading the kernel's Python source through `linecache`).
+
+    The shown stage's text is always sent; the other stages' texts while `budget` characters
+    last (the shown target's first, in stage order).
+    """
+    from lowering import TARGETS
+
+    shown = results.get(target)
+    if stage is None or shown is None or stage not in shown.stage_names:
+        stage = default_stage(shown) if shown is not None else None
+    files, sources = source_chunks(kernel, results.values())
+    file_ids = {f["path"]: i for i, f in enumerate(files)}
+    order = [target, *(t for t in results if t != target)]
+    picks = [(t, s.name) for t in order if t in results for s in results[t].stages]
+    if stage is not None:
+        picks.remove((target, stage))
+        picks.insert(0, (target, stage))
+    send: set[tuple[str, str]] = set()
+    left = budget
+    for i, (t, name) in enumerate(picks):
+        size = min(len(results[t].stage(name).text), STAGE_TEXT_CAP)
+        if i == 0 or size <= left:
+            send.add((t, name))
+            left -= size
+    lowerings = {t: _target_lowering(t, r, send, file_ids) for t, r in results.items()}
+    return LoweringPayload(
+        version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
+        source=_short(kernel.source), target=target, stage=stage,
+        default_target=default_target(kernel),
+        targets=[TargetEntry(name=t.name, platform=t.platform, lowered=t.name in results)
+                 for t in TARGETS.values()],
+        interactive=interactive, lowerings=lowerings, files=files, sources=sources, error=error,
+        revision=revision)
+
+
+def _target_lowering(target: str, r: KernelLowering, send: set[tuple[str, str]],
+                     file_ids: Mapping[str, int]) -> TargetLowering:
+    return TargetLowering(
+        target=target, backend=r.backend, ok=r.ok, compiled=r.compiled, cached=r.cached,
+        diagnostics=[DiagnosticPayload(severity=d.severity, code=d.code, message=d.message,
+                                       operand=d.operand) for d in r.diagnostics],
+        resources=r.resources.to_json(),
+        stages=[_stage(s.name, s.text, s.source_lines, (target, s.name) in send, file_ids)
+                for s in r.stages])
+
+
+def _stage(name: str, text: str, source_lines: Sequence[tuple[int, str]], send: bool,
+           file_ids: Mapping[str, int]) -> StagePayload:
+    sent = cap_text(text, STAGE_TEXT_CAP) if send else None
+    sent_lines = 0 if sent is None else _nlines(sent)  # as the widget counts: "\n" only
+    triples = []
+    if send:
+        for ir_line, src in source_lines:
+            path, _, line = src.rpartition(":")
+            if ir_line <= sent_lines and path in file_ids and line.isdigit():
+                triples.append((ir_line, file_ids[path], int(line)))
+    table = np.asarray(triples, dtype="<i4").reshape(-1)
+    return StagePayload(name=name, lines=_nlines(text), chars=len(text), text=sent,
+                        sent_lines=sent_lines, map=memoryview(np.ascontiguousarray(table)))
+
+
+def cap_text(text: str, cap: int) -> str:
+    """`text` cut to at most `cap` characters at a line end."""
+    if len(text) <= cap:
+        return text
+    cut = text.rfind("\n", 0, cap)
+    return text[: cut if cut > 0 else cap]
+
+
+def source_chunks(kernel: Kernel, results: Sequence[KernelLowering] | Any
+                  ) -> tuple[list[SourceFile], list[SourceChunk]]:
+    """The Python functions the IR came from: for every line an IR line maps to (and the
+    kernel's own definition), the innermost enclosing `def`, merged per file."""
+    refs: dict[str, set[int]] = {}
+    for r in results:
+        for s in r.stages:
+            for _, src in s.source_lines:
+                path, _, line = src.rpartition(":")
+                if line.isdigit():
+                    refs.setdefault(path, set()).add(int(line))
+    if kernel.source:
+        path, _, line = kernel.source.rpartition(":")
+        if line.isdigit() and (path in refs or not refs):
+            refs.setdefault(path, set()).add(int(line))
+    files: list[SourceFile] = []
+    chunks: list[SourceChunk] = []
+    budget = MAX_SOURCE_LINES
+    for path in sorted(refs, key=lambda p: (p != _path(kernel.source), p)):
+        text = linecache.getlines(path)
+        if not text:
+            continue
+        spans = _merge(sorted(_enclosing(text, n) for n in refs[path] if 1 <= n <= len(text)))
+        file_chunks = []
+        for start, end in spans:
+            end = min(end, start + budget - 1)
+            if end < start:
+                break
+            file_chunks.append(SourceChunk(file=len(files), start=start,
+                                           lines=[ln.rstrip("\r\n") for ln in
+                                                  text[start - 1: end]]))
+            budget -= end - start + 1
+        if file_chunks:
+            files.append(SourceFile(path=path, name=path.rsplit("/", 1)[-1]))
+            chunks += file_chunks
+    return files, chunks
+
+
+_DEF = re.compile(r"^(\s*)(async\s+def|def)\s")
+
+
+def _enclosing(lines: Sequence[str], n: int) -> tuple[int, int]:
+    """(first, last) 1-based lines of the innermost `def` containing line n (with its
+    decorators), or a few lines around n when it is in no function."""
+    for i in range(n - 1, max(-1, n - 400), -1):
+        m = _DEF.match(lines[i])
+        if not m:
+            continue
+        try:
+            block = inspect.getblock(list(lines[i:]))
+        except Exception:  # tokenizer trouble (odd source): fall back to a window
+            break
+        last = i + len(block)
+        if last >= n:
+            first = i
+            while first > 0 and lines[first - 1].lstrip().startswith("@"):
+                first -= 1
+            return first + 1, last
+    return max(1, n - 3), min(len(lines), n + 3)
+
+
+def _merge(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _path(source: str | None) -> str | None:
+    return None if source is None else source.rpartition(":")[0]
+
+
+def _short(source: str | None) -> str | None:
+    return None if source is None else source.rsplit("/", 1)[-1]
+
+
+def payload_nbytes(payload: LoweringPayload) -> int:
+    """Bytes on the wire: the JSON part plus the binary buffers."""
+    import json
+
+    from pallaslab.views.report import encode_buffers
+
+    return len(json.dumps(encode_buffers(payload)))
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+
+class LoweringView(View):
+    """The lowered IR of one kernel, stage by stage, beside its Python source."""
+
+    name = "lowering"
+    module = "lowering.js"
+
+    def __init__(self, ctx: KernelContext, target: str | None = None, compile: bool = False):
+        from lowering import get_target
+
+        self.ctx = ctx
+        self.compile = compile
+        self.target = get_target(target or default_target(ctx.kernel, ctx.targets)).name
+        self.stage: str | None = None
+        self.error: str | None = None
+        self._results: dict[str, KernelLowering] = {}
+        self._sent: set[tuple[str, str]] = set()
+        self._revision = 0
+
+    # --- data ---------------------------------------------------------------------------
+
+    def result(self, target: str | None = None, *, compile: bool | None = None
+               ) -> KernelLowering:
+        """The kernel lowered (and compiled, when asked) for `target`; lowered once per view."""
+        from lowering import get_target, lower_kernel
+
+        name = get_target(target or self.target).name
+        want_compile = self.compile if compile is None else compile
+        have = self._results.get(name)
+        if have is None or (want_compile and not have.compiled):
+            self._results[name] = lower_kernel(self.ctx.kernel, get_target(name),
+                                               compile=want_compile)
+        return self._results[name]
+
+    @property
+    def results(self) -> dict[str, KernelLowering]:
+        """Every target lowered so far (the default one on first use)."""
+        if self.target not in self._results and self.error is None:
+            try:
+                self.result()
+            except PallasLabError as err:  # shown in the view instead of breaking the workbench
+                self.error = str(err)
+        return dict(self._results)
+
+    def select(self, target: str | None = None, stage: str | None = None,
+               compile: bool | None = None) -> LoweringView:
+        """Show another target / stage (lowering it first); updates the live widget."""
+        self.error = None
+        try:
+            self.result(target, compile=compile)
+            if target is not None:
+                self.target = _target_name(target)
+        except PallasLabError as err:  # e.g. `pip install "pallaslab[tpu]"` for --compile
+            self.error = str(err)
+        self.stage = stage
+        self._revision += 1
+        if "widget" in self.__dict__:
+            self.widget.payload = self._payload(live=True)
+        return self
+
+    def _payload(self, *, live: bool) -> LoweringPayload:
+        p = lowering_payload(self.ctx.kernel, self.results, self.target, stage=self.stage,
+                             interactive=live, budget=LIVE_BUDGET if live else STATIC_BUDGET,
+                             error=self.error, revision=self._revision)
+        self.stage = p["stage"]
+        if live:
+            self._sent = {(t, s["name"]) for t, low in p["lowerings"].items()
+                          for s in low["stages"] if s["text"] is not None}
+        return p
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload(live=False))
+
+    @functools.cached_property
+    def widget(self) -> Any:
+        from pallaslab.views.base import widget_class
+
+        w = widget_class(self.module)(payload=self._payload(live=True))
+        w.observe(self._on_selection, names="selection")
+        return w
+
+    def _on_selection(self, change: Mapping[str, Any]) -> None:
+        sel = change["new"] or {}
+        target = sel.get("target") or self.target
+        stage = sel.get("stage")
+        have = self._results.get(target)
+        compile = bool(sel.get("compile")) and not (have is not None and have.compiled)
+        if target != self.target or compile or (
+                stage is not None and (target, stage) not in self._sent):
+            try:
+                self.select(target, stage, compile=True if compile else None)
+            except Exception as err:  # a bug must not leave the widget waiting forever
+                self.error = f"lowering for {target} failed: {type(err).__name__}: {err}"
+                self._revision += 1
+                self.widget.payload = self._payload(live=True)
+                raise
+
+    # --- static forms -------------------------------------------------------------------
+
+    def to_text(self) -> str:
+        k = self.ctx.kernel
+        out = []
+        for target, r in self.results.items():
+            state = "ok" if r.ok else "FAILED"
+            state += ", compiled" if r.compiled else ", not compiled"
+            out.append(f"Lowering of kernel {k.index} {k.name} for {target} ({r.backend}): "
+                       f"{state}")
+            out += [f"  {d.severity} {d.code}{_operand(d.operand)}: {d.message}"
+                    for d in r.diagnostics]
+            if not r.diagnostics:
+                out.append("  no diagnostics")
+            out.append("  resources: " + ", ".join(
+                f"{label} {fmt(getattr(r.resources, field))}"
+                for field, label, fmt in RESOURCES))
+            out.append(textwrap.fill(", ".join(
+                f"{s.name} ({_nlines(s.text):,} lines)" for s in r.stages) or "none",
+                width=100, initial_indent="  stages: ", subsequent_indent="    ",
+                break_on_hyphens=False))
+        if self.error:
+            out.append(f"Lowering of kernel {k.index} {k.name} for {self.target}: {self.error}")
+        return "\n".join(out)
+
+    def to_html(self) -> str:
+        k = self.ctx.kernel
+        parts = [f'<h3 class="pl-title">Lowering <code>{esc(k.name)}</code></h3>']
+        budget = [HTML_BUDGET]
+        for target, r in self.results.items():
+            state = ("ok" if r.ok else "failed") + (", compiled" if r.compiled else "")
+            parts.append(
+                f'<section class="pl-lowering-static" data-target="{esc(target)}">'
+                f'<h4>{esc(target)} <span class="pl-dim">{esc(r.backend)} · {esc(state)}'
+                f"</span></h4>" + diagnostics_html(r) + resources_html(r)
+                + "".join(_stage_details(s.name, s.text, budget) for s in r.stages)
+                + "</section>")
+        if self.error:
+            parts.append(f'<p class="pl-finding pl-error">{esc(self.error)}</p>')
+        return "".join(parts)
+
+
+def _target_name(target: str) -> str:
+    from lowering import get_target
+
+    return get_target(target).name
+
+
+def _operand(operand: str | None) -> str:
+    return f" [{operand}]" if operand else ""
+
+
+def _nlines(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+RESOURCES = (("vmem_bytes", "VMEM", _bytes), ("smem_bytes", "SMEM", _bytes),
+             ("registers", "registers", _html.num), ("spills", "spills", _bytes))
+
+
+def diagnostics_html(r: KernelLowering) -> str:
+    if not r.diagnostics:
+        return '<p class="pl-ok">No diagnostics.</p>'
+    items = "".join(
+        f'<li class="pl-finding pl-{esc(d.severity)}"><span class="pl-badge">{esc(d.severity)}'
+        f"</span> <code>{esc(d.code)}</code>"
+        + (f' <span class="pl-operand">{esc(d.operand)}</span>' if d.operand else "")
+        + f" {esc(d.message)}</li>" for d in r.diagnostics)
+    return f'<ul class="pl-findings">{items}</ul>'
+
+
+def resources_html(r: KernelLowering) -> str:
+    rows = [(label, fmt(getattr(r.resources, field))) for field, label, fmt in RESOURCES]
+    return _html.table(("resource", "value"), rows, numeric=(1,))
+
+
+def _stage_details(name: str, text: str, budget: list[int]) -> str:
+    """A collapsible stage; `budget[0]` (characters left for all stages) shrinks as it goes."""
+    shown = cap_text(text, max(0, min(HTML_STAGE_CAP, budget[0])))
+    budget[0] -= len(shown)
+    more = _nlines(text) - _nlines(shown)
+    note = (f'<p class="pl-dim">… {more:,} more lines (the full text is in '
+            "<code>lowering.lower(...)</code>)</p>" if more else "")
+    pre = f'<pre class="pl-ir">{esc(shown)}</pre>' if shown else ""
+    return (f'<details class="pl-stage" data-stage="{esc(name)}"><summary><code>{esc(name)}'
+            f'</code> <span class="pl-dim">{_nlines(text):,} lines</span></summary>'
+            f"{pre}{note}</details>")
+
+
+def _available(ctx: KernelContext) -> bool:
+    return ctx.kernel.handle is not None  # lowering re-binds the captured kernel
+
+
+register_tab("lowering", order=70, title="Lowering", available=_available, build=LoweringView)

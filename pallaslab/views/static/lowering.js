@@ -1,0 +1,522 @@
+// @ts-check
+/**
+ * The Lowering view: a kernel's IR for one target and stage, beside its Python source.
+ * Click an IR line to light the Python line it came from; click a Python line to light its IR
+ * lines. Diagnostics sit on top, resources beside them. Picking a target (or a stage whose text
+ * was not sent) asks Python through `selection`; Python lowers and sends a new payload. In the
+ * static report (`payload.interactive` false) only the embedded targets and stages are shown.
+ * Plain ES module (anywidget `render`), no dependencies; user-derived text goes in through
+ * textContent only.
+ */
+
+/**
+ * @typedef {{name: string, lines: number, chars: number, text: string | null,
+ *   sent_lines: number, map: DataView | ArrayBuffer | ArrayBufferView}} StagePayload
+ */
+/** @typedef {{severity: string, code: string, message: string, operand: string | null}} Diag */
+/**
+ * @typedef {{target: string, backend: string, ok: boolean, compiled: boolean, cached: boolean,
+ *   diagnostics: Diag[], resources: Record<string, number | null>, stages: StagePayload[]}}
+ *   TargetLowering
+ */
+/**
+ * @typedef {{version: number, kernel: string, index: number, source: string | null,
+ *   target: string, stage: string | null, default_target: string,
+ *   targets: {name: string, platform: string, lowered: boolean}[], interactive: boolean,
+ *   lowerings: Record<string, TargetLowering>, files: {path: string, name: string}[],
+ *   sources: {file: number, start: number, lines: string[]}[], error: string | null,
+ *   revision: number}}
+ *   LoweringPayload
+ */
+/**
+ * The part of an anywidget model this view uses (the report provides the same in-page).
+ * @typedef {{get(key: string): any, set(key: string, value: any): void,
+ *   save_changes(): void, on(event: string, cb: () => void): void,
+ *   off(event?: string | null, cb?: (() => void) | null): void}} Model
+ */
+
+/**
+ * @param {string} tag
+ * @param {string} [cls]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+function h(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/**
+ * A binary buffer from the wire (DataView in JupyterLab) as an Int32Array.
+ * @param {DataView | ArrayBuffer | ArrayBufferView} buf
+ * @returns {Int32Array}
+ */
+export function toInt32(buf) {
+  if (buf instanceof ArrayBuffer) return new Int32Array(buf);
+  if (buf.byteOffset % 4 === 0) return new Int32Array(buf.buffer, buf.byteOffset, buf.byteLength >> 2);
+  return new Int32Array(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength).slice().buffer);
+}
+
+/**
+ * IR line <-> Python line maps of one stage, from its (ir_line, file, py_line) triples.
+ * Python lines are keyed "file:line" (file = index into payload.files).
+ */
+export class LineMap {
+  /** @param {DataView | ArrayBuffer | ArrayBufferView} buf */
+  constructor(buf) {
+    const t = toInt32(buf);
+    /** @type {Map<number, string[]>} */
+    this.toPy = new Map();
+    /** @type {Map<string, number[]>} */
+    this.toIr = new Map();
+    for (let i = 0; i + 2 < t.length; i += 3) {
+      const ir = t[i], key = `${t[i + 1]}:${t[i + 2]}`;
+      const py = this.toPy.get(ir);
+      if (py) { if (!py.includes(key)) py.push(key); } else this.toPy.set(ir, [key]);
+      const irs = this.toIr.get(key);
+      if (irs) irs.push(ir); else this.toIr.set(key, [ir]);
+    }
+  }
+  /** @param {number} irLine @returns {string[]} */
+  pyFor(irLine) { return this.toPy.get(irLine) || []; }
+  /** @param {string} key @returns {number[]} */
+  irFor(key) { return this.toIr.get(key) || []; }
+}
+
+// --- syntax highlighting ---------------------------------------------------------------------
+
+const KEYWORDS = new Set([
+  "module", "func", "return", "attributes", "loc", "to", "step", "iter_args", "affine_map",
+  "dense", "true", "false", "lambda", "let", "in", "define", "declare", "ret", "br", "call",
+  "private", "public", "external", "internal", "global", "label", "entry",
+]);
+const TYPE_RE = /^(?:[isuf]\d+|bf16|f8\w*|index|memref|vector|tensor|ptr|pred|b\d+)$/;
+
+/**
+ * The language a stage is written in, for the tokenizer.
+ * @param {string} stage
+ * @returns {"jaxpr" | "mlir" | "llvm" | "asm"}
+ */
+export function languageOf(stage) {
+  if (stage === "jaxpr") return "jaxpr";
+  if (stage === "llir") return "llvm";
+  if (stage === "ptx" || stage === "sass") return "asm";
+  return "mlir";
+}
+
+const TOKEN_RE = {
+  mlir: /(\/\/.*$)|("(?:[^"\\]|\\.)*")|(%[\w.$#-]+)|(@[\w.$-]+|@"(?:[^"\\]|\\.)*")|(\^[\w.$-]+)|([#!][\w.$-]+)|(\b[a-z_][\w]*(?:\.[\w]+)+\b)|(-?\b(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\b)|(\b[A-Za-z_]\w*\b)/g,
+  llvm: /(;.*$)|("(?:[^"\\]|\\.)*")|(%[\w.$-]+)|(@[\w.$-]+)|(\^[\w.$-]+)|([#!][\w.$-]+)|(\b[a-z_][\w]*(?:\.[\w]+)+\b)|(-?\b(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\b)|(\b[A-Za-z_]\w*\b)/g,
+  asm: /(\/\/.*$|\/\*.*?\*\/)|("(?:[^"\\]|\\.)*")|(%[\w.$]+|\bR\d+\b|\bP\d\b|\bUR\d+\b)|(@!?%?[\w.$]+)|(\$[\w.$]+)|(\.[a-z_][\w]*)|(\b[A-Za-z_][\w]*(?:\.[\w]+)+\b)|(-?\b(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\b)|(\b[A-Za-z_]\w*\b)/g,
+  jaxpr: /(#.*$)|("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')|((?<!= )\b[a-z]{1,3}\d*\b(?![\[(=\w]))|((?!))|((?!))|((?!))|((?<== )[a-z_]\w*|\b[a-z_]\w*(?=\[))|(-?\b\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\b)|(\b[A-Za-z_]\w*\b)/g,
+};
+/** Token classes, in the order of TOKEN_RE's groups. */
+const GROUPS = ["comment", "string", "var", "sym", "label", "attr", "op", "num", "word"];
+
+/**
+ * Split one line of IR into [class, text] tokens ("" class = plain text).
+ * @param {string} line
+ * @param {"jaxpr" | "mlir" | "llvm" | "asm"} lang
+ * @returns {[string, string][]}
+ */
+export function tokenize(line, lang) {
+  const re = new RegExp(TOKEN_RE[lang].source, "g");
+  /** @type {[string, string][]} */
+  const out = [];
+  let last = 0;
+  for (let m = re.exec(line); m; m = re.exec(line)) {
+    if (m[0] === "") { re.lastIndex++; continue; }
+    if (m.index > last) out.push(["", line.slice(last, m.index)]);
+    let g = 1;
+    while (m[g] === undefined || m[g] === "") g++;
+    let cls = GROUPS[g - 1];
+    if (cls === "word") cls = KEYWORDS.has(m[0]) ? "kw" : TYPE_RE.test(m[0]) ? "type" : "";
+    else if (lang === "jaxpr" && (cls === "var" || cls === "op")) {
+      // jaxpr: `c:f32[8,128] = add a b`; types and short primitives look like variables
+      cls = TYPE_RE.test(m[0]) ? "type" : KEYWORDS.has(m[0]) ? "kw" : cls;
+    }
+    if (cls === "label" && lang === "asm") cls = "var";
+    if (cls === "attr" && lang === "asm") cls = "op";
+    out.push([cls, m[0]]);
+    last = m.index + m[0].length;
+  }
+  if (last < line.length) out.push(["", line.slice(last)]);
+  return out;
+}
+
+// --- formatting ------------------------------------------------------------------------------
+
+/** @param {number | null | undefined} n */
+export function bytes(n) {
+  if (n === null || n === undefined) return "-";
+  return n >= 1024 ? `${(n / 1024).toLocaleString("en-US", { maximumFractionDigits: 1 })} KiB` : `${n} B`;
+}
+/** @param {number | null | undefined} n */
+const num = (n) => (n === null || n === undefined ? "-" : n.toLocaleString("en-US"));
+const RESOURCES = /** @type {[string, string, (n: number | null | undefined) => string][]} */ ([
+  ["vmem_bytes", "VMEM", bytes], ["smem_bytes", "SMEM", bytes],
+  ["registers", "registers", num], ["spills", "spills", bytes],
+]);
+const SEVERITIES = new Set(["error", "warning", "info"]);
+const PRIMARY_STAGES = ["mosaic", "ttir", "mosaic-gpu"]; // as lowering.py's PRIMARY_STAGES
+
+/**
+ * The stage to show for a lowering: `keep` when it has one of that name, else its main IR.
+ * @param {TargetLowering} low
+ * @param {string | null} keep
+ * @returns {string | null}
+ */
+export function stageFor(low, keep) {
+  const names = low.stages.map((s) => s.name);
+  if (keep && names.includes(keep)) return keep;
+  return PRIMARY_STAGES.find((n) => names.includes(n)) || names[0] || null;
+}
+
+// --- the view --------------------------------------------------------------------------------
+
+/**
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void}
+ */
+function render({ model, el }) {
+  const root = h("div", "pallaslab pl-lowering");
+  el.append(root);
+  /**
+   * What is shown (`target`, `stage`), what is selected (`irLine` or `pyKey`, picked `from`
+   * which side), and the target Python was asked to lower and has not answered yet.
+   * @type {{target: string, stage: string | null, irLine: number | null, pyKey: string | null,
+   *   from: "ir" | "py" | null, pending: string | null, asked: Set<string>}}
+   */
+  const state = { target: "", stage: null, irLine: null, pyKey: null, from: null, pending: null,
+    asked: new Set() };
+  /** @type {LineMap | null} */
+  let lines = null;
+
+  /** Tell Python (and anyone reading `selection`) what is selected. @param {Record<string, any>} [extra] */
+  const sync = (extra = {}) => {
+    /** @type {Record<string, any>} */
+    const sel = { target: state.pending || state.target, stage: state.stage, ...extra };
+    if (state.irLine !== null) sel.ir_line = state.irLine;
+    if (state.pyKey !== null) {
+      const p = /** @type {LoweringPayload} */ (model.get("payload"));
+      const [f, n] = state.pyKey.split(":");
+      const file = p.files[Number(f)];
+      if (file) sel.py_line = `${file.path}:${n}`;
+    }
+    model.set("selection", sel);
+    model.save_changes();
+  };
+
+  /** A payload arrived (or the view starts): show what it shows. */
+  const adopt = () => {
+    const p = /** @type {LoweringPayload} */ (model.get("payload"));
+    if (state.target !== p.target || state.stage !== p.stage) {
+      state.irLine = null; state.pyKey = null; state.from = null;
+    }
+    state.target = p.target;
+    state.stage = p.stage;
+    state.pending = null;
+    build();
+  };
+
+  const build = () => {
+    const p = /** @type {LoweringPayload} */ (model.get("payload"));
+    root.replaceChildren();
+    root.dataset.target = state.target;
+    const low = p.lowerings[state.target];
+    const shown = low ? stageFor(low, state.stage) : null;
+    const stage = low && low.stages.find((s) => s.name === shown);
+    state.stage = stage ? stage.name : null;
+    root.dataset.stage = state.stage || "";
+
+    // header + toolbar
+    const head = h("div", "pl-head");
+    const title = h("div", "pl-title");
+    title.append("Lowering ", h("code", "", p.kernel));
+    head.append(title);
+    if (p.source) head.append(h("span", "pl-dim pl-mono", p.source));
+    root.append(head);
+
+    const bar = h("div", "pl-toolbar");
+    const tsel = /** @type {HTMLSelectElement} */ (h("select", "pl-target"));
+    for (const platform of ["tpu", "gpu"]) {
+      const group = /** @type {HTMLOptGroupElement} */ (h("optgroup"));
+      group.label = platform.toUpperCase();
+      for (const t of p.targets.filter((x) => x.platform === platform)) {
+        const o = /** @type {HTMLOptionElement} */ (h("option", "", t.name));
+        o.value = t.name;
+        if (!t.lowered && !p.interactive) { o.disabled = true; o.textContent = `${t.name} (not lowered)`; }
+        if (t.name === p.default_target) o.textContent += " (default)";
+        group.append(o);
+      }
+      tsel.append(group);
+    }
+    tsel.value = state.pending || state.target;
+    tsel.addEventListener("change", () => pickTarget(tsel.value));
+    const group = (/** @type {string} */ label, /** @type {HTMLElement[]} */ ...items) => {
+      const g = h("label", "pl-group");
+      g.append(h("span", "", label), ...items);
+      return g;
+    };
+    bar.append(group("target", tsel));
+    if (low) {
+      const ssel = /** @type {HTMLSelectElement} */ (h("select", "pl-stage"));
+      for (const s of low.stages) {
+        const o = /** @type {HTMLOptionElement} */ (h("option", "", `${s.name} (${num(s.lines)} lines)`));
+        o.value = s.name;
+        ssel.append(o);
+      }
+      ssel.value = state.stage || "";
+      ssel.addEventListener("change", () => pickStage(ssel.value));
+      bar.append(group("stage", ssel));
+      const status = h("span", `pl-status ${low.ok ? "pl-ok" : "pl-failed"}`,
+        `${low.backend} · ${low.ok ? "ok" : "failed"}${low.compiled ? " · compiled" : ""}${low.cached ? " · cached" : ""}`);
+      bar.append(status);
+      if (p.interactive && !low.compiled && low.ok && low.backend !== "mosaic-gpu") {
+        const b = h("button", "pl-compile", low.backend === "triton" ? "Compile (triton)" : "Compile (libtpu)");
+        b.title = "Run the real compiler: per-pass IR, diagnostics, resources";
+        b.addEventListener("click", () => {
+          state.pending = state.target;
+          sync({ compile: true });
+          build();
+        });
+        bar.append(b);
+      }
+    }
+    root.append(bar);
+    if (state.pending) root.append(h("p", "pl-pending pl-dim", `lowering for ${state.pending}…`));
+    if (p.error) root.append(h("p", "pl-finding pl-error pl-banner", p.error));
+    if (!low) {
+      root.append(h("p", "pl-dim", `Not lowered for ${state.target}.`));
+      return;
+    }
+
+    // diagnostics (top) and resources (beside)
+    const top = h("div", "pl-top");
+    const diags = h("ul", "pl-findings pl-diagnostics");
+    if (!low.diagnostics.length) diags.append(h("li", "pl-ok", "No diagnostics."));
+    for (const d of low.diagnostics) {
+      const sev = SEVERITIES.has(d.severity) ? d.severity : "info";
+      const li = h("li", `pl-finding pl-${sev}`);
+      li.dataset.code = d.code;
+      li.append(h("span", "pl-badge", d.severity), " ", h("code", "", d.code));
+      if (d.operand) li.append(" ", h("span", "pl-operand", d.operand));
+      li.append(" ", h("span", "pl-msg", d.message));
+      diags.append(li);
+    }
+    const res = h("table", "pl-table pl-resources");
+    for (const [key, label, fmt] of RESOURCES) {
+      const tr = h("tr");
+      tr.dataset.resource = key;
+      tr.append(h("th", "", label), h("td", "num", fmt(low.resources[key])));
+      res.append(tr);
+    }
+    top.append(diags, res);
+    root.append(top);
+
+    // IR beside Python
+    const main = h("div", "pl-main");
+    const irPane = h("div", "pl-pane pl-ir-pane");
+    const pyPane = h("div", "pl-pane pl-py-pane");
+    main.append(irPane, pyPane);
+    root.append(main);
+    lines = stage ? new LineMap(stage.map) : null;
+    drawIr(irPane, stage || null, p.interactive);
+    drawPython(pyPane, p);
+    applyHighlights(false);
+  };
+
+  /**
+   * @param {HTMLElement} pane
+   * @param {StagePayload | null} stage
+   * @param {boolean} interactive
+   */
+  const drawIr = (pane, stage, interactive) => {
+    const head = h("div", "pl-pane-head");
+    head.append(h("span", "", stage ? stage.name : "no stages"));
+    pane.append(head);
+    if (!stage) return;
+    if (stage.text === null) {
+      const key = `${state.target}/${stage.name}`;
+      if (interactive && !state.asked.has(key)) {
+        state.asked.add(key);
+        pane.append(h("p", "pl-dim pl-pending", `loading ${stage.name} (${num(stage.lines)} lines)…`));
+        sync();
+      } else if (interactive) {
+        pane.append(h("p", "pl-dim", `${stage.name} (${num(stage.lines)} lines) could not be loaded.`));
+      } else {
+        pane.append(h("p", "pl-dim", `${stage.name} (${num(stage.lines)} lines) is not embedded in this page: ` +
+          "open the notebook, or get it from lowering.lower(...)."));
+      }
+      return;
+    }
+    const located = lines !== null && lines.toPy.size > 0;
+    head.append(h("span", "pl-dim", `${num(stage.lines)} lines${located ? "" : " · no Python locations"}`));
+    const code = h("div", "pl-code");
+    code.dataset.role = "ir";
+    const lang = languageOf(stage.name);
+    const text = stage.text.split("\n");
+    if (text.length && text[text.length - 1] === "") text.pop();
+    const frag = document.createDocumentFragment();
+    text.forEach((line, i) => {
+      const n = i + 1;
+      const row = h("div", "pl-line");
+      row.dataset.line = String(n);
+      if (lines && lines.pyFor(n).length) row.classList.add("pl-mapped");
+      row.append(h("span", "pl-ln", String(n)));
+      const src = h("span", "pl-src");
+      for (const [cls, t] of tokenize(line, lang)) {
+        if (cls) src.append(h("span", `pl-tk-${cls}`, t)); else src.append(t);
+      }
+      row.append(src);
+      frag.append(row);
+    });
+    code.append(frag);
+    code.addEventListener("click", (e) => {
+      const row = /** @type {HTMLElement | null} */ (/** @type {HTMLElement} */ (e.target).closest(".pl-line"));
+      if (!row || !row.dataset.line) return;
+      selectIr(Number(row.dataset.line));
+    });
+    pane.append(code);
+    if (stage.sent_lines < stage.lines) {
+      pane.append(h("p", "pl-dim pl-capped", `… ${num(stage.lines - stage.sent_lines)} more lines not shown ` +
+        "(the full text is in lowering.lower(...))"));
+    }
+  };
+
+  /** @param {HTMLElement} pane @param {LoweringPayload} p */
+  const drawPython = (pane, p) => {
+    const head = h("div", "pl-pane-head");
+    head.append(h("span", "", "Python source"));
+    pane.append(head);
+    if (!p.sources.length) {
+      pane.append(h("p", "pl-dim", "The kernel's Python source is not available."));
+      return;
+    }
+    const code = h("div", "pl-code");
+    code.dataset.role = "py";
+    let lastFile = -1;
+    for (const chunk of p.sources) {
+      const file = p.files[chunk.file];
+      if (chunk.file !== lastFile) {
+        const fh = h("div", "pl-file", file ? file.name : "?");
+        if (file) fh.title = file.path;
+        code.append(fh);
+        lastFile = chunk.file;
+      } else code.append(h("div", "pl-gap", "⋮"));
+      chunk.lines.forEach((line, i) => {
+        const n = chunk.start + i;
+        const key = `${chunk.file}:${n}`;
+        const row = h("div", "pl-line");
+        row.dataset.key = key;
+        row.dataset.line = String(n);
+        if (lines && lines.irFor(key).length) row.classList.add("pl-mapped");
+        row.append(h("span", "pl-ln", String(n)), h("span", "pl-src", line));
+        code.append(row);
+      });
+    }
+    code.addEventListener("click", (e) => {
+      const row = /** @type {HTMLElement | null} */ (/** @type {HTMLElement} */ (e.target).closest(".pl-line"));
+      if (!row || !row.dataset.key) return;
+      selectPy(row.dataset.key);
+    });
+    pane.append(code);
+  };
+
+  /** @param {number} n */
+  const selectIr = (n) => {
+    state.irLine = n;
+    const keys = lines ? lines.pyFor(n) : [];
+    state.pyKey = keys.length ? keys[0] : null;
+    state.from = "ir";
+    applyHighlights(true);
+    sync();
+  };
+  /** @param {string} key */
+  const selectPy = (key) => {
+    state.pyKey = key;
+    state.irLine = null;
+    state.from = "py";
+    applyHighlights(true);
+    sync();
+  };
+
+  /** Light the selected line and its counterparts. @param {boolean} scroll */
+  const applyHighlights = (scroll) => {
+    for (const e of root.querySelectorAll(".pl-hl, .pl-sel")) e.classList.remove("pl-hl", "pl-sel");
+    const irRows = root.querySelector('.pl-code[data-role="ir"]');
+    const pyRows = root.querySelector('.pl-code[data-role="py"]');
+    /** @type {number[]} */
+    let irLit = [];
+    /** @type {string[]} */
+    let pyLit = [];
+    if (state.from === "ir" && state.irLine !== null) {
+      irRows?.querySelector(`.pl-line[data-line="${state.irLine}"]`)?.classList.add("pl-sel");
+      pyLit = lines ? lines.pyFor(state.irLine) : [];
+    } else if (state.pyKey !== null) {
+      pyRows?.querySelector(`.pl-line[data-key="${state.pyKey}"]`)?.classList.add("pl-sel");
+      irLit = lines ? lines.irFor(state.pyKey) : [];
+    }
+    /** @type {HTMLElement | null} */
+    let firstIr = null, firstPy = null;
+    for (const n of irLit) {
+      const row = /** @type {HTMLElement | null} */ (irRows?.querySelector(`.pl-line[data-line="${n}"]`) || null);
+      if (row) { row.classList.add("pl-hl"); firstIr = firstIr || row; }
+    }
+    for (const key of pyLit) {
+      const row = /** @type {HTMLElement | null} */ (pyRows?.querySelector(`.pl-line[data-key="${key}"]`) || null);
+      if (row) { row.classList.add("pl-hl"); firstPy = firstPy || row; }
+    }
+    root.dataset.irLit = irLit.join(",");
+    root.dataset.pyLit = pyLit.join(",");
+    if (scroll) {
+      for (const row of [firstIr, firstPy]) {
+        const pane = row?.closest(".pl-code");
+        if (row && pane instanceof HTMLElement) {
+          const top = row.offsetTop - pane.offsetTop;
+          if (top < pane.scrollTop || top > pane.scrollTop + pane.clientHeight - row.offsetHeight) {
+            pane.scrollTop = Math.max(0, top - pane.clientHeight / 3);
+          }
+        }
+      }
+    }
+  };
+
+  /** @param {string} target */
+  const pickTarget = (target) => {
+    const p = /** @type {LoweringPayload} */ (model.get("payload"));
+    state.irLine = null; state.pyKey = null; state.from = null;
+    if (!p.interactive) {
+      if (target in p.lowerings) {
+        state.target = target;
+        state.stage = stageFor(p.lowerings[target], state.stage);
+      }
+      build();
+      return;
+    }
+    // Python lowers (or just re-sends) and answers with a new payload (see `adopt`).
+    state.pending = target;
+    state.stage = null;
+    sync();
+    if (state.pending) build();
+  };
+
+  /** @param {string} name */
+  const pickStage = (name) => {
+    state.stage = name;
+    build();
+    sync();
+  };
+
+  const onPayload = () => { adopt(); };
+  model.on("change:payload", onPayload);
+  adopt();
+  return () => {
+    model.off("change:payload", onPayload);
+    root.remove();
+  };
+}
+
+export default { render };

@@ -1,0 +1,340 @@
+"""The Lowering view: its pure payload, line maps, caps, text and HTML, the tab, the widget."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from kernels import CATALOG, add_kernel
+
+import lowering
+import pallaslab
+from lowering import KernelLowering, Resources, Stage
+from pallaslab.views import lowering as lv
+from pallaslab.views import registry
+from pallaslab.views.context import KernelContext
+from pallaslab.views.report import encode_buffers
+from pallaslab.workbench import Workbench
+
+KERNELS_PY = str(Path(__file__).resolve().parent / "kernels.py")
+EVIL = "<script>alert(1)</script>"
+
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason='needs libtpu (pip install "pallaslab[tpu]")')
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _private_cache(tmp_path_factory):
+    old = os.environ.get("PALLASLAB_CACHE_DIR")
+    os.environ["PALLASLAB_CACHE_DIR"] = str(tmp_path_factory.mktemp("lowering-cache"))
+    yield
+    if old is None:
+        del os.environ["PALLASLAB_CACHE_DIR"]
+    else:
+        os.environ["PALLASLAB_CACHE_DIR"] = old
+
+
+def workbench(name, **kw):
+    fn, args = CATALOG[name].case()[:2]
+    return Workbench(pallaslab.capture(fn, *args), **kw)
+
+
+def line_of(text):
+    lines = Path(KERNELS_PY).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def triples(stage_payload):
+    return np.frombuffer(stage_payload["map"], "<i4").reshape(-1, 3).tolist()
+
+
+def evil_workbench():
+    def fn(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              name=EVIL, grid=(2,), in_specs=[spec, spec], out_specs=spec)(x, x)
+
+    return pallaslab.inspect(fn, jax.ShapeDtypeStruct((16, 128), jnp.float32))
+
+
+# --- the pure payload -------------------------------------------------------------------------
+
+
+def test_payload_has_every_stage_and_its_text():
+    view = workbench("matmul_f32").lowering()
+    result = view.result()
+    p = view.payload()
+    json.dumps(encode_buffers(p))  # JSON-able once the maps are encoded
+    assert p["target"] == "tpu-v5e" and p["stage"] == "mosaic"
+    assert p["kernel"] == "matmul_kernel" and p["source"] == f"kernels.py:{line_of('def matmul_k')}"
+    assert list(p["lowerings"]) == ["tpu-v5e"]
+    low = p["lowerings"]["tpu-v5e"]
+    assert low["backend"] == "mosaic-tpu" and low["ok"] and not low["compiled"]
+    assert [s["name"] for s in low["stages"]] == ["jaxpr", "mosaic"]
+    for s in low["stages"]:
+        text = result.stage(s["name"]).text
+        assert s["text"] == text and s["chars"] == len(text)
+        assert s["lines"] == s["sent_lines"] == len(text.splitlines())
+    lowered = {t["name"]: t["lowered"] for t in p["targets"]}
+    assert set(lowered) == set(lowering.TARGETS) and lowered == {
+        name: name == "tpu-v5e" for name in lowering.TARGETS}
+    assert low["resources"] == Resources().to_json() and low["diagnostics"] == []
+
+
+def test_line_maps_match_the_lowering_and_the_source_shown():
+    view = workbench("matmul_f32").lowering()
+    p = view.payload()
+    dot = line_of("acc_ref[...] += jnp.dot(")
+    for s in p["lowerings"]["tpu-v5e"]["stages"]:
+        stage = view.result().stage(s["name"])
+        got = [(ir, f"{p['files'][f]['path']}:{py}") for ir, f, py in triples(s)]
+        assert got == list(stage.source_lines) and got  # every IR line with a location
+        assert [ir for ir, src in got if src.endswith(f":{dot}")] == list(
+            stage.ir_lines_for(f"kernels.py:{dot}"))
+    # the Python shown beside the IR: the kernel body, with exact line numbers
+    assert p["files"] == [{"path": KERNELS_PY, "name": "kernels.py"}]
+    (chunk,) = p["sources"]
+    assert chunk["start"] == line_of("def matmul_kernel(")
+    assert chunk["lines"][dot - chunk["start"]].strip().startswith("acc_ref[...] += jnp.dot(")
+    shown = range(chunk["start"], chunk["start"] + len(chunk["lines"]))
+    assert all(py in shown for s in p["lowerings"]["tpu-v5e"]["stages"]
+               for _, _, py in triples(s))
+
+
+def test_index_map_lines_elsewhere_get_their_own_chunk():
+    p = workbench("scalar_prefetch_gather").lowering().payload()
+    starts = [c["start"] for c in p["sources"]]
+    assert starts[0] == line_of("def gather_kernel(") and len(starts) == 2
+    lines = {c["start"] + i for c in p["sources"] for i in range(len(c["lines"]))}
+    mapped = {py for s in p["lowerings"]["tpu-v5e"]["stages"] for _, _, py in triples(s)}
+    assert mapped and mapped <= lines
+
+
+def test_default_targets_follow_the_kernel_and_the_workbench():
+    assert workbench("matmul_f32").lowering().target == "tpu-v5e"
+    assert workbench("gpu_mesh_kernel").lowering().target == "gpu-h100"
+    assert workbench("elementwise_1d", targets=["gpu-a100"]).lowering().target == "gpu-a100"
+    from jax.experimental.pallas import triton as plt
+
+    def fn(x):
+        return pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              compiler_params=plt.CompilerParams(num_warps=2))(x, x)
+
+    wb = pallaslab.inspect(fn, jax.ShapeDtypeStruct((256,), jnp.float32))
+    view = wb.lowering()
+    assert view.target == "gpu-h100" and view.payload()["stage"] == "ttir"
+    # only the default target is lowered until another is asked for (cheap by default)
+    assert list(view.results) == ["gpu-h100"] and not view.results["gpu-h100"].compiled
+
+
+def test_other_target_is_lowered_on_request_and_both_are_kept():
+    view = workbench("elementwise_1d").lowering()
+    assert view.payload()["target"] == "tpu-v5e"
+    view.select("gpu-h100", stage="jaxpr")
+    p = view.payload()
+    assert p["target"] == "gpu-h100" and p["stage"] == "jaxpr"
+    assert list(p["lowerings"]) == ["tpu-v5e", "gpu-h100"]
+    assert [s["name"] for s in p["lowerings"]["gpu-h100"]["stages"]] == ["jaxpr", "ttir"]
+    assert view.select("h100", stage="no-such-stage").payload()["stage"] == "ttir"
+    explicit = lv.LoweringView(view.ctx, target="v6e")
+    assert explicit.target == "tpu-v6e" and list(explicit.results) == ["tpu-v6e"]
+
+
+def _big_lowering(lines: int) -> KernelLowering:
+    text = "".join(f"  %{i} = arith.addf %a, %b : vector<8x128xf32>\n" for i in range(lines))
+    body = f"{KERNELS_PY}:{line_of('o_ref[...] = x_ref[...] + y_ref[...]')}"
+    return KernelLowering(
+        name="big", index=0, backend="mosaic-tpu", ok=True,
+        stages=(Stage("jaxpr", "{ lambda ; a. let b = neg a in (b) }\n", ((1, body),)),
+                Stage("mosaic", text, tuple((n, body) for n in range(1, lines + 1))),
+                Stage("mosaic:post-apply-vector-layout", text)),
+        diagnostics=(), resources=Resources())
+
+
+def test_large_stages_are_capped_and_sent_lazily():
+    kernel = workbench("elementwise_1d").kernels[0]
+    big = _big_lowering(40_000)  # ~2 MB per stage, like a compiled flash attention's dumps
+    p = lv.lowering_payload(kernel, {"tpu-v5e": big}, "tpu-v5e", budget=lv.LIVE_BUDGET)
+    jaxpr, mosaic, passes = p["lowerings"]["tpu-v5e"]["stages"]
+    assert p["stage"] == "mosaic"
+    assert mosaic["text"] is not None and len(mosaic["text"]) <= lv.STAGE_TEXT_CAP
+    assert mosaic["lines"] == 40_000 and mosaic["sent_lines"] == mosaic["text"].count("\n") + 1
+    assert mosaic["sent_lines"] < 40_000 and mosaic["text"].endswith("vector<8x128xf32>")
+    assert len(triples(mosaic)) == mosaic["sent_lines"]  # no map entries past the cut
+    assert jaxpr["text"] is not None  # small: it fits the budget
+    assert passes["text"] is None and len(passes["map"]) == 0  # sent when asked for
+    assert lv.payload_nbytes(p) < lv.LIVE_BUDGET + 300_000
+    # the shown stage is always sent, whatever the budget
+    p = lv.lowering_payload(kernel, {"tpu-v5e": big}, "tpu-v5e",
+                            stage="mosaic:post-apply-vector-layout", budget=0)
+    assert [s["text"] is not None for s in p["lowerings"]["tpu-v5e"]["stages"]] == [
+        False, False, True]
+
+
+def test_cap_text_cuts_at_a_line_end():
+    assert lv.cap_text("ab\ncd\nef", 7) == "ab\ncd"
+    assert lv.cap_text("abc", 10) == "abc"
+    assert lv.cap_text("abcdef", 3) == "abc"
+
+
+def test_kernel_named_script_is_escaped_in_html_and_raw_in_data():
+    wb = evil_workbench()
+    view = wb.lowering()
+    p = view.payload()
+    assert p["kernel"] == EVIL  # data: the widget inserts it with textContent
+    html = view.to_html()
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert EVIL in view.to_text()
+    bundle = view._repr_mimebundle_()
+    assert "<script>alert" not in bundle["text/html"]
+
+
+def test_ir_is_escaped_in_html():
+    kernel = workbench("elementwise_1d").kernels[0]
+    ir = 'module { "<b>bold</b>" & <img src=x> }'
+    low = KernelLowering("k", 0, "mosaic-tpu", True, (Stage("mosaic", ir),), (), Resources())
+    view = lv.LoweringView(KernelContext(kernel))
+    view._results["tpu-v5e"] = low
+    html = view.to_html()
+    assert "<img" not in html and "<b>" not in html
+    assert "&lt;img src=x&gt;" in html and "&amp;" in html
+
+
+# --- text and static HTML --------------------------------------------------------------------
+
+
+def test_text_has_diagnostics_resources_and_stage_names():
+    view = workbench("tpu_misaligned").lowering()
+    (err,) = view.result().errors
+    text = view.to_text()
+    first, *rest = text.splitlines()
+    assert first == ("Lowering of kernel 0 add_kernel for tpu-v5e (mosaic-tpu): FAILED, "
+                     "not compiled")
+    assert f"  error {err.code}" in text and err.message.splitlines()[0] in text
+    if err.operand:
+        assert f"[{err.operand}]" in text
+    assert "  resources: VMEM -, SMEM -, registers -, spills -" in rest
+    assert "  stages: jaxpr (" in text
+
+
+def test_html_has_diagnostics_resources_and_collapsible_stages():
+    view = workbench("tpu_misaligned").lowering()
+    (err,) = view.result().errors
+    html = view.to_html()
+    assert f'<li class="pl-finding pl-error"><span class="pl-badge">error</span> <code>' \
+           f"{err.code}</code>" in html
+    if err.operand:
+        assert f'<span class="pl-operand">{err.operand}</span>' in html
+    assert "<th>resource</th>" in html and "<td>VMEM</td>" in html
+    ok = workbench("matmul_f32").lowering()
+    html = ok.to_html()
+    assert html.count('<details class="pl-stage"') == 2
+    assert '<details class="pl-stage" data-stage="mosaic"><summary><code>mosaic</code>' in html
+    assert "tpu.matmul" in html and '<pre class="pl-ir">' in html
+    assert '<p class="pl-ok">No diagnostics.</p>' in html
+
+
+def test_static_html_caps_huge_stages():
+    kernel = workbench("elementwise_1d").kernels[0]
+    view = lv.LoweringView(KernelContext(kernel))
+    view._results["tpu-v5e"] = _big_lowering(40_000)
+    html = view.to_html()
+    assert len(html) < 3 * lv.HTML_STAGE_CAP + 10_000
+    assert "more lines (the full text is in" in html
+
+
+# --- the tab, the workbench, the report ------------------------------------------------------
+
+
+def test_tab_is_registered_and_available():
+    tab = registry.tab("lowering")
+    assert tab.title == "Lowering" and tab.build is lv.LoweringView
+    wb = workbench("matmul_f32")
+    assert "lowering" in [t.name for t in wb.tabs()]
+    assert isinstance(wb.lowering(), lv.LoweringView)
+    assert wb.lowering() is wb.view("lowering")  # built once per kernel
+    mesh = workbench("gpu_mesh_kernel")
+    assert "lowering" in [t.name for t in mesh.tabs()]
+
+
+def only_tabs(monkeypatch, *names):
+    """Keep other tabs (and their progress) out of a test about this one."""
+    monkeypatch.setattr(registry, "_TABS", {n: t for n, t in registry._TABS.items()
+                                            if n in names})
+
+
+def test_workbench_text_html_and_report_include_the_lowering(monkeypatch):
+    only_tabs(monkeypatch, "overview", "lowering")
+    wb = workbench("vector_add")
+    assert "Lowering of kernel 0 add_kernel for tpu-v5e" in wb.to_text()
+    assert '<details class="pl-stage" data-stage="mosaic">' in wb.to_html()
+    report = wb.report()
+    assert "lowering.js" in report
+
+
+# --- the live widget -------------------------------------------------------------------------
+
+
+def test_widget_selection_lowers_the_new_target_and_sends_stage_texts():
+    pytest.importorskip("anywidget")
+    view = workbench("elementwise_1d").lowering()
+    w = view.widget
+    assert w.payload["interactive"] and w.payload["target"] == "tpu-v5e"
+    w.selection = {"target": "gpu-h100", "stage": None}
+    assert w.payload["target"] == "gpu-h100" and w.payload["stage"] == "ttir"
+    assert view.target == "gpu-h100"
+    revision = w.payload["revision"]
+    # clicks (ir_line / py_line) for what is already shown do not re-send anything
+    w.selection = {"target": "gpu-h100", "stage": "ttir", "ir_line": 3}
+    assert w.payload["revision"] == revision
+    # a stage whose text was not sent is sent on request
+    view._sent.discard(("gpu-h100", "jaxpr"))
+    w.selection = {"target": "gpu-h100", "stage": "jaxpr"}
+    assert w.payload["stage"] == "jaxpr" and w.payload["revision"] == revision + 1
+
+
+def test_compile_without_libtpu_says_what_to_install(monkeypatch):
+    view = workbench("vector_add").lowering()
+    view.result()
+    monkeypatch.setitem(sys.modules, "libtpu", None)
+    view.select(compile=True)
+    assert view.error is not None and 'pip install "pallaslab[tpu]"' in view.error
+    p = view.payload()
+    assert p["error"] == view.error and p["target"] == "tpu-v5e"
+    assert not p["lowerings"]["tpu-v5e"]["compiled"]
+    assert 'pallaslab[tpu]' in view.to_text() and "pallaslab[tpu]" in view.to_html()
+
+
+def test_a_lowering_that_cannot_run_is_shown_not_raised(monkeypatch, tmp_path):
+    monkeypatch.setenv("PALLASLAB_CACHE_DIR", str(tmp_path))  # no cached result to fall back on
+    monkeypatch.setitem(sys.modules, "absl", None)
+    wb = workbench("gpu_mesh_kernel")
+    view = wb.lowering()
+    p = view.payload()
+    assert p["lowerings"] == {} and p["stage"] is None
+    assert "'absl-py'" in p["error"] and 'pip install "pallaslab[gpu]"' in p["error"]
+    assert view.to_text().startswith("Lowering of kernel 0 body for gpu-h100: ")
+    assert "absl-py" in view.to_html() and "absl-py" in wb.to_text()
+
+
+@needs_libtpu
+@pytest.mark.tpu_compiler
+def test_compile_on_request_adds_the_compilers_passes():
+    view = workbench("vector_add").lowering()
+    assert not view.result().compiled
+    view.select(compile=True)
+    assert view.error is None
+    low = view.payload()["lowerings"]["tpu-v5e"]
+    assert low["compiled"] and low["ok"]
+    names = [s["name"] for s in low["stages"]]
+    assert names[:2] == ["jaxpr", "mosaic"] and "mosaic:post-apply-vector-layout" in names
+    assert "compiled" in view.to_text().splitlines()[0]
