@@ -8,7 +8,7 @@ PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lab test test-python lint browser-deps clean
+.PHONY: setup lab test test-python lint browser-deps typecheck-js clean
 
 setup: $(STAMP)
 
@@ -20,11 +20,22 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian's Chromium for the browser tests (never a downloaded browser build).
-browser-deps:
+# Node (Debian's) only type-checks the widgets' ES modules (tsc --checkJs); they need no build.
+browser-deps: extension/node_modules/.package-lock.json
 	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+extension/node_modules/.package-lock.json: extension/package-lock.json
+	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
+	cd extension && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The widgets' ES modules: JSDoc types checked by TypeScript.
+typecheck-js: extension/node_modules/.package-lock.json
+	cd extension && npx --no-install tsc -p tsconfig.json
+
+# Jupyter refuses to run as root unless told (CI machines and containers run as root).
 lab: setup
-	JAX_PLATFORMS=cpu $(VENV)/bin/jupyter lab notebooks/
+	JAX_PLATFORMS=cpu $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 lint: setup
 	$(VENV)/bin/ruff check pallaslab lowering tests benchmarks
@@ -33,7 +44,7 @@ lint: setup
 test-python: setup
 	JAX_PLATFORMS=cpu $(PY) -m pytest -q
 
-test: setup browser-deps lint test-python
+test: setup browser-deps lint typecheck-js test-python
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-results

@@ -15,7 +15,7 @@ __all__ = ["Capture", "Kernel", "Operand", "PallasLabError", "Workbench", "__ver
            "compare", "inspect", "load_ipython_extension", "lower", "run", "step"]
 
 
-def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+def load_ipython_extension(ipython: object) -> None:
     """`%load_ext pallaslab` registers the `%%pallas` cell magic (IPython imported only then)."""
     from pallaslab.magic import load_ipython_extension as load
 

@@ -29,9 +29,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         _, cap = load_and_capture(args.case)
         wb = Workbench(cap, chips=args.chip, targets=args.target)
-        out = wb.save_report(Path(args.output), title=args.case)
+        html = wb.report(title=args.case)
     except PallasLabError as err:
         return fail(err)
+    out = Path(args.output)
+    try:
+        out.write_text(html, encoding="utf-8")
     except OSError as err:
         console(stderr=True).print(f"[bold red]error:[/] cannot write {escape(args.output)}: "
                                    f"{escape(err.strerror or str(err))}")

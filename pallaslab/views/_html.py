@@ -1,0 +1,46 @@
+"""Small helpers for static HTML: every user-derived string goes through `esc`."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def shape(dims: Sequence[Any] | None) -> str:
+    if dims is None:
+        return "-"
+    return "(" + ", ".join("None" if d is None else str(d) for d in dims) + \
+        ("," if len(dims) == 1 else "") + ")"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, numeric: Sequence[int] = ()
+          ) -> str:
+    """An HTML table; every cell is escaped (cells may come from user code)."""
+    head = "".join(f"<th{' class=\"num\"' if i in numeric else ''}>{esc(h)}</th>"
+                   for i, h in enumerate(headers))
+    body = "".join(
+        "<tr>" + "".join(f"<td{' class=\"num\"' if i in numeric else ''}>{esc(c)}</td>"
+                         for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f'<table class="pl-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def num(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def findings_list(findings: Sequence[Any]) -> str:
+    if not findings:
+        return '<p class="pl-ok">No findings.</p>'
+    items = "".join(
+        f'<li class="pl-finding pl-{esc(f.severity)}"><span class="pl-badge">{esc(f.severity)}'
+        f'</span> <code>{esc(f.code)}</code> {esc(f.message)}</li>'
+        for f in findings
+    )
+    return f'<ul class="pl-findings">{items}</ul>'

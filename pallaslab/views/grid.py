@@ -1,0 +1,306 @@
+"""The Grid/BlockSpec view: the grid as cells, every operand as its blocks.
+
+`grid_payload` is the pure function the widget, the report and the tests share. Block-index
+tables cross the wire as int32 binary buffers, one column (P,) per operand dimension, except
+that a column which is an affine function of the program ids (`b + sum(a_k * pid_k)`, what
+nearly every index map computes) is sent as its coefficients: a 1024 x 1024 grid of an
+elementwise kernel then costs a few hundred bytes instead of megabytes. Identical columns
+(inputs and outputs sharing an index map) are sent once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, TypedDict
+
+import numpy as np
+
+from pallaslab.analysis.findings import Finding
+from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
+from pallaslab.model import Kernel, Operand
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+from pallaslab.views.base import View
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import register_tab
+
+PAYLOAD_VERSION = 1
+STATIC_MAX_CELLS = 48  # static HTML draws grids / block maps up to this many cells per side
+
+
+class IndexColumn(TypedDict):
+    affine: list[int] | None  # [b, a_0, ..., a_{rank-1}]: index = b + sum(a_k * pid_k)
+    table: int | None  # else: position of its int32 (P,) column in `tables`
+
+
+class GridOperand(TypedDict):
+    origin: str
+    role: str
+    dtype: str
+    memory_space: str
+    windowed: bool
+    shape: list[int]
+    block_shape: list[int | None]
+    extent: list[int]  # elements per block along each dimension
+    scale: list[int]  # element start = block index * scale - offset
+    offset: list[int]
+    index: list[IndexColumn]
+    lo: list[int]  # smallest block index per dimension over the grid
+    hi: list[int]  # largest
+    fetches: int | None
+    hbm_bytes: int | None
+
+
+class GridFinding(TypedDict):
+    code: str
+    severity: str
+    message: str
+    operand: str | None
+    programs: list[list[int]]
+    steps: list[int]  # the programs' positions in execution order
+    blocks: list[list[int]]
+
+
+class GridPayload(TypedDict):
+    version: int
+    kernel: str
+    index: int
+    source: str | None
+    grid: list[int]
+    grid_names: list[str] | None
+    semantics: list[str] | None
+    programs: int
+    axes: list[int]  # the two grid dimensions drawn by default (rows, columns)
+    operands: list[GridOperand]
+    findings: list[GridFinding]
+    tables: list[memoryview]  # int32 columns, little-endian
+
+
+def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...]) -> GridPayload:
+    """Everything the grid widget draws, from a kernel, its tiling and its findings (pure)."""
+    ids = tiling.program_ids().astype(np.int64)
+    tables: list[np.ndarray] = []
+    seen: dict[bytes, int] = {}
+    operands = []
+    for ot in tiling.operands.values():
+        columns = []
+        for d in range(ot.block_indices.shape[1]):
+            col = np.ascontiguousarray(ot.block_indices[:, d], dtype="<i4")
+            coeffs = affine_fit(col, ids, tiling.grid)
+            if coeffs is not None:
+                columns.append(IndexColumn(affine=coeffs, table=None))
+                continue
+            key = col.tobytes()
+            if key not in seen:
+                seen[key] = len(tables)
+                tables.append(col)
+            columns.append(IndexColumn(affine=None, table=seen[key]))
+        operands.append(_operand(ot, kernel.operand(ot.origin), columns))
+    rank = len(tiling.grid)
+    return GridPayload(
+        version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
+        source=_short(kernel.source), grid=list(tiling.grid),
+        grid_names=list(kernel.grid_names) if kernel.grid_names else None,
+        semantics=list(kernel.dimension_semantics) if kernel.dimension_semantics else None,
+        programs=tiling.programs,
+        axes=[max(rank - 2, 0), max(rank - 1, 0)] if rank >= 2 else [0, 0],
+        operands=operands, findings=[_finding(f, tiling) for f in findings],
+        tables=[memoryview(t) for t in tables],
+    )
+
+
+def affine_fit(col: np.ndarray, ids: np.ndarray, grid: tuple[int, ...]) -> list[int] | None:
+    """[b, a_0, ...] with col == b + ids @ a at every step, or None if no such integers exist."""
+    if not len(col):
+        return [0] * (len(grid) + 1)
+    b = int(col[0])
+    coeffs = []
+    for k, g in enumerate(grid):
+        stride = math.prod(grid[k + 1:])
+        coeffs.append(int(col[stride]) - b if g > 1 else 0)
+    if ids.shape[1]:
+        predicted = b + ids @ np.asarray(coeffs, np.int64)
+        if not np.array_equal(predicted, col):
+            return None
+    elif not np.all(col == b):
+        return None
+    return [b, *coeffs]
+
+
+def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn]) -> GridOperand:
+    bi = ot.block_indices
+    # starts = index * scale - offset; recover scale/offset per dim from the tiling itself.
+    scale, offset = [], []
+    for d in range(bi.shape[1]):
+        s, o = _scale_offset(bi[:, d], ot.starts[:, d], ot.extent[d])
+        scale.append(s)
+        offset.append(o)
+    lo = bi.min(axis=0) if len(bi) else np.zeros(bi.shape[1], np.int32)
+    hi = bi.max(axis=0) if len(bi) else np.zeros(bi.shape[1], np.int32)
+    return GridOperand(
+        origin=ot.origin, role=ot.role, dtype=str(op.dtype), memory_space=op.memory_space,
+        windowed=ot.windowed, shape=list(ot.shape),
+        block_shape=list(op.block_shape or ot.extent),
+        extent=[int(e) for e in ot.extent], scale=scale, offset=offset, index=columns,
+        lo=[int(v) for v in lo], hi=[int(v) for v in hi], fetches=ot.fetches,
+        hbm_bytes=ot.hbm_bytes,
+    )
+
+
+def _scale_offset(index: np.ndarray, starts: np.ndarray, extent: int) -> tuple[int, int]:
+    if len(index) and np.array_equal(starts, index.astype(np.int64) * extent):
+        return int(extent), 0
+    if len(index):
+        offset = int(index[0]) - int(starts[0])
+        return 1, offset
+    return int(extent), 0
+
+
+def _finding(f: Finding, tiling: Tiling) -> GridFinding:
+    steps = [tiling.step_of(p) for p in f.programs if len(p) == len(tiling.grid)]
+    return GridFinding(code=f.code, severity=f.severity, message=f.message, operand=f.operand,
+                       programs=[list(p) for p in f.programs], steps=steps,
+                       blocks=[list(b) for b in f.blocks])
+
+
+def kernel_grid_payload(ctx: KernelContext) -> GridPayload:
+    k, tiling = ctx.kernel, ctx.tiling
+    if tiling is None:
+        raise ValueError(f"kernel {k.name!r} has no grid tiling: {tiling_unavailable_reason(k)}")
+    return grid_payload(k, tiling, ctx.findings)
+
+
+def _short(source: str | None) -> str | None:
+    return None if source is None else source.rsplit("/", 1)[-1]
+
+
+def payload_nbytes(payload: GridPayload) -> int:
+    """Bytes on the wire: the JSON part plus the binary buffers."""
+    import json
+
+    rest = {k: v for k, v in payload.items() if k != "tables"}
+    return len(json.dumps(rest)) + sum(t.nbytes for t in payload["tables"])
+
+
+# --- the view --------------------------------------------------------------------------------
+
+
+class GridView(View):
+    """Grid programs and the blocks of every operand they touch."""
+
+    name = "grid"
+    module = "grid.js"
+
+    def __init__(self, ctx: KernelContext):
+        self.ctx = ctx
+
+    def payload(self) -> dict[str, Any]:
+        return dict(kernel_grid_payload(self.ctx))
+
+    def to_text(self) -> str:
+        k, tiling = self.ctx.kernel, self.ctx.tiling
+        assert tiling is not None
+        lines = [f"Grid of kernel {k.index} {k.name}: {_grid_text(k.grid)} = {tiling.programs:,} "
+                 f"programs; semantics: {', '.join(k.dimension_semantics or ()) or '-'}"]
+        for ot in tiling.operands.values():
+            op = k.operand(ot.origin)
+            fetches = "-" if ot.fetches is None else f"{ot.fetches:,}"
+            revisits = "-" if ot.fetches is None else f"{tiling.programs - ot.fetches:,}"
+            lines.append(f"  {ot.origin:<12} {ot.role:<7} {op.dtype}{list(op.shape)} "
+                         f"block {_html.shape(op.block_shape)}  fetches {fetches}  "
+                         f"revisits {revisits}  hbm {_html.num(ot.hbm_bytes)} B")
+        lines += [f"  {f.severity} {f.code}: {f.message}" for f in self.ctx.findings]
+        if not self.ctx.findings:
+            lines.append("  no findings")
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        k, tiling = self.ctx.kernel, self.ctx.tiling
+        assert tiling is not None
+        head = (f'<h3 class="pl-title">Grid <code>{esc(k.name)}</code> '
+                f'<span class="pl-dim">{esc(_grid_text(k.grid))} = {tiling.programs:,} programs'
+                f"</span></h3>")
+        maps = [_static_program_grid(tiling)]
+        maps += [_static_operand(ot) for ot in tiling.operands.values()]
+        rows = [(ot.origin, ot.role, _html.shape(k.operand(ot.origin).block_shape),
+                 _html.num(ot.fetches),
+                 _html.num(None if ot.fetches is None else tiling.programs - ot.fetches),
+                 _html.num(ot.hbm_bytes)) for ot in tiling.operands.values()]
+        return (head + '<div class="pl-maps">' + "".join(maps) + "</div>"
+                + _html.table(("operand", "role", "block", "fetches", "revisits", "HBM bytes"),
+                              rows, numeric=(3, 4, 5))
+                + _html.findings_list(self.ctx.findings))
+
+
+def _grid_text(grid: tuple[int | None, ...]) -> str:
+    return " x ".join("?" if g is None else str(g) for g in grid) or "()"
+
+
+def _heat(count: int, top: int) -> str:
+    if count <= 0:
+        return "var(--pl-empty)"
+    pct = 35 + int(65 * count / max(top, 1))
+    return f"color-mix(in srgb, var(--pl-accent) {pct}%, var(--pl-bg))"
+
+
+def _svg(cells: list[tuple[int, int, str, str]], rows: int, cols: int, label: str) -> str:
+    size = max(4, min(18, 320 // max(rows, cols, 1)))
+    rects = "".join(f'<rect x="{c * size}" y="{r * size}" width="{size - 1}" height="{size - 1}" '
+                    f'style="fill:{fill}"><title>{esc(tip)}</title></rect>'
+                    for r, c, fill, tip in cells)
+    return (f'<figure class="pl-map"><svg width="{cols * size}" height="{rows * size}" '
+            f'role="img" aria-label="{esc(label)}">{rects}</svg>'
+            f"<figcaption>{esc(label)}</figcaption></figure>")
+
+
+def _static_program_grid(tiling: Tiling) -> str:
+    """Programs (first two grid dims shown as rows/columns of the last two; slice 0 of the rest),
+    shaded by how many operands fetch a block at that step (pale: everything revisited)."""
+    grid = tiling.grid
+    rows, cols = (grid[-2], grid[-1]) if len(grid) >= 2 else (1, grid[0] if grid else 1)
+    if rows > STATIC_MAX_CELLS or cols > STATIC_MAX_CELLS:
+        return (f'<p class="pl-dim">Grid {esc(_grid_text(grid))}: too large for the static '
+                "map; open the notebook or the report for the interactive view.</p>")
+    fetching = np.zeros(tiling.programs, np.int64)
+    for ot in tiling.operands.values():
+        fetching += ot.fetch_mask
+    top = len(tiling.operands)
+    cells = []
+    for r in range(rows):
+        for c in range(cols):
+            step = r * cols + c
+            pid = tiling.program_at(step) if grid else ()
+            n = int(fetching[step])
+            cells.append((r, c, _heat(n, top), f"program {pid}: step {step}, {n} fetch(es)"))
+    return _svg(cells, rows, cols, "programs (shade: operands fetching at that step)")
+
+
+def _static_operand(ot: OperandTiling) -> str:
+    """An operand's blocks in its last two dimensions, shaded by fetch count."""
+    bi = ot.block_indices
+    if bi.shape[1] == 0 or not len(bi):
+        return ""
+    lead = bi[0, :-2] if bi.shape[1] > 2 else bi[0, :0]
+    rows_sel = np.all(bi[:, : len(lead)] == lead, axis=1) & ot.fetch_mask
+    last = bi[rows_sel][:, -2:] if bi.shape[1] >= 2 else np.stack(
+        [np.zeros(int(rows_sel.sum()), np.int32), bi[rows_sel][:, 0]], axis=1)
+    shape2 = ot.shape[-2:] if len(ot.shape) >= 2 else (1, ot.shape[0])
+    ext2 = ot.extent[-2:] if len(ot.extent) >= 2 else (1, ot.extent[0])
+    nb = [max(1, -(-s // max(e, 1))) for s, e in zip(shape2, ext2, strict=True)]
+    if nb[0] > STATIC_MAX_CELLS or nb[1] > STATIC_MAX_CELLS:
+        return ""
+    counts = np.zeros(nb, np.int64)
+    inside = np.all((last >= 0) & (last < np.asarray(nb)), axis=1)
+    np.add.at(counts, (last[inside, 0], last[inside, 1]), 1)
+    top = int(counts.max(initial=0))
+    cells = [(r, c, _heat(int(counts[r, c]), top), f"block ({r}, {c}): {int(counts[r, c])} "
+              "fetch(es)") for r in range(nb[0]) for c in range(nb[1])]
+    label = f"{ot.origin} ({ot.role}) blocks, shade: fetches"
+    return _svg(cells, nb[0], nb[1], label)
+
+
+def _available(ctx: KernelContext) -> bool:
+    return ctx.kernel.kind == "pallas_call" and ctx.tiling is not None
+
+
+register_tab("grid", order=20, title="Grid", available=_available, build=GridView)

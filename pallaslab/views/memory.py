@@ -1,0 +1,330 @@
+"""The Memory view: a kernel's VMEM/SMEM per TPU chip as stacked bars, and the block-size what-if.
+
+Per chip, one bar stacks every operand's share of scoped VMEM (buffers x the block padded to the
+chip's native tiling, scratch once) against the scoped-VMEM limit the kernel compiles with (and
+the chip's VMEM capacity); overflow is marked, with the compiler's spill risk when the body holds
+large values. With `what_if=(make, candidates)` the view adds the what-if table (best first,
+candidates that do not fit every chip marked). Numbers come from `pallaslab.analysis.occupancy`
+and `pallaslab.analysis.whatif`; `memory_payload` is the pure function the widget, the report
+and the tests share. The payload is small (one entry per operand per chip): plain JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypedDict
+
+from pallaslab.analysis.chips import DEFAULT_CHIPS
+from pallaslab.analysis.chips import chip as get_chip
+from pallaslab.analysis.occupancy import Occupancy, OperandOccupancy, applies, occupancy
+from pallaslab.analysis.whatif import WhatIfTable, what_if
+from pallaslab.model import Kernel
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+from pallaslab.views.base import View
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import register_tab
+
+PAYLOAD_VERSION = 1
+ROLE_ORDER = {"input": 0, "output": 1, "scratch": 2}
+
+
+class MemoryOperand(TypedDict):
+    origin: str
+    role: str  # "input" | "output" | "scratch"
+    space: str  # "vmem" | "smem" | "semaphore" | "hbm" (nothing on chip)
+    dtype: str
+    shape: list[int]  # one buffer as the kernel sees it
+    padded_shape: list[int]  # after the chip's native tiling
+    buffers: int
+    buffer_bytes: int  # one padded buffer
+    bytes: int  # buffers x buffer_bytes
+    padding_bytes: int  # of `bytes`, what the tiling adds
+
+
+class ChipMemory(TypedDict):
+    chip: str  # "v5e"
+    target: str  # "tpu-v5e"
+    bytes: int  # scoped VMEM the kernel needs
+    limit: int
+    limit_source: str  # "vmem_limit_bytes" | "chip default"
+    capacity: int  # the chip's VMEM
+    fits: bool
+    over: int  # bytes beyond the limit (0 when within)
+    smem_bytes: int
+    smem_capacity: int
+    semaphores: int
+    spill_note: str | None
+    operands: list[MemoryOperand]  # on-chip operands only, inputs, outputs, scratch
+
+
+class WhatIfChip(TypedDict):
+    chip: str
+    vmem_bytes: int
+    limit: int
+    fits: bool
+    predicted_time: float | None  # seconds; None when the pipeline could not be modelled
+
+
+class WhatIfRowPayload(TypedDict):
+    block_sizes: str  # repr() of the candidate
+    kernel: str
+    programs: int | None
+    fetches: int | None
+    hbm_bytes: int | None
+    fits: bool  # on every chip
+    error: str | None  # the candidate could not be built
+    chips: list[WhatIfChip]
+
+
+class WhatIfPayload(TypedDict):
+    chips: list[str]
+    rows: list[WhatIfRowPayload]  # best first
+    best: int | None  # index of the best fitting row
+
+
+class MemoryPayload(TypedDict):
+    version: int
+    kernel: str
+    index: int
+    chips: list[ChipMemory]
+    what_if: WhatIfPayload | None
+    note: str | None  # why there are no bars (a GPU kernel)
+
+
+def memory_payload(kernel: Kernel, occupancies: Sequence[Occupancy],
+                   table: WhatIfTable | None = None, note: str | None = None) -> MemoryPayload:
+    """Everything the Memory widget draws (pure: from occupancies and a what-if table)."""
+    return MemoryPayload(
+        version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
+        chips=[chip_memory(o) for o in occupancies],
+        what_if=what_if_payload(table) if table is not None else None, note=note)
+
+
+def chip_memory(occ: Occupancy) -> ChipMemory:
+    ops = sorted((o for o in occ.operands if o.space != "hbm"),
+                 key=lambda o: (o.space != "vmem", ROLE_ORDER.get(o.role, 3)))
+    return ChipMemory(
+        chip=occ.chip, target=get_chip(occ.chip).target, bytes=occ.bytes, limit=occ.limit,
+        limit_source=occ.limit_source, capacity=occ.vmem_capacity, fits=occ.fits,
+        over=max(0, occ.bytes - occ.limit), smem_bytes=occ.smem_bytes,
+        smem_capacity=occ.smem_capacity, semaphores=occ.semaphores,
+        spill_note=occ.spill_note, operands=[_operand(o) for o in ops])
+
+
+def _operand(o: OperandOccupancy) -> MemoryOperand:
+    return MemoryOperand(
+        origin=o.origin, role=o.role, space=o.space, dtype=o.dtype, shape=list(o.shape),
+        padded_shape=list(o.padded_shape), buffers=o.buffers, buffer_bytes=o.buffer_bytes,
+        bytes=o.bytes, padding_bytes=o.padding_bytes)
+
+
+def what_if_payload(table: WhatIfTable) -> WhatIfPayload:
+    rows = [WhatIfRowPayload(
+        block_sizes=repr(r.block_sizes), kernel=r.kernel, programs=r.programs,
+        fetches=r.fetches, hbm_bytes=r.hbm_bytes, fits=r.fits, error=r.error,
+        chips=[WhatIfChip(chip=c.chip, vmem_bytes=c.vmem_bytes, limit=c.limit, fits=c.fits,
+                          predicted_time=None if math.isnan(c.predicted_time)
+                          else c.predicted_time) for c in r.chips])
+        for r in table.rows]
+    return WhatIfPayload(chips=list(table.chips), rows=rows,
+                         best=0 if table.best is not None else None)
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+WhatIf = tuple[Callable[[Any], Sequence[Any]], Iterable[Any]] | WhatIfTable
+
+
+class MemoryView(View):
+    """VMEM/SMEM per chip against the limit, per operand; the what-if table when asked for.
+
+    `chips` defaults to the workbench's (`%%pallas --chip`, `Workbench(chips=...)`), else v5e
+    and v6e. `what_if` is `(make, candidates)` (see `pallaslab.analysis.whatif.what_if`) or a
+    table already computed.
+    """
+
+    name = "memory"
+    module = "memory.js"
+
+    def __init__(self, ctx: KernelContext, chips: Sequence[str] | str | None = None,
+                 what_if: WhatIf | None = None):
+        self.ctx = ctx
+        asked = (chips,) if isinstance(chips, str) else chips
+        self.chips = tuple(get_chip(c).name for c in (asked or ctx.chips or DEFAULT_CHIPS))
+        self.table: WhatIfTable | None = None
+        if isinstance(what_if, tuple):
+            self.what_if(*what_if)
+        elif what_if is not None:
+            self._set_table(what_if)
+
+    @property
+    def occupancies(self) -> tuple[Occupancy, ...]:
+        if not applies(self.ctx.kernel):
+            return ()
+        return tuple(occupancy(self.ctx.kernel, c) for c in self.chips)
+
+    def what_if(self, make: Callable[[Any], Sequence[Any]], candidates: Iterable[Any],
+                *, kernel: int | None = None) -> MemoryView:
+        """Judge candidate block sizes (`make(candidate) -> (fn, args)`); shows the table."""
+        index = self.ctx.kernel.index if kernel is None else kernel
+        return self._set_table(what_if(make, list(candidates), self.chips, kernel=index))
+
+    def _set_table(self, table: WhatIfTable) -> MemoryView:
+        self.table = table
+        if "widget" in self.__dict__:
+            self.widget.payload = self.payload()
+        return self
+
+    def _payload(self) -> MemoryPayload:
+        note = None if applies(self.ctx.kernel) else (
+            f"VMEM occupancy is a TPU notion; this kernel targets {self.ctx.kernel.backend}")
+        return memory_payload(self.ctx.kernel, self.occupancies, self.table, note)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload())
+
+    def to_text(self) -> str:
+        k = self.ctx.kernel
+        lines = [f"Memory of kernel {k.index} {k.name}"]
+        p = self._payload()
+        if p["note"]:
+            lines.append(f"  {p['note']}")
+        for occ, cm in zip(self.occupancies, p["chips"], strict=True):
+            lines += ["  " + line for line in str(occ).splitlines()]
+            lines.append(f"    SMEM {_bytes(cm['smem_bytes'])} of {_bytes(cm['smem_capacity'])}"
+                         + (f", {cm['semaphores']} semaphore(s)" if cm["semaphores"] else ""))
+        if self.table is not None:
+            lines.append("What-if (best first; '!!' = does not fit):")
+            lines += ["  " + line for line in str(self.table).splitlines()]
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        k = self.ctx.kernel
+        p = self._payload()
+        parts = [f'<h3 class="pl-title">Memory <code>{esc(k.name)}</code> '
+                 f'<span class="pl-dim">{esc(", ".join(self.chips))}</span></h3>']
+        if p["note"]:
+            parts.append(f'<p class="pl-dim">{esc(p["note"])}</p>')
+        if p["chips"]:
+            parts.append(static_bars(p["chips"]))
+            parts.append(operand_table(p["chips"]))
+            parts += [f'<p class="pl-finding pl-warning"><span class="pl-badge">spill</span> '
+                      f'{esc(c["chip"])}: {esc(c["spill_note"])}</p>'
+                      for c in p["chips"] if c["spill_note"]]
+        if p["what_if"] is not None:
+            parts.append(what_if_table_html(p["what_if"]))
+        return f'<div class="pl-memory-static">{"".join(parts)}</div>'
+
+
+# --- static HTML ------------------------------------------------------------------------------
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1 << 20:
+        return f"{n / 1024:,.1f} KiB"
+    return f"{n / (1 << 20):,.2f} MiB"
+
+
+def bar_scale(chips: Sequence[ChipMemory]) -> int:
+    """Bytes the full bar width stands for: the largest limit or need over the chips."""
+    return max([max(c["limit"], c["bytes"]) for c in chips] or [1]) or 1
+
+
+def _pct(n: int, scale: int) -> str:
+    return f"{100 * n / scale:.3f}%"
+
+
+def static_bars(chips: Sequence[ChipMemory]) -> str:
+    scale = bar_scale(chips)
+    rows = []
+    for c in chips:
+        segs = []
+        for i, o in enumerate(o for o in c["operands"] if o["space"] == "vmem"):
+            tip = (f"{o['origin']} ({o['role']}): {o['buffers']} x "
+                   f"{'x'.join(map(str, o['padded_shape']))} {o['dtype']} = {_bytes(o['bytes'])}")
+            segs.append(f'<span class="pl-seg pl-mem-{esc(o["role"])} pl-shade{i % 3}" '
+                        f'style="width:{_pct(o["bytes"], scale)}" title="{esc(tip)}"></span>')
+        over = f" by {_bytes(c['over'])}" if c["over"] else ""
+        verdict = ('<span class="pl-mem-fits">fits</span>' if c["fits"] else
+                   f'<span class="pl-mem-over">overflow{over}</span>')
+        rows.append(
+            f'<div class="pl-mem-row" data-chip="{esc(c["chip"])}">'
+            f'<span class="pl-mem-label">{esc(c["chip"])}</span>'
+            f'<span class="pl-mem-track">{"".join(segs)}'
+            f'<span class="pl-mem-limit" style="left:{_pct(min(c["limit"], scale), scale)}" '
+            f'title="limit {esc(_bytes(c["limit"]))} ({esc(c["limit_source"])})"></span></span>'
+            f'<span class="pl-mem-total">{esc(_bytes(c["bytes"]))} / '
+            f'{esc(_bytes(c["limit"]))} {verdict}</span></div>')
+    legend = ('<div class="pl-mem-legend pl-dim"><span class="pl-key pl-mem-input"></span> '
+              'input <span class="pl-key pl-mem-output"></span> output '
+              '<span class="pl-key pl-mem-scratch"></span> scratch · bar = '
+              f'{esc(_bytes(scale))}; the mark is the scoped-VMEM limit</div>')
+    return f'<div class="pl-mem-bars">{"".join(rows)}{legend}</div>'
+
+
+def operand_table(chips: Sequence[ChipMemory]) -> str:
+    """Per-operand bytes per chip, with the totals, limits and fits."""
+    origins: dict[str, MemoryOperand] = {}
+    for c in chips:
+        for o in c["operands"]:
+            origins.setdefault(o["origin"], o)
+    by_chip = [{o["origin"]: o for o in c["operands"]} for c in chips]
+    headers = ["operand", "role", "space", "block", "buffers",
+               *[f"{c['chip']} bytes" for c in chips]]
+    rows: list[list[Any]] = []
+    for origin, o in origins.items():
+        cells = [by.get(origin) for by in by_chip]
+        rows.append([origin, o["role"], o["space"],
+                     f"{'x'.join(map(str, o['shape'])) or '()'} {o['dtype']}", o["buffers"],
+                     *[_html.num(x["bytes"]) if x else "-" for x in cells]])
+    n = len(chips)
+    rows.append(["total VMEM", "", "", "", "", *[_html.num(c["bytes"]) for c in chips]])
+    rows.append(["limit", "", "", "", "", *[f"{_html.num(c['limit'])} ({c['limit_source']})"
+                                            for c in chips]])
+    rows.append(["SMEM", "", "", "", "", *[_html.num(c["smem_bytes"]) for c in chips]])
+    rows.append(["fits", "", "", "", "", *["yes" if c["fits"] else "NO" for c in chips]])
+    html = _html.table(headers, rows, numeric=tuple(range(4, 5 + n)))
+    # mark the verdict cells (the table helper escapes every cell; classes added afterwards)
+    return html.replace("<td class=\"num\">NO</td>", '<td class="num pl-mem-over">NO</td>')
+
+
+def _us(t: float | None) -> str:
+    return "-" if t is None else f"{t * 1e6:,.2f}"
+
+
+def what_if_table_html(w: WhatIfPayload) -> str:
+    head = "".join(f"<th class=\"num\">{esc(c)} VMEM</th><th class=\"num\">{esc(c)} µs</th>"
+                   for c in w["chips"])
+    body = []
+    for i, r in enumerate(w["rows"]):
+        cls = "pl-best" if i == w["best"] else ("" if r["fits"] else "pl-nofit")
+        if r["error"]:
+            body.append(f'<tr class="pl-nofit"><td>{esc(r["block_sizes"])}</td>'
+                        f'<td colspan="{4 + 2 * len(w["chips"])}">error: {esc(r["error"])}</td>'
+                        "</tr>")
+            continue
+        chips = "".join(
+            f'<td class="num{"" if c["fits"] else " pl-mem-over"}">{esc(_bytes(c["vmem_bytes"]))}'
+            f'{"" if c["fits"] else " ✗"}</td><td class="num">{_us(c["predicted_time"])}</td>'
+            for c in r["chips"])
+        verdict = "best" if i == w["best"] else ("fits" if r["fits"] else "does not fit")
+        body.append(f'<tr class="{cls}"><td>{esc(r["block_sizes"])}</td><td>{verdict}</td>'
+                    f'<td class="num">{_html.num(r["programs"])}</td>'
+                    f'<td class="num">{_html.num(r["fetches"])}</td>'
+                    f'<td class="num">{_html.num(r["hbm_bytes"])}</td>{chips}</tr>')
+    return ('<h4 class="pl-title">What-if: block sizes, best first</h4>'
+            '<table class="pl-table pl-whatif"><thead><tr><th>block sizes</th><th>verdict</th>'
+            '<th class="num">programs</th><th class="num">fetches</th>'
+            f'<th class="num">HBM bytes</th>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+            "</table>")
+
+
+def _available(ctx: KernelContext) -> bool:
+    return ctx.kernel.kind == "pallas_call" and applies(ctx.kernel)
+
+
+register_tab("memory", order=40, title="Memory", available=_available, build=MemoryView)

@@ -1,0 +1,96 @@
+"""The Overview view: what the kernel is, its operands, and every finding."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from pallaslab.analysis.inspection import KernelInspection, kernel_json
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+from pallaslab.views.base import View
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import register_tab
+
+
+class OverviewPayload(TypedDict):
+    kernel: dict[str, Any]  # the `inspect --json` kernel object (design.md contract)
+    compiler_params: dict[str, dict[str, str]]
+    cost: dict[str, int] | None
+    note: str | None  # why there is no grid view, when there is none
+
+
+def overview_payload(insp: KernelInspection, note: str | None = None) -> OverviewPayload:
+    k = insp.kernel
+    cost = None
+    if k.cost_estimate is not None:
+        c = k.cost_estimate
+        cost = {"flops": c.flops, "transcendentals": c.transcendentals,
+                "bytes_accessed": c.bytes_accessed}
+    # Unset fields (None / False) are noise: show what the kernel author (or Pallas) chose.
+    params = {backend: {name: repr(value) for name, value in fields.items()
+                        if value is not None and value is not False}
+              for backend, fields in k.compiler_params.items()}
+    return OverviewPayload(kernel={**kernel_json(insp), "index": k.index}, compiler_params=params,
+                           cost=cost, note=note)
+
+
+class OverviewView(View):
+    """Kernel facts, the operand table and the findings."""
+
+    name = "overview"
+    module = "overview.js"
+
+    def __init__(self, ctx: KernelContext):
+        self.ctx = ctx
+
+    def _payload(self) -> OverviewPayload:
+        from pallaslab.analysis.tiling import tiling_unavailable_reason
+
+        return overview_payload(self.ctx.inspection, tiling_unavailable_reason(self.ctx.kernel))
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload())
+
+    def to_text(self) -> str:
+        p = self._payload()
+        k = p["kernel"]
+        lines = [f"Kernel {self.ctx.kernel.index}: {k['name']}  ({k['source'] or '?'})",
+                 f"  grid {_grid(k['grid'])} = {k['programs'] or '?'} programs; semantics: "
+                 f"{', '.join(k['dimension_semantics'] or []) or '-'}; backend: "
+                 f"{k['backend'] or 'unspecified'}"]
+        for op in k["operands"]:
+            lines.append(f"  {op['origin']:<12} {op['role']:<7} {op['dtype']}{op['shape']} "
+                         f"block {_html.shape(op['block_shape'])} {op['memory_space']} "
+                         f"fetches {_html.num(op['fetches'])}")
+        lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in k["findings"]]
+        if not k["findings"]:
+            lines.append("  no findings")
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        p = self._payload()
+        k = p["kernel"]
+        facts = [("source", k["source"] or "?"), ("call site", k["call_site"] or "?"),
+                 ("grid", f"{_grid(k['grid'])} = {_html.num(k['programs'])} programs"),
+                 ("semantics", ", ".join(k["dimension_semantics"] or []) or "-"),
+                 ("backend", k["backend"] or "unspecified"),
+                 ("inside", " > ".join(k["context"]) or "-")]
+        dl = "".join(f"<dt>{esc(a)}</dt><dd>{esc(b)}</dd>" for a, b in facts)
+        ops = _html.table(
+            ("operand", "role", "shape", "dtype", "block", "memory", "buffers", "fetches",
+             "HBM bytes"),
+            [(o["origin"], o["role"], _html.shape(o["shape"]), o["dtype"],
+              _html.shape(o["block_shape"]), o["memory_space"], _html.num(o["buffer_count"]),
+              _html.num(o["fetches"]), _html.num(o["hbm_bytes"])) for o in k["operands"]],
+            numeric=(6, 7, 8))
+        note = f'<p class="pl-dim">{esc(p["note"])}</p>' if p["note"] else ""
+        return (f'<h3 class="pl-title">Kernel {self.ctx.kernel.index}: <code>{esc(k["name"])}'
+                f'</code></h3><dl class="pl-facts">{dl}</dl>{note}{ops}'
+                + _html.findings_list(self.ctx.findings))
+
+
+def _grid(grid: list[int | None]) -> str:
+    return " x ".join("?" if g is None else str(g) for g in grid) or "()"
+
+
+register_tab("overview", order=10, title="Overview", build=OverviewView)

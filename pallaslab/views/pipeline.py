@@ -1,0 +1,364 @@
+"""The Pipeline view: the TPU software pipeline as a Gantt timeline, the measured profile beside it.
+
+The model (`pallaslab.analysis.pipeline`) gives copy-in / compute / write-back events per grid
+step on a chip; `PipelineView.profile()` (`wb.profile()`) runs the kernel under `jax.profiler`
+(`pallaslab.execute.profile`) and adds the measured kernel / step / op events as a second track
+with its own time axis. Hovering a step shows its program ids and durations and announces the
+program to the page (a `pallaslab:program` event, and `selection` on click) so the grid view can
+light it up.
+
+Events cross the wire as binary columns (lane, kind: uint8; start, end: float64; program:
+int32), sorted by lane then start. A timeline of more than `MAX_EVENTS` events (a million-step
+grid has three million) is sent as per-lane busy fractions in `BINS` time bins plus the events
+of one window (the first steps; the live widget asks Python for the window the user zooms to).
+`pipeline_payload` is the pure function the widget, the report and the tests share.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import numpy as np
+
+from pallaslab.analysis.chips import DEFAULT_CHIPS
+from pallaslab.analysis.chips import chip as get_chip
+from pallaslab.analysis.occupancy import applies
+from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, _binned_overlap, pipeline
+from pallaslab.analysis.tiling import Tiling
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+from pallaslab.views.base import View
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import register_tab
+
+if TYPE_CHECKING:
+    from pallaslab.execute.profile import ProfileTimeline
+
+PAYLOAD_VERSION = 1
+MAX_EVENTS = 20_000  # events sent in full up to this many; beyond, bins + a window of events
+WINDOW_EVENTS = 4_000  # events of the window sent with the bins
+BINS = 2_048  # time bins of an aggregated timeline
+STATIC_BINS = 160  # columns of the static SVG timeline
+PROFILE_STEP_KIND = 1  # pallaslab.execute.profile.STEP (kept here: no jax import to draw)
+
+
+class Track(TypedDict):
+    name: str  # what the track header shows
+    source: str  # "model" | "profile"
+    lanes: list[str]
+    kinds: list[str]
+    duration: float  # seconds, the end of the last event
+    count: int  # events in the whole timeline
+    step_kind: int  # the kind whose events are the grid steps (compute / step)
+    window: list[float]  # [t0, t1]: every event overlapping it is in the columns below
+    lane_offsets: list[int]  # the events of lane l are rows lane_offsets[l]:lane_offsets[l+1]
+    max_duration: list[float]  # per lane, the longest event sent (for searching by time)
+    lane: memoryview  # uint8
+    kind: memoryview  # uint8
+    start: memoryview  # float64, seconds
+    end: memoryview  # float64
+    program: memoryview  # int32: the grid step, -1 when unknown
+    bins: int  # 0: every event is sent
+    busy: memoryview | None  # float32 (lanes, bins): busy fraction of each bin, 0..1
+    bin_step: memoryview | None  # int32 (bins,): the step running at each bin's start, -1
+
+
+class PipelinePayload(TypedDict):
+    version: int
+    kernel: str
+    index: int
+    chip: str
+    grid: list[int]
+    programs: int
+    summary: dict[str, Any]  # PipelineSummary.to_json()
+    stall_time: float | None  # compute start of the step that waits longest
+    measured: dict[str, Any] | None  # device, total_time, steps, mean_step
+    tracks: list[Track]
+
+
+def pipeline_payload(
+    kernel_name: str, index: int, grid: Sequence[int], model: Pipeline,
+    measured: ProfileTimeline | None = None, *, window: tuple[float, float] | None = None,
+    max_events: int = MAX_EVENTS, bins: int = BINS,
+) -> PipelinePayload:
+    """Everything the Pipeline widget draws (pure). `window` is a fraction [f0, f1] of each
+    track's duration whose events to send when a track is too long to send whole."""
+    s = model.summary
+    stall = None if s.stall_step is None else float(model.compute_start[s.stall_step])
+    tracks = [track(f"model · TPU {model.chip}", "model", model.events, COMPUTE,
+                    s.predicted_time, window=window, max_events=max_events, bins=bins)]
+    info = None
+    if measured is not None:
+        ev = measured.events
+        dur = float(ev.end.max()) if len(ev) else 0.0
+        tracks.append(track(f"measured · {measured.device}", "profile", ev, PROFILE_STEP_KIND,
+                            dur, window=window, max_events=max_events, bins=bins))
+        steps = measured.step_durations()
+        info = {"device": measured.device, "total_time": measured.total_time,
+                "steps": measured.steps,
+                "mean_step": float(steps.mean()) if len(steps) else None}
+    return PipelinePayload(
+        version=PAYLOAD_VERSION, kernel=kernel_name, index=index, chip=model.chip,
+        grid=[int(g) for g in grid], programs=s.steps, summary=s.to_json(), stall_time=stall,
+        measured=info, tracks=tracks)
+
+
+def track(name: str, source: str, events: Events, step_kind: int, duration: float, *,
+          window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS,
+          bins: int = BINS) -> Track:
+    """One timeline: all its events, or (too many) busy bins plus the events of a window."""
+    n = len(events)
+    duration = float(duration) or float(events.end.max(initial=0.0)) or 1.0
+    if n <= max_events:
+        sel = np.arange(n)
+        win = [0.0, duration]
+        nbins = 0
+    else:
+        # no window asked for: the first steps (the prologue, where pipelines stall)
+        f0, f1 = window if window is not None else (0.0, 1.0)
+        t0, t1 = f0 * duration, f1 * duration
+        sel, win = window_rows(events, t0, t1, WINDOW_EVENTS if window is None else max_events)
+        nbins = bins
+    lane = events.lane[sel].astype(np.uint8)
+    order = np.lexsort((events.start[sel], lane))
+    sel, lane = sel[order], lane[order]
+    nlanes = len(events.lanes)
+    offsets = np.searchsorted(lane, np.arange(nlanes + 1), side="left")
+    dur = events.end[sel] - events.start[sel]
+    longest = [float(dur[offsets[i]:offsets[i + 1]].max(initial=0.0)) for i in range(nlanes)]
+    busy = bin_step = None
+    if nbins:
+        busy = memoryview(np.ascontiguousarray(lane_busy(events, nbins, duration), "<f4"))
+        bin_step = memoryview(step_at(events, step_kind, np.linspace(0, duration, nbins + 1)
+                                      [:-1]).astype("<i4"))
+    return Track(
+        name=name, source=source, lanes=list(events.lanes), kinds=list(events.kinds),
+        duration=duration, count=n, step_kind=step_kind, window=win,
+        lane_offsets=[int(o) for o in offsets], max_duration=longest,
+        lane=memoryview(np.ascontiguousarray(lane)),
+        kind=memoryview(np.ascontiguousarray(events.kind[sel].astype(np.uint8))),
+        start=memoryview(np.ascontiguousarray(events.start[sel], "<f8")),
+        end=memoryview(np.ascontiguousarray(events.end[sel], "<f8")),
+        program=memoryview(np.ascontiguousarray(events.program[sel], "<i4")),
+        bins=nbins, busy=busy, bin_step=bin_step)
+
+
+def window_rows(events: Events, t0: float, t1: float, cap: int) -> tuple[np.ndarray, list[float]]:
+    """Rows of the events overlapping [t0, t1], at most `cap` of them (the earliest starting);
+    returns the rows and the window [t0, t1') they cover completely (every event overlapping
+    it is among the rows)."""
+    rows = np.flatnonzero((events.end >= t0) & (events.start <= t1))
+    if len(rows) <= cap:
+        return rows, [float(t0), float(t1)]
+    by_start = rows[np.argsort(events.start[rows], kind="stable")]
+    cut = float(events.start[by_start[cap]])
+    kept = by_start[:cap]
+    return kept[events.start[kept] < cut], [float(t0), cut]
+
+
+def lane_busy(events: Events, bins: int, duration: float) -> np.ndarray:
+    """(lanes, bins) busy fraction of every lane in equal time bins over [0, duration]."""
+    edges = np.linspace(0.0, duration, bins + 1)
+    width = duration / bins
+    out = np.zeros((len(events.lanes), bins))
+    for lane in range(len(events.lanes)):
+        sel = events.lane == lane
+        if sel.any():
+            out[lane] = _binned_overlap(events.start[sel], events.end[sel], edges) / width
+    return np.clip(out, 0.0, 1.0)
+
+
+def step_at(events: Events, step_kind: int, times: np.ndarray) -> np.ndarray:
+    """The step whose step-kind event (compute / profiled step) is running, or last started,
+    at each time (before the first: the first step, whose copies are running); -1 if none."""
+    sel = events.kind == step_kind
+    if not sel.any():
+        return np.full(len(times), -1, np.int64)
+    starts, programs = events.start[sel], events.program[sel]
+    order = np.argsort(starts, kind="stable")
+    starts, programs = starts[order], programs[order]
+    at = np.searchsorted(starts, times, side="right") - 1
+    return programs[np.maximum(at, 0)]
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+
+class PipelineView(View):
+    """The predicted pipeline timeline on one chip, with the measured profile when taken."""
+
+    name = "pipeline"
+    module = "pipeline.js"
+
+    def __init__(self, ctx: KernelContext, chip: str | None = None,
+                 profile: ProfileTimeline | None = None):
+        self.ctx = ctx
+        self.chip = get_chip(chip or (ctx.chips[0] if ctx.chips else DEFAULT_CHIPS[0])).name
+        self.measured = profile
+        self.window: tuple[float, float] | None = None
+
+    @functools.cached_property
+    def model(self) -> Pipeline:
+        return pipeline(self.ctx.kernel, self.chip, tiling=self.ctx.tiling)
+
+    @property
+    def tiling(self) -> Tiling:
+        assert self.ctx.tiling is not None  # the tab is only available with a tiling
+        return self.ctx.tiling
+
+    def profile(self, *, runs: int = 1, interpret: bool | None = None) -> PipelineView:
+        """Run the kernel under `jax.profiler` (interpreted on a CPU) and show the measured
+        timeline beside the model; updates the live widget."""
+        from pallaslab.execute.profile import profile
+
+        self.measured = profile(self.ctx.kernel, runs=runs, interpret=interpret)
+        self._push()
+        return self
+
+    def _push(self) -> None:
+        if "widget" in self.__dict__:
+            self.widget.payload = self._payload(self.window)
+
+    def _payload(self, window: tuple[float, float] | None = None) -> PipelinePayload:
+        k = self.ctx.kernel
+        return pipeline_payload(k.name, k.index, self.tiling.grid, self.model, self.measured,
+                                window=window)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload())
+
+    @functools.cached_property
+    def widget(self) -> Any:
+        from pallaslab.views.base import widget_class
+
+        w = widget_class(self.module)(payload=self.payload())
+        w.observe(self._on_selection, names="selection")
+        return w
+
+    def _on_selection(self, change: Mapping[str, Any]) -> None:
+        """The widget asks for the events of the window it zoomed to (`selection.window`)."""
+        win = (change["new"] or {}).get("window")
+        if not win or len(win) != 2:
+            return
+        f0, f1 = max(0.0, float(win[0])), min(1.0, float(win[1]))
+        if f1 > f0 and (f0, f1) != self.window:
+            self.window = (f0, f1)
+            self._push()
+
+    # --- static forms -------------------------------------------------------------------
+
+    def summary_lines(self) -> list[str]:
+        s = self.model.summary
+        stall = "none" if s.stall_step is None else \
+            f"step {s.stall_step} (program {self.tiling.program_at(s.stall_step)})"
+        lines = [f"{s.steps:,} steps, predicted {_time(s.predicted_time)}; compute "
+                 f"{_time(s.compute_time)} ({100 * s.compute_bound_fraction:.0f}% "
+                 f"compute-bound); exposed copy time {_time(s.exposed_copy_time)}",
+                 f"longest stall: {stall}; HBM traffic {_html.num(s.hbm_bytes)} B; "
+                 f"{s.flops:,.0f} flops"]
+        if self.measured is not None:
+            m = self.measured
+            steps = m.step_durations()
+            mean = f", mean step {_time(float(steps.mean()))}" if len(steps) else ""
+            lines.append(f"measured on {m.device}: {_time(m.total_time)}, {m.steps:,} steps"
+                         f"{mean}")
+        return lines
+
+    def to_text(self) -> str:
+        k = self.ctx.kernel
+        head = f"Pipeline of kernel {k.index} {k.name} on TPU {self.chip} (model)"
+        return "\n".join([head, *("  " + line for line in self.summary_lines())])
+
+    def to_html(self) -> str:
+        k = self.ctx.kernel
+        s = self.model.summary
+        stall = "-" if s.stall_step is None else \
+            f"step {s.stall_step}, program {self.tiling.program_at(s.stall_step)}"
+        facts = [("chip", f"TPU {self.chip}"), ("steps", f"{s.steps:,}"),
+                 ("predicted time", _time(s.predicted_time)),
+                 ("compute", f"{_time(s.compute_time)} "
+                             f"({100 * s.compute_bound_fraction:.0f}% compute-bound)"),
+                 ("exposed copy time", _time(s.exposed_copy_time)),
+                 ("longest stall", stall), ("HBM traffic", f"{_html.num(s.hbm_bytes)} B"),
+                 ("flops", f"{s.flops:,.0f}")]
+        svgs = [static_timeline(f"model · TPU {self.chip}", self.model.events,
+                                s.predicted_time, COMPUTE)]
+        if self.measured is not None:
+            m = self.measured
+            facts.append(("measured", f"{m.device}: {_time(m.total_time)}, {m.steps:,} steps"))
+            dur = float(m.events.end.max()) if len(m.events) else 0.0
+            svgs.append(static_timeline(f"measured · {m.device}", m.events, dur,
+                                        PROFILE_STEP_KIND))
+        dl = "".join(f"<dt>{esc(a)}</dt><dd>{esc(b)}</dd>" for a, b in facts)
+        return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
+                f'<code>{esc(k.name)}</code> <span class="pl-dim">TPU {esc(self.chip)}, model'
+                f'</span></h3><dl class="pl-facts">{dl}</dl>{"".join(svgs)}</div>')
+
+
+def _time(t: float) -> str:
+    a = abs(t)
+    if a == 0:
+        return "0 s"
+    if a < 1e-6:
+        return f"{t * 1e9:,.1f} ns"
+    if a < 1e-3:
+        return f"{t * 1e6:,.2f} µs"
+    if a < 1:
+        return f"{t * 1e3:,.2f} ms"
+    return f"{t:,.3f} s"
+
+
+LANE_H = 14
+LABEL_W = 150
+SVG_W = 640
+
+
+def static_timeline(title: str, events: Events, duration: float, step_kind: int,
+                    columns: int = STATIC_BINS) -> str:
+    """An inline SVG summary: per lane, `columns` time bins shaded by how busy the lane is."""
+    duration = duration or 1.0
+    busy = lane_busy(events, columns, duration) if len(events) else np.zeros(
+        (len(events.lanes), columns))
+    steps = step_at(events, step_kind, np.linspace(0, duration, columns + 1)) if len(events) \
+        else np.full(columns + 1, -1)
+    cw = (SVG_W - LABEL_W) / columns
+    parts = []
+    for lane, name in enumerate(events.lanes):
+        y = lane * (LANE_H + 3)
+        parts.append(f'<text x="0" y="{y + LANE_H - 3}" class="pl-svg-label">{esc(name)}</text>')
+        shade = np.round(busy[lane], 2)
+        for a, b in _runs(shade):  # one rect per run of equally busy columns
+            t0, t1 = duration * a / columns, duration * b / columns
+            tip = (f"{name}: {_time(t0)}–{_time(t1)}, {100 * shade[a]:.0f}% busy, "
+                   f"steps {max(steps[a], 0)}–{max(steps[b], 0)}")
+            parts.append(f'<rect x="{LABEL_W + a * cw:.2f}" y="{y}" '
+                         f'width="{(b - a) * cw + 0.3:.2f}" height="{LANE_H}" '
+                         f'class="pl-svg-lane{lane % 3}" '
+                         f'fill-opacity="{0.25 + 0.75 * shade[a]:.2f}">'
+                         f"<title>{esc(tip)}</title></rect>")
+    height = len(events.lanes) * (LANE_H + 3) + 14
+    parts.append(f'<text x="{LABEL_W}" y="{height - 2}" class="pl-svg-label">0</text>'
+                 f'<text x="{SVG_W}" y="{height - 2}" text-anchor="end" '
+                 f'class="pl-svg-label">{esc(_time(duration))}</text>')
+    return (f'<figure class="pl-timeline-static"><svg width="{SVG_W}" height="{height}" '
+            f'role="img" aria-label="{esc(title)}">{"".join(parts)}</svg>'
+            f"<figcaption>{esc(title)}</figcaption></figure>")
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """[a, b) column ranges of equal, non-zero values."""
+    if not len(values):
+        return []
+    cuts = np.flatnonzero(np.diff(values)) + 1
+    bounds = np.concatenate([[0], cuts, [len(values)]])
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if values[a] > 0]
+
+
+def _available(ctx: KernelContext) -> bool:
+    return ctx.kernel.kind == "pallas_call" and applies(ctx.kernel) and ctx.tiling is not None
+
+
+register_tab("pipeline", order=50, title="Pipeline", available=_available, build=PipelineView)

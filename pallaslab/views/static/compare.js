@@ -1,0 +1,358 @@
+// @ts-check
+/**
+ * The Compare view: executors side by side. Per output a heatmap of |a - b| over the array
+ * (log colour scale; mismatched cells in the error colour), block boundaries, mismatched blocks
+ * outlined; click a block to see the programs that wrote it and open one in the stepper (the
+ * widget sets `selection = {action: "open", program, nonce}`; Python runs the Step tab to it and
+ * selects it in the Grid tab). A table gives max abs/rel error, ULP and allclose per pair.
+ * Plain ES module (anywidget `render`), no dependencies; user-derived text via textContent only.
+ */
+
+/**
+ * @typedef {{block: number[], window: number[], programs: number[][], steps: number[],
+ *   more_programs: number}} MismatchedBlock
+ * @typedef {{a: string, b: string, max_abs_err: number | null, max_rel_err: number | null,
+ *   max_ulp: number, mismatched_elements: number, allclose: boolean, rtol: number, atol: number,
+ *   error: string | null, heat: number | null, mask: number | null, blocks: MismatchedBlock[],
+ *   more_blocks: number}} ComparePair
+ * @typedef {{origin: string, kernel: number | null, shape: number[], dtype: string,
+ *   block: number[] | null, rows: number, cols: number, shape2: number[], factor: number[],
+ *   note: string | null, pairs: ComparePair[]}} CompareOutput
+ * @typedef {{executor: string, ok: boolean, wall_time: number, error: string | null,
+ *   unavailable: string | null}} CompareRun
+ * @typedef {{version: number, kernel: string, index: number, grid: number[], programs: number,
+ *   executors: string[], runs: CompareRun[], allclose: boolean, outputs: CompareOutput[],
+ *   selected: number[], opened: number[] | null, interactive: boolean, revision: number,
+ *   error: string | null, tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} ComparePayload
+ * @typedef {{get(key: string): any, set(key: string, value: any): void,
+ *   save_changes(): void, on(event: string, cb: () => void): void,
+ *   off(event?: string | null, cb?: (() => void) | null): void}} Model
+ */
+
+const MAX_W = 520;  // heatmap canvas size (CSS pixels)
+const MAX_H = 420;
+const MAX_CELL = 24;
+
+/**
+ * @param {string} tag
+ * @param {string} [cls]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+function h(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/** @param {number[]} v */
+export const tuple = (v) => `(${v.join(", ")}${v.length === 1 ? "," : ""})`;
+/** @param {number | null} x */
+const sci = (x) => (x === null ? "inf/NaN" : x === 0 ? "0" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e5 ? x.toPrecision(4) : x.toExponential(3));
+
+/**
+ * A binary buffer from the wire (DataView in JupyterLab) as a typed array.
+ * @param {DataView | ArrayBuffer | ArrayBufferView} buf
+ * @param {"f32" | "u8"} kind
+ * @returns {Float32Array | Uint8Array}
+ */
+export function typed(buf, kind) {
+  const bytes = buf instanceof ArrayBuffer ? new Uint8Array(buf)
+    : new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+  if (kind === "u8") return bytes;
+  if (bytes.byteOffset % 4 === 0) return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 2);
+  return new Float32Array(bytes.slice().buffer);
+}
+
+/** @type {CanvasRenderingContext2D | null} */
+let probe = null;
+/**
+ * Any CSS colour -> [r, g, b].
+ * @param {string} css
+ * @returns {number[]}
+ */
+export function rgb(css) {
+  if (!probe) probe = /** @type {CanvasRenderingContext2D} */ (document.createElement("canvas").getContext("2d"));
+  probe.fillStyle = "#000";
+  probe.fillStyle = css;
+  const v = String(probe.fillStyle);
+  if (v[0] === "#") return [1, 3, 5].map((i) => parseInt(v.slice(i, i + 2), 16));
+  const m = v.match(/[\d.]+/g) || ["0", "0", "0"];
+  return m.slice(0, 3).map(Number);
+}
+
+/** @param {HTMLElement} el */
+function themeColors(el) {
+  const style = getComputedStyle(el);
+  /** @param {string} name @param {string} fallback */
+  const get = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
+  return {
+    bg: get("--pl-bg", "#fff"), empty: get("--pl-empty", "#eef0f3"), fg: get("--pl-fg", "#1f2328"),
+    border: get("--pl-border", "#d0d7de"), accent: get("--pl-accent", "#1a73e8"),
+    hl: get("--pl-hl", "#f29900"), error: get("--pl-error", "#d93025"),
+  };
+}
+
+/**
+ * Which mismatched blocks contain element (row, col) of the output's 2-D view.
+ * @param {CompareOutput} out @param {ComparePair} pair @param {number} row @param {number} col
+ * @returns {MismatchedBlock[]}
+ */
+export function blocksAt(out, pair, row, col) {
+  return pair.blocks.filter((b) => row >= b.window[0] && row < b.window[1] && col >= b.window[2] && col < b.window[3]);
+}
+
+/**
+ * The block index (in the 2-D view) holding element (row, col), or null without blocks.
+ * @param {CompareOutput} out @param {number} row @param {number} col
+ */
+export function blockOf(out, row, col) {
+  if (!out.block) return null;
+  return [Math.floor(row / Math.max(1, out.block[0])), Math.floor(col / Math.max(1, out.block[1]))];
+}
+
+/**
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void}
+ */
+function render({ model, el }) {
+  const root = h("div", "pallaslab pl-compare");
+  el.appendChild(root);
+  /** @type {(() => void)[]} */
+  const cleanups = [];
+  let nonce = 0;
+  /** @typedef {{output: number, block: MismatchedBlock | null, row: number, col: number}} Picked */
+  /** @type {{output: number, pair: number, picked: Picked | null}} */
+  const state = { output: 0, pair: 0, picked: null };
+  let firstPayload = true;
+
+  /** @param {number[]} program */
+  function openProgram(program) {
+    model.set("selection", { action: "open", program, nonce: ++nonce });
+    model.save_changes();
+  }
+
+  function draw() {
+    /** @type {ComparePayload} */
+    const p = model.get("payload");
+    if (firstPayload) {
+      state.output = p.selected[0] || 0;
+      state.pair = p.selected[1] || 0;
+      firstPayload = false;
+    }
+    const colors = themeColors(root);
+    root.replaceChildren();
+    root.dataset.revision = String(p.revision);
+
+    const head = h("div", "pl-head");
+    const title = h("span", "pl-title");
+    title.append("Compare ", h("code", "", p.kernel));
+    head.append(title, h("span", "pl-dim", p.executors.join(" · ")),
+      h("span", p.allclose ? "pl-ok pl-cmp-verdict" : "pl-cmp-bad pl-cmp-verdict", p.allclose ? "all close" : "mismatch"));
+    root.append(head);
+    for (const r of p.runs) {
+      if (!r.ok) root.append(h("p", "pl-finding pl-warning", `${r.executor}: ${r.unavailable || r.error || "failed"}`));
+    }
+    if (p.error) root.append(h("p", "pl-finding pl-error", p.error));
+
+    // ---- the table of pairs ----
+    const table = h("table", "pl-table pl-cmp-table");
+    const hr = h("tr");
+    ["output", "pair", "max abs err", "max rel err", "ULP", "mismatched", "allclose"].forEach((c, i) => hr.append(h("th", i >= 2 && i <= 5 ? "num" : "", c)));
+    table.append(hr);
+    p.outputs.forEach((out, i) => out.pairs.forEach((pr, j) => {
+      const tr = h("tr", "pl-cmp-row");
+      tr.dataset.output = String(i); tr.dataset.pair = String(j);
+      if (i === state.output && j === state.pair) tr.classList.add("pl-selected");
+      const cells = [out.origin, `${pr.a} vs ${pr.b}`, pr.error ? "-" : sci(pr.max_abs_err),
+        pr.error ? "-" : sci(pr.max_rel_err), pr.error ? "-" : pr.max_ulp.toLocaleString("en-US"),
+        pr.mismatched_elements.toLocaleString("en-US"), pr.error ? pr.error : pr.allclose ? "yes" : "no"];
+      cells.forEach((c, k) => tr.append(h("td", k >= 2 && k <= 5 ? "num" : k === 6 ? (pr.allclose ? "pl-ok" : "pl-cmp-bad") : "", String(c))));
+      tr.title = `allclose: |a - b| <= atol + rtol·|b| with rtol ${sci(pr.rtol)}, atol ${sci(pr.atol)}`;
+      tr.addEventListener("click", () => { state.output = i; state.pair = j; state.picked = null; draw(); });
+      table.append(tr);
+    }));
+    root.append(table);
+
+    // ---- one heatmap per output (the selected pair) ----
+    const maps = h("div", "pl-cmp-maps");
+    root.append(maps);
+    const info = h("div", "pl-cmp-info");
+    p.outputs.forEach((out, i) => {
+      const pairIndex = Math.min(state.pair, out.pairs.length - 1);
+      const pair = out.pairs[pairIndex];
+      maps.append(panel(p, out, i, pair, colors, info));
+    });
+    root.append(info);
+    showPicked(p, info);
+    if (p.opened) {
+      root.append(h("p", "pl-cmp-opened", `program ${tuple(p.opened)} opened in the Step tab and selected in the Grid tab`));
+    }
+  }
+
+  /**
+   * @param {ComparePayload} p @param {CompareOutput} out @param {number} i
+   * @param {ComparePair | undefined} pair @param {ReturnType<typeof themeColors>} colors
+   * @param {HTMLElement} info
+   */
+  function panel(p, out, i, pair, colors, info) {
+    const fig = h("figure", "pl-cmp-panel");
+    fig.dataset.origin = out.origin;
+    const cap = h("figcaption");
+    cap.append(h("code", "", out.origin), " ",
+      h("span", "pl-dim", `${out.dtype}${tuple(out.shape)}` + (out.block ? ` · blocks ${out.block.join("×")}` : "") +
+        (out.factor[0] > 1 || out.factor[1] > 1 ? ` · cell = ${out.factor.join("×")} elements (max)` : "") +
+        (out.note ? ` · ${out.note}` : "") + (pair ? ` · ${pair.a} vs ${pair.b}` : "")),
+      h("div", "pl-dim pl-cmp-legend", "shade: |a − b| (log scale) · red: beyond tolerance · outlined: mismatched blocks"));
+    fig.append(cap);
+    if (!pair || pair.heat === null || pair.mask === null) {
+      fig.append(h("p", "pl-dim", pair && pair.error ? pair.error : "no error map"));
+      return fig;
+    }
+    const heat = /** @type {Float32Array} */ (typed(p.tables[pair.heat], "f32"));
+    const mask = typed(p.tables[pair.mask], "u8");
+    const { rows, cols } = out;
+    // square cells as large as the box allows (fractional: the image is scaled, not tiled)
+    const cw = Math.min(MAX_CELL, MAX_W / cols, rows === 1 ? MAX_W : MAX_H / rows);
+    const ch = rows === 1 ? Math.max(cw, 24) : cw;
+    const W = Math.round(cols * cw), H = Math.round(rows * ch);
+    const canvas = /** @type {HTMLCanvasElement} */ (h("canvas", "pl-cmp-heat"));
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
+    canvas.style.width = `${W}px`; canvas.style.height = `${H}px`;
+    canvas.dataset.cellW = String(cw); canvas.dataset.cellH = String(ch);
+    canvas.dataset.output = String(i);
+    fig.insertBefore(canvas, cap);
+
+    // cells: empty where equal, accent (log scale) for errors within tolerance, error colour
+    // (log scale) where mismatched
+    let top = 0, low = Infinity;
+    for (let k = 0; k < heat.length; k++) {
+      const v = heat[k];
+      if (v > 0 && Number.isFinite(v)) { if (v > top) top = v; if (v < low) low = v; }
+    }
+    const span = top > 0 ? Math.max(1e-12, Math.log10(top) - Math.log10(low)) : 1;
+    const empty = rgb(colors.empty), bg = rgb(colors.bg), acc = rgb(colors.accent), bad = rgb(colors.error);
+    const small = document.createElement("canvas");
+    small.width = cols; small.height = rows;
+    const sctx = /** @type {CanvasRenderingContext2D} */ (small.getContext("2d"));
+    const img = sctx.createImageData(cols, rows);
+    for (let k = 0; k < rows * cols; k++) {
+      const v = heat[k];
+      let c = empty;
+      if (v > 0 || !Number.isFinite(v)) {
+        const t = Number.isFinite(v) ? 0.3 + 0.7 * ((Math.log10(v) - Math.log10(low)) / span || 0) : 1;
+        const to = mask[k] ? bad : acc;
+        c = [0, 1, 2].map((j) => Math.round(bg[j] + (to[j] - bg[j]) * Math.min(1, Math.max(0.3, t))));
+      }
+      img.data[4 * k] = c[0]; img.data[4 * k + 1] = c[1]; img.data[4 * k + 2] = c[2]; img.data[4 * k + 3] = 255;
+    }
+    sctx.putImageData(img, 0, 0);
+    const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(small, 0, 0, W, H);
+
+    // block boundaries (when they are at least 4 px apart)
+    const sx = cw / out.factor[1], sy = ch / out.factor[0];  // CSS px per element
+    if (out.block) {
+      const bx = out.block[1] * sx, by = out.block[0] * sy;
+      ctx.strokeStyle = colors.border; ctx.lineWidth = 1; ctx.globalAlpha = 0.9;
+      ctx.beginPath();
+      if (bx >= 4) for (let x = bx; x < W - 0.5; x += bx) { ctx.moveTo(Math.round(x) + 0.5, 0); ctx.lineTo(Math.round(x) + 0.5, H); }
+      if (by >= 4) for (let y = by; y < H - 0.5; y += by) { ctx.moveTo(0, Math.round(y) + 0.5); ctx.lineTo(W, Math.round(y) + 0.5); }
+      ctx.stroke();
+      ctx.globalAlpha = 1;
+    }
+    // mismatched blocks outlined; the picked one in the highlight colour
+    for (const b of pair.blocks) {
+      const picked = state.picked && state.picked.output === i && state.picked.block === b;
+      ctx.strokeStyle = picked ? colors.hl : colors.error;
+      ctx.lineWidth = picked ? 3 : 2;
+      const x = b.window[2] * sx, y = b.window[0] * sy;
+      ctx.strokeRect(x + 1, y + 1, Math.max(2, (b.window[3] - b.window[2]) * sx - 2), Math.max(2, (b.window[1] - b.window[0]) * sy - 2));
+    }
+
+    /** @param {MouseEvent} e */
+    const at = (e) => {
+      const box = canvas.getBoundingClientRect();
+      const col = Math.min(out.shape2[1] - 1, Math.max(0, Math.floor((e.clientX - box.left) / sx)));
+      const row = Math.min(out.shape2[0] - 1, Math.max(0, Math.floor((e.clientY - box.top) / sy)));
+      return { row, col, cell: Math.floor(row / out.factor[0]) * cols + Math.floor(col / out.factor[1]) };
+    };
+    canvas.addEventListener("mousemove", (e) => {
+      const { row, col, cell } = at(e);
+      const blk = blockOf(out, row, col);
+      canvas.title = `element (${row}, ${col})${blk ? ` · block ${tuple(blk)}` : ""} · |a - b| ${sci(Number.isFinite(heat[cell]) ? heat[cell] : null)}${mask[cell] ? " · mismatch" : ""}`;
+    });
+    canvas.addEventListener("click", (e) => {
+      const { row, col } = at(e);
+      const hits = blocksAt(out, pair, row, col);
+      state.output = i;
+      state.picked = { output: i, block: hits.length ? hits[0] : null, row, col };
+      draw();
+    });
+    const list = h("ul", "pl-cmp-blocks");
+    for (const b of pair.blocks.slice(0, 32)) {
+      const li = h("li");
+      const btn = /** @type {HTMLButtonElement} */ (h("button", "pl-cmp-block", `block ${tuple(b.block)}`));
+      btn.dataset.block = b.block.join(",");
+      btn.addEventListener("click", () => { state.output = i; state.picked = { output: i, block: b, row: b.window[0], col: b.window[2] }; draw(); });
+      li.append(btn, " ", h("span", "pl-dim", `written by ${b.programs.map(tuple).join(", ") || "no program"}`));
+      list.append(li);
+    }
+    if (pair.blocks.length > 32 || pair.more_blocks) list.append(h("li", "pl-dim", `… ${pair.blocks.length - 32 + pair.more_blocks} more`));
+    if (pair.blocks.length) fig.append(list);
+    return fig;
+  }
+
+  /** @param {ComparePayload} p @param {HTMLElement} info */
+  function showPicked(p, info) {
+    info.replaceChildren();
+    const pk = state.picked;
+    if (!pk) {
+      info.append(h("span", "pl-dim", "Click a block (outlined: mismatched) to see the programs that wrote it."));
+      return;
+    }
+    const out = p.outputs[pk.output];
+    const b = pk.block;
+    if (!b) {
+      const blk = blockOf(out, pk.row, pk.col);
+      info.append(h("span", "pl-cmp-picked", `${out.origin} element (${pk.row}, ${pk.col})` + (blk ? ` · block ${tuple(blk)}` : "") + ": no mismatch"));
+      return;
+    }
+    const line = h("div", "pl-cmp-picked");
+    line.dataset.block = b.block.join(",");
+    line.append(`${out.origin} block ${tuple(b.block)} mismatches; written by `);
+    info.append(line);
+    const progs = h("div", "pl-cmp-programs");
+    if (!b.programs.length) progs.append(h("span", "pl-dim", "no program (never written)"));
+    b.programs.forEach((prog, k) => {
+      const chip = h("span", "pl-cmp-program");
+      chip.dataset.program = prog.join(",");
+      chip.append(h("code", "", `program ${tuple(prog)}`), h("span", "pl-dim", ` step ${b.steps[k]}`));
+      if (p.interactive) {
+        const btn = /** @type {HTMLButtonElement} */ (h("button", "pl-cmp-open", "open in stepper"));
+        btn.dataset.program = prog.join(",");
+        btn.addEventListener("click", () => openProgram(prog));
+        chip.append(" ", btn);
+      }
+      progs.append(chip);
+    });
+    if (b.more_programs) progs.append(h("span", "pl-dim", ` … ${b.more_programs} more`));
+    info.append(progs);
+    if (!p.interactive) info.append(h("p", "pl-dim", "Static report: open the notebook to step these programs."));
+  }
+
+  draw();
+  const onPayload = () => draw();
+  model.on("change:payload", onPayload);
+  cleanups.push(() => model.off("change:payload", onPayload));
+  const observer = new MutationObserver(() => draw());
+  observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
+  cleanups.push(() => observer.disconnect());
+  return () => { cleanups.forEach((f) => f()); root.remove(); };
+}
+
+export default { render };

@@ -1,0 +1,86 @@
+// @ts-check
+/**
+ * The Overview view: kernel facts, the operand table and the findings.
+ * Plain ES module (anywidget `render`); user-derived strings go in through textContent only.
+ */
+
+/**
+ * @typedef {{get(key: string): any, set(key: string, value: any): void,
+ *   save_changes(): void, on(event: string, cb: () => void): void,
+ *   off(event?: string | null, cb?: (() => void) | null): void}} Model
+ */
+
+/**
+ * @param {string} tag
+ * @param {string} [cls]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+function h(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/** @param {(number | null)[] | null} v */
+const shape = (v) => (v === null ? "-" : `(${v.map((x) => (x === null ? "None" : x)).join(", ")}${v.length === 1 ? "," : ""})`);
+/** @param {number | null} n */
+const num = (n) => (n === null || n === undefined ? "-" : n.toLocaleString("en-US"));
+
+/**
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void}
+ */
+function render({ model, el }) {
+  const p = model.get("payload");
+  const k = p.kernel;
+  const root = h("div", "pallaslab pl-overview");
+  const title = h("div", "pl-title");
+  title.append(`Kernel ${k.index ?? ""} `, h("code", "", k.name));
+  root.append(title);
+  const dl = h("dl", "pl-facts");
+  const grid = k.grid.length ? k.grid.map((g) => (g === null ? "?" : g)).join(" × ") : "()";
+  const facts = [
+    ["source", k.source || "?"], ["call site", k.call_site || "?"],
+    ["grid", `${grid} = ${num(k.programs)} programs`],
+    ["semantics", (k.dimension_semantics || []).join(", ") || "-"],
+    ["backend", k.backend || "unspecified"], ["inside", (k.context || []).join(" > ") || "-"],
+  ];
+  if (p.cost) facts.push(["cost estimate", `${num(p.cost.flops)} flops, ${num(p.cost.bytes_accessed)} bytes`]);
+  for (const [backend, fields] of Object.entries(p.compiler_params || {})) {
+    facts.push([`${backend} params`, Object.entries(fields).map(([a, b]) => `${a}=${b}`).join(", ")]);
+  }
+  for (const [a, b] of facts) dl.append(h("dt", "", a), h("dd", "", String(b)));
+  root.append(dl);
+  if (p.note) root.append(h("p", "pl-dim", p.note));
+
+  const table = h("table", "pl-table");
+  const head = h("tr");
+  const cols = ["operand", "role", "shape", "dtype", "block", "memory", "buffers", "fetches", "HBM bytes"];
+  cols.forEach((c, i) => head.append(h("th", i >= 6 ? "num" : "", c)));
+  table.append(head);
+  for (const o of k.operands) {
+    const tr = h("tr");
+    const cells = [o.origin, o.role + (o.scalar_prefetch ? " (prefetch)" : ""), shape(o.shape), o.dtype,
+      shape(o.block_shape), o.memory_space, num(o.buffer_count), num(o.fetches), num(o.hbm_bytes)];
+    cells.forEach((c, i) => tr.append(h("td", i >= 6 ? "num" : i === 0 ? "pl-mono" : "", String(c))));
+    table.append(tr);
+  }
+  root.append(table);
+
+  if (!k.findings.length) root.append(h("p", "pl-ok", "No findings."));
+  else {
+    const ul = h("ul", "pl-findings");
+    for (const f of k.findings) {
+      const li = h("li", `pl-finding pl-${f.severity}`);
+      li.append(h("span", "pl-badge", f.severity), " ", h("code", "", f.code), " ", f.message);
+      ul.append(li);
+    }
+    root.append(ul);
+  }
+  el.append(root);
+  return () => root.remove();
+}
+
+export default { render };

@@ -1,0 +1,554 @@
+// @ts-check
+/**
+ * The Pipeline view: a Gantt timeline of the TPU software pipeline model (copy-in, compute and
+ * write-back lanes) and, when the kernel was profiled, the measured timeline beside it (its own
+ * time axis). Wheel zooms around the cursor, drag pans, double-click resets; both tracks zoom
+ * together (as fractions of their own durations). Hover a step: its program ids and durations,
+ * the same step lit in every lane and track, and a `pallaslab:program` event on `window`
+ * (detail: {kernel, index, step, program, source}) that other views (the grid) can follow;
+ * click a step to set `selection` {step, program}. Long timelines arrive as busy bins plus the
+ * events of one window; zooming elsewhere asks Python for that window (`selection.window`).
+ * Plain ES module (anywidget `render`), canvas drawing, no dependencies; user-derived strings
+ * are drawn as canvas text or inserted with textContent only.
+ */
+
+/**
+ * @typedef {DataView | ArrayBuffer | ArrayBufferView} Buffer
+ * @typedef {{name: string, source: string, lanes: string[], kinds: string[], duration: number,
+ *   count: number, step_kind: number, window: number[], lane_offsets: number[],
+ *   max_duration: number[], lane: Buffer, kind: Buffer, start: Buffer, end: Buffer,
+ *   program: Buffer, bins: number, busy: Buffer | null, bin_step: Buffer | null}} TrackPayload
+ * @typedef {{version: number, kernel: string, index: number, chip: string, grid: number[],
+ *   programs: number, summary: Record<string, any>, stall_time: number | null,
+ *   measured: Record<string, any> | null, tracks: TrackPayload[]}} PipelinePayload
+ * @typedef {{get(key: string): any, set(key: string, value: any): void,
+ *   save_changes(): void, on(event: string, cb: () => void): void,
+ *   off(event?: string | null, cb?: (() => void) | null): void}} Model
+ */
+
+export const LABEL_W = 132;
+export const LANE_H = 24;
+export const AXIS_H = 20;
+const MIN_SPAN = 1e-7;
+
+/**
+ * @param {Buffer} buf
+ * @param {any} Kind a typed-array constructor
+ */
+function typed(buf, Kind) {
+  if (buf instanceof ArrayBuffer) return new Kind(buf);
+  const size = Kind.BYTES_PER_ELEMENT;
+  if (buf.byteOffset % size === 0) return new Kind(buf.buffer, buf.byteOffset, buf.byteLength / size);
+  return new Kind(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength).slice().buffer);
+}
+
+/** A track's columns decoded from the wire. */
+export class Track {
+  /** @param {TrackPayload} p */
+  constructor(p) {
+    this.p = p;
+    this.lane = /** @type {Uint8Array} */ (typed(p.lane, Uint8Array));
+    this.kind = /** @type {Uint8Array} */ (typed(p.kind, Uint8Array));
+    this.start = /** @type {Float64Array} */ (typed(p.start, Float64Array));
+    this.end = /** @type {Float64Array} */ (typed(p.end, Float64Array));
+    this.program = /** @type {Int32Array} */ (typed(p.program, Int32Array));
+    this.busy = p.busy ? /** @type {Float32Array} */ (typed(p.busy, Float32Array)) : null;
+    this.binStep = p.bin_step ? /** @type {Int32Array} */ (typed(p.bin_step, Int32Array)) : null;
+  }
+
+  /** First row of `lane` whose start is >= t (rows of a lane are sorted by start). */
+  lowerBound(lane, t) {
+    let lo = this.p.lane_offsets[lane];
+    let hi = this.p.lane_offsets[lane + 1];
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.start[mid] < t) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+
+  /** Is [t0, t1] inside the window whose events were all sent? */
+  covers(t0, t1) {
+    return !this.p.bins || (t0 >= this.p.window[0] && t1 <= this.p.window[1]);
+  }
+
+  /**
+   * The event of `lane` under time t (within `tol` seconds), the shortest containing one.
+   * @returns {number} row, or -1
+   */
+  find(lane, t, tol) {
+    const lo = this.p.lane_offsets[lane];
+    let i = this.lowerBound(lane, t + tol) - 1;
+    const stop = t - this.p.max_duration[lane] - tol;
+    let best = -1;
+    let bestLen = Infinity;
+    for (let n = 0; i >= lo && this.start[i] >= stop && n < 4096; i--, n++) {
+      if (this.end[i] + tol >= t) {
+        const len = this.end[i] - this.start[i];
+        if (len < bestLen) { best = i; bestLen = len; }
+      }
+    }
+    return best;
+  }
+
+  /** Rows of one step in every lane. */
+  stepRows(step) {
+    const rows = [];
+    for (let i = 0; i < this.program.length; i++) if (this.program[i] === step) rows.push(i);
+    return rows;
+  }
+}
+
+/**
+ * Program ids of a step (execution order is lexicographic, last grid dimension fastest).
+ * @param {number[]} grid
+ * @param {number} step
+ */
+export function programIds(grid, step) {
+  const out = new Array(grid.length);
+  let s = step;
+  for (let k = grid.length - 1; k >= 0; k--) { out[k] = s % grid[k]; s = Math.floor(s / grid[k]); }
+  return out;
+}
+
+/** @param {number} t seconds */
+export function fmtTime(t) {
+  const a = Math.abs(t);
+  /** @param {number} v @param {number} d */
+  const f = (v, d) => v.toLocaleString("en-US", { maximumFractionDigits: d });
+  if (a === 0) return "0";
+  if (a < 1e-6) return `${f(t * 1e9, 1)} ns`;
+  if (a < 1e-3) return `${f(t * 1e6, 3)} µs`;
+  if (a < 1) return `${f(t * 1e3, 3)} ms`;
+  return `${f(t, 3)} s`;
+}
+
+/** A 1-2-5 tick step giving about `n` ticks over `span`. */
+function tickStep(span, n) {
+  const raw = span / n;
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+  return 10 * p;
+}
+
+const KIND_COLOR = { "copy-in": "--pl-info", compute: "--pl-accent", "write-back": "--pl-ok",
+  kernel: "--pl-fg2", step: "--pl-accent", op: "--pl-info" };
+
+/**
+ * @param {string} tag
+ * @param {string} [cls]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+function h(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/**
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void}
+ */
+function render({ model, el }) {
+  const root = h("div", "pallaslab pl-pipeline");
+  el.append(root);
+  /** @type {(() => void)[]} */
+  const cleanups = [];
+  /**
+   * @param {EventTarget} target @param {string} type @param {(e: any) => void} fn
+   * @param {AddEventListenerOptions} [opts]
+   */
+  const listen = (target, type, fn, opts) => {
+    target.addEventListener(type, fn, opts);
+    cleanups.push(() => target.removeEventListener(type, fn, opts));
+  };
+
+  const state = { f0: 0, f1: 1, hoverStep: -1, hoverTrack: -1, hoverRow: -1 };
+  /** @type {PipelinePayload} */
+  let p = model.get("payload");
+  /** @type {Track[]} */
+  let tracks = [];
+  /** @type {{canvas: HTMLCanvasElement, head: HTMLElement}[]} */
+  let panels = [];
+  /** @type {Record<string, string>} */
+  let colors = {};
+
+  const title = h("div", "pl-title");
+  const facts = h("dl", "pl-facts pl-pipe-facts");
+  const toolbar = h("div", "pl-toolbar");
+  const zoomOut = h("button", "pl-zoom-out", "−");
+  const zoomIn = h("button", "pl-zoom-in", "+");
+  const reset = h("button", "pl-zoom-reset", "reset");
+  zoomOut.title = "zoom out"; zoomIn.title = "zoom in"; reset.title = "show everything";
+  const span = h("span", "pl-dim pl-pipe-span");
+  toolbar.append(zoomOut, zoomIn, reset, span,
+    h("span", "pl-dim", "wheel: zoom · drag: pan · double-click: reset · click a step: select it"));
+  const body = h("div", "pl-pipe-tracks");
+  const info = h("div", "pl-pipe-info pl-dim", "Hover a step for its program and durations.");
+  const tip = h("div", "pl-pipe-tip");
+  tip.hidden = true;
+  root.append(title, facts, toolbar, body, info, tip);
+
+  function readColors() {
+    const cs = getComputedStyle(root);
+    colors = {};
+    for (const v of ["--pl-accent", "--pl-info", "--pl-ok", "--pl-fg", "--pl-fg2", "--pl-hl", "--pl-error", "--pl-border", "--pl-bg2", "--pl-bg"]) {
+      colors[v] = cs.getPropertyValue(v).trim() || "#888";
+    }
+  }
+
+  function build() {
+    p = model.get("payload");
+    tracks = p.tracks.map((t) => new Track(t));
+    title.replaceChildren("Pipeline ", h("code", "", p.kernel), " ",
+      h("span", "pl-dim", `model on TPU ${p.chip}${p.measured ? `, measured on ${p.measured.device}` : ""}`));
+    const s = p.summary;
+    const rows = [
+      ["steps", s.steps.toLocaleString("en-US")],
+      ["predicted", fmtTime(s.predicted_time)],
+      ["compute", `${fmtTime(s.compute_time)} (${Math.round(100 * s.compute_bound_fraction)}% compute-bound)`],
+      ["exposed copy", fmtTime(s.exposed_copy_time)],
+      ["longest stall", s.stall_step === null ? "none" : `step ${s.stall_step} (program (${programIds(p.grid, s.stall_step).join(", ")}))`],
+      ["HBM traffic", `${s.hbm_bytes.toLocaleString("en-US")} B`],
+    ];
+    if (p.measured) {
+      rows.push(["measured", `${fmtTime(p.measured.total_time)}, ${p.measured.steps.toLocaleString("en-US")} steps` +
+        (p.measured.mean_step ? `, mean step ${fmtTime(p.measured.mean_step)}` : "")]);
+    }
+    facts.replaceChildren();
+    for (const [a, b] of rows) facts.append(h("dt", "", a), h("dd", "", b));
+    body.replaceChildren();
+    panels = tracks.map((t, i) => {
+      const box = h("div", "pl-pipe-track");
+      box.dataset.source = t.p.source;
+      const head = h("div", "pl-pipe-head");
+      head.append(h("span", "pl-pipe-name", t.p.name), " ", h("span", "pl-dim",
+        `${fmtTime(t.p.duration)} · ${t.p.count.toLocaleString("en-US")} events` +
+        (t.p.bins ? ` · aggregated in ${t.p.bins.toLocaleString("en-US")} bins, exact events from ${fmtTime(t.p.window[0])} to ${fmtTime(t.p.window[1])}` : "")));
+      const canvas = /** @type {HTMLCanvasElement} */ (h("canvas", "pl-pipe-canvas"));
+      canvas.dataset.role = "timeline";
+      canvas.dataset.track = String(i);
+      canvas.dataset.labelWidth = String(LABEL_W);
+      box.append(head, canvas);
+      body.append(box);
+      attach(canvas, i);
+      return { canvas, head };
+    });
+    layout();
+  }
+
+  function width() { return Math.max(420, Math.floor((root.clientWidth || el.clientWidth || 900) - 4)); }
+
+  function layout() {
+    const W = width();
+    const dpr = window.devicePixelRatio || 1;
+    panels.forEach(({ canvas }, i) => {
+      const H = AXIS_H + tracks[i].p.lanes.length * LANE_H + 4;
+      canvas.style.width = `${W}px`;
+      canvas.style.height = `${H}px`;
+      canvas.width = Math.round(W * dpr);
+      canvas.height = Math.round(H * dpr);
+      canvas.dataset.plotWidth = String(W - LABEL_W);
+    });
+    drawAll();
+  }
+
+  function drawAll() {
+    tracks.forEach((_, i) => drawTrack(i));
+    const t = tracks[0];
+    if (t) span.textContent = `showing ${fmtTime(state.f0 * t.p.duration)} – ${fmtTime(state.f1 * t.p.duration)} of the model`;
+    root.dataset.f0 = String(state.f0);
+    root.dataset.f1 = String(state.f1);
+  }
+
+  /** @param {number} i */
+  function drawTrack(i) {
+    const t = tracks[i];
+    const { canvas } = panels[i];
+    const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
+    const dpr = window.devicePixelRatio || 1;
+    const W = canvas.width / dpr;
+    const H = canvas.height / dpr;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, W, H);
+    const plotW = W - LABEL_W;
+    const dur = t.p.duration || 1;
+    const a = state.f0 * dur;
+    const b = state.f1 * dur;
+    const k = plotW / Math.max(b - a, 1e-300);
+    const X = (/** @type {number} */ time) => LABEL_W + (time - a) * k;
+
+    // axis
+    ctx.font = "11px sans-serif";
+    ctx.fillStyle = colors["--pl-fg2"];
+    ctx.strokeStyle = colors["--pl-border"];
+    ctx.lineWidth = 1;
+    const step = tickStep(b - a, Math.max(2, Math.floor(plotW / 110)));
+    ctx.textBaseline = "middle";
+    for (let v = Math.ceil(a / step) * step; v <= b + step * 1e-9; v += step) {
+      const x = Math.round(X(v)) + 0.5;
+      ctx.beginPath(); ctx.moveTo(x, AXIS_H - 5); ctx.lineTo(x, H); ctx.globalAlpha = 0.35; ctx.stroke(); ctx.globalAlpha = 1;
+      ctx.fillText(fmtTime(v), Math.min(x + 3, W - 60), AXIS_H / 2 - 1);
+    }
+    if (t.p.bins) { // where the exact events are
+      const x0 = Math.max(LABEL_W, X(t.p.window[0]));
+      const x1 = Math.min(W, X(t.p.window[1]));
+      if (x1 > x0) { ctx.fillStyle = colors["--pl-accent"]; ctx.fillRect(x0, AXIS_H - 3, x1 - x0, 2); }
+    }
+
+    t.p.lanes.forEach((name, lane) => {
+      const y = AXIS_H + lane * LANE_H;
+      ctx.fillStyle = colors["--pl-bg2"];
+      ctx.fillRect(LABEL_W, y + 1, plotW, LANE_H - 2);
+      ctx.fillStyle = colors["--pl-fg"];
+      ctx.save();
+      ctx.beginPath(); ctx.rect(0, y, LABEL_W - 6, LANE_H); ctx.clip();
+      ctx.fillText(name, 4, y + LANE_H / 2);
+      ctx.restore();
+      const kindName = t.p.kinds[t.kind[t.p.lane_offsets[lane]]] ?? t.p.kinds[lane] ?? "";
+      const color = colors[KIND_COLOR[kindName] || "--pl-accent"];
+      const cover = new Float32Array(Math.ceil(plotW) + 1);
+      // aggregated bins, outside the window of exact events
+      if (t.busy && t.p.bins) {
+        const nb = t.p.bins;
+        for (let px = 0; px < plotW; px++) {
+          const ta = a + px / k;
+          const tb = ta + 1 / k;
+          if (ta >= t.p.window[0] && tb <= t.p.window[1]) continue;
+          const i0 = Math.max(0, Math.floor((ta / dur) * nb));
+          const i1 = Math.min(nb, Math.max(i0 + 1, Math.ceil((tb / dur) * nb)));
+          let s = 0;
+          for (let q = i0; q < i1; q++) s += t.busy[lane * nb + q];
+          cover[px] = Math.max(cover[px], s / Math.max(1, i1 - i0));
+        }
+      }
+      // exact events
+      const first = t.lowerBound(lane, a - t.p.max_duration[lane]);
+      const stop = t.p.lane_offsets[lane + 1];
+      ctx.fillStyle = color;
+      /** @type {number[]} */
+      const lit = [];
+      for (let r = first; r < stop && t.start[r] <= b; r++) {
+        if (t.end[r] < a) continue;
+        const x0 = X(t.start[r]);
+        const x1 = X(t.end[r]);
+        if (t.program[r] === state.hoverStep && state.hoverStep >= 0) lit.push(r);
+        if (x1 - x0 < 2) {
+          const c0 = Math.max(0, Math.floor(x0 - LABEL_W));
+          const c1 = Math.min(cover.length - 1, Math.floor(x1 - LABEL_W));
+          for (let c = c0; c <= c1; c++) cover[c] = Math.min(1, cover[c] + Math.max(x1 - x0, 0.2));
+        } else {
+          const l = Math.max(LABEL_W, x0);
+          ctx.fillRect(l, y + 3, Math.max(1, Math.min(W, x1) - l - (x1 - x0 > 4 ? 1 : 0)), LANE_H - 6);
+        }
+      }
+      for (let c = 0; c < cover.length; c++) {
+        if (cover[c] <= 0) continue;
+        ctx.globalAlpha = 0.25 + 0.75 * Math.min(1, cover[c]);
+        ctx.fillRect(LABEL_W + c, y + 3, 1, LANE_H - 6);
+      }
+      ctx.globalAlpha = 1;
+      for (const r of lit) {
+        const x0 = Math.max(LABEL_W, X(t.start[r]));
+        const x1 = Math.max(x0 + 2, Math.min(W, X(t.end[r])));
+        ctx.fillStyle = colors["--pl-hl"];
+        ctx.fillRect(x0, y + 2, x1 - x0, LANE_H - 4);
+        ctx.strokeStyle = colors["--pl-fg"];
+        ctx.strokeRect(x0 + 0.5, y + 2.5, Math.max(1, x1 - x0 - 1), LANE_H - 5);
+      }
+    });
+    if (t.p.source === "model" && p.stall_time !== null) { // where the pipeline waits longest
+      const x = Math.round(X(p.stall_time)) + 0.5;
+      if (x >= LABEL_W && x <= W) {
+        ctx.strokeStyle = colors["--pl-error"];
+        ctx.setLineDash([3, 3]);
+        ctx.beginPath(); ctx.moveTo(x, AXIS_H); ctx.lineTo(x, H); ctx.stroke();
+        ctx.setLineDash([]);
+        ctx.fillStyle = colors["--pl-error"];
+        ctx.fillText("stall", Math.min(x + 3, W - 30), AXIS_H + 8);
+      }
+    }
+  }
+
+  // ---- hover, click, zoom, pan ----
+  /** @param {HTMLCanvasElement} canvas @param {MouseEvent} e */
+  function local(canvas, e) {
+    const r = canvas.getBoundingClientRect();
+    return { x: e.clientX - r.left, y: e.clientY - r.top, w: r.width };
+  }
+
+  /**
+   * What is under (x, y) of track i: an event row, or a bin.
+   * @returns {{row: number, step: number, lane: number, time: number, bin: number}}
+   */
+  function pick(i, x, y, w) {
+    const t = tracks[i];
+    const lane = Math.floor((y - AXIS_H) / LANE_H);
+    const none = { row: -1, step: -1, lane, time: 0, bin: -1 };
+    if (x < LABEL_W || lane < 0 || lane >= t.p.lanes.length) return none;
+    const dur = t.p.duration || 1;
+    const k = (w - LABEL_W) / ((state.f1 - state.f0) * dur);
+    const time = state.f0 * dur + (x - LABEL_W) / k;
+    const tol = 3 / k;
+    if (t.covers(time - tol, time + tol) || !t.binStep) {
+      const row = t.find(lane, time, tol);
+      return { row, step: row >= 0 ? t.program[row] : -1, lane, time, bin: -1 };
+    }
+    const bin = Math.min(t.p.bins - 1, Math.max(0, Math.floor((time / dur) * t.p.bins)));
+    return { row: -1, step: t.binStep[bin], lane, time, bin };
+  }
+
+  /** @param {number} i @param {ReturnType<typeof pick>} hit @param {MouseEvent} e */
+  function showHover(i, hit, e) {
+    const t = tracks[i];
+    const changed = hit.step !== state.hoverStep;
+    state.hoverStep = hit.step;
+    state.hoverTrack = i;
+    state.hoverRow = hit.row;
+    if (hit.step < 0 && hit.row < 0 && hit.bin < 0) { clearHover(); return; }
+    const parts = [];
+    if (hit.row >= 0) {
+      const kind = t.p.kinds[t.kind[hit.row]];
+      parts.push(`${kind}: ${fmtTime(t.start[hit.row])} → ${fmtTime(t.end[hit.row])} (${fmtTime(t.end[hit.row] - t.start[hit.row])})`);
+    } else if (hit.bin >= 0 && t.busy) {
+      const nb = t.p.bins;
+      const d = t.p.duration;
+      parts.push(`${t.p.lanes[hit.lane]} ${fmtTime((hit.bin * d) / nb)} – ${fmtTime(((hit.bin + 1) * d) / nb)}: ${Math.round(100 * t.busy[hit.lane * nb + hit.bin])}% busy (aggregated; zoom in for single steps)`);
+    }
+    let program = "";
+    if (hit.step >= 0) {
+      program = `(${programIds(p.grid, hit.step).join(", ")})`;
+      const same = hit.row >= 0 ? t.stepRows(hit.step).filter((r) => r !== hit.row && t.p.kinds[t.kind[r]] !== "op") : [];
+      const others = same.map((r) => `${t.p.kinds[t.kind[r]]} ${fmtTime(t.end[r] - t.start[r])}`);
+      parts.unshift(`step ${hit.step.toLocaleString("en-US")} · program ${program}`);
+      if (others.length) parts.push(`same step: ${others.slice(0, 6).join(", ")}${others.length > 6 ? ", …" : ""}`);
+    }
+    const text = `${t.p.source === "model" ? "model" : "measured"} · ${parts.join(" · ")}`;
+    info.className = "pl-pipe-info";
+    info.textContent = text;
+    root.dataset.hoverStep = String(hit.step);
+    root.dataset.hoverProgram = program;
+    tip.textContent = parts.join("\n");
+    tip.hidden = false;
+    const r = root.getBoundingClientRect();
+    tip.style.left = `${Math.max(0, Math.min(e.clientX - r.left + 14, r.width - tip.offsetWidth - 4))}px`;
+    tip.style.top = `${e.clientY - r.top + 16}px`;
+    if (changed) {
+      drawAll();
+      if (hit.step >= 0) announce(hit.step, "hover");
+    }
+  }
+
+  function clearHover() {
+    tip.hidden = true;
+    if (state.hoverStep !== -1) { state.hoverStep = -1; drawAll(); }
+    delete root.dataset.hoverStep;
+    delete root.dataset.hoverProgram;
+  }
+
+  /** Tell the page (the grid view, a notebook's own script) which program is pointed at. */
+  function announce(step, how) {
+    window.dispatchEvent(new CustomEvent("pallaslab:program", {
+      detail: { kernel: p.kernel, index: p.index, step, program: programIds(p.grid, step), source: "pipeline", how },
+    }));
+  }
+
+  let requestTimer = 0;
+  /** Ask Python for the exact events of the visible window when a track only has bins there. */
+  function requestWindow() {
+    clearTimeout(requestTimer);
+    requestTimer = window.setTimeout(() => {
+      const need = tracks.some((t) => !t.covers(state.f0 * t.p.duration, state.f1 * t.p.duration));
+      if (!need) return;
+      model.set("selection", { ...(model.get("selection") || {}), window: [state.f0, state.f1] });
+      model.save_changes();
+    }, 250);
+  }
+  cleanups.push(() => clearTimeout(requestTimer));
+
+  /** Zoom by `factor` (<1 in) around fraction `at` of the visible span. */
+  function zoom(factor, at) {
+    const spanNow = state.f1 - state.f0;
+    const next = Math.min(1, Math.max(MIN_SPAN, spanNow * factor));
+    const c = state.f0 + at * spanNow;
+    let f0 = c - at * next;
+    f0 = Math.min(Math.max(0, f0), 1 - next);
+    state.f0 = f0;
+    state.f1 = f0 + next;
+    drawAll();
+    requestWindow();
+  }
+
+  /** @param {HTMLCanvasElement} canvas @param {number} i */
+  function attach(canvas, i) {
+    let drag = /** @type {{x: number, f0: number, moved: boolean} | null} */ (null);
+    listen(canvas, "wheel", (e) => {
+      e.preventDefault();
+      const { x, w } = local(canvas, e);
+      const at = Math.min(1, Math.max(0, (x - LABEL_W) / (w - LABEL_W)));
+      zoom(Math.exp(e.deltaY * 0.0015), at);
+    }, { passive: false });
+    listen(canvas, "pointerdown", (e) => {
+      drag = { x: e.clientX, f0: state.f0, moved: false };
+      if (canvas.setPointerCapture && e.pointerId !== undefined) {
+        try { canvas.setPointerCapture(e.pointerId); } catch { /* synthetic events */ }
+      }
+    });
+    listen(canvas, "pointermove", (e) => {
+      const { x, y, w } = local(canvas, e);
+      if (drag && (e.buttons & 1)) {
+        const dx = e.clientX - drag.x;
+        if (Math.abs(dx) > 3) drag.moved = true;
+        if (drag.moved) {
+          const spanNow = state.f1 - state.f0;
+          const f0 = Math.min(Math.max(0, drag.f0 - (dx / (w - LABEL_W)) * spanNow), 1 - spanNow);
+          state.f0 = f0;
+          state.f1 = f0 + spanNow;
+          tip.hidden = true;
+          drawAll();
+          return;
+        }
+      }
+      showHover(i, pick(i, x, y, w), e);
+    });
+    listen(canvas, "pointerup", (e) => {
+      const wasDrag = drag && drag.moved;
+      drag = null;
+      if (wasDrag) { requestWindow(); return; }
+      const { x, y, w } = local(canvas, e);
+      const hit = pick(i, x, y, w);
+      if (hit.step >= 0) {
+        model.set("selection", { ...(model.get("selection") || {}), step: hit.step, program: programIds(p.grid, hit.step) });
+        model.save_changes();
+        announce(hit.step, "click");
+      }
+    });
+    listen(canvas, "pointerleave", () => { if (!drag) clearHover(); });
+    listen(canvas, "dblclick", () => { state.f0 = 0; state.f1 = 1; drawAll(); });
+  }
+
+  listen(zoomIn, "click", () => zoom(0.5, 0.5));
+  listen(zoomOut, "click", () => zoom(2, 0.5));
+  listen(reset, "click", () => { state.f0 = 0; state.f1 = 1; drawAll(); });
+
+  const onPayload = () => build();
+  model.on("change:payload", onPayload);
+  cleanups.push(() => model.off("change:payload", onPayload));
+
+  const observer = new MutationObserver(() => { readColors(); drawAll(); });
+  observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
+  cleanups.push(() => observer.disconnect());
+  let lastW = 0;
+  const resize = new ResizeObserver(() => { const w = width(); if (w !== lastW) { lastW = w; layout(); } });
+  resize.observe(root);
+  cleanups.push(() => resize.disconnect());
+  listen(window, "pl-theme", () => { readColors(); drawAll(); });
+
+  readColors();
+  build();
+  return () => { cleanups.forEach((f) => f()); root.remove(); };
+}
+
+export default { render, Track, programIds, fmtTime, LABEL_W, LANE_H, AXIS_H };

@@ -1,0 +1,531 @@
+"""The Step view: run a kernel program by program and look inside the last one.
+
+`step_payload` is the pure function the widget, the report and the tests share: the current
+program on the grid, each operand's block as the program read it and as it left it (heatmaps:
+float32 binary buffers, downsampled past `BLOCK_SIDE` cells a side), and the program's kernel
+body equation by equation with its Python line and a summary of every value.
+
+The live widget drives a `pallaslab.execute.Stepper` through its `selection` trait: it sets
+`{"action": "step" | "back" | "goto" | "reset" | "run_to_mismatch", "n": ..., "program": [...],
+"nonce": ...}` and `StepView` answers with a new payload (`revision` bumped). The stepper is made
+on first use, over the same call the Compare view compared (see `Session`), so "run to next
+mismatch" stops at the programs the comparison blamed.
+
+`Session` is what the Compare and Step views of one capture share: the call to re-run, the
+comparison (when one was made), the step views, and the workbench (to highlight a program in its
+Grid view).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import numpy as np
+
+from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
+from pallaslab.errors import PallasLabError
+from pallaslab.model import Capture, Kernel
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+from pallaslab.views.base import View
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import register_tab
+
+if TYPE_CHECKING:
+    from pallaslab.execute import Comparison, ProgramBlocks, Stepper
+    from pallaslab.model._jax import EquationValue
+
+PAYLOAD_VERSION = 1
+BLOCK_SIDE = 128  # block heatmaps: at most this many cells per side (mean-downsampled beyond)
+MAX_EQUATIONS = 400  # equations of one program sent / rendered
+MAX_TEXT = 240  # characters of one equation's text or value summary
+SMALL_VALUE = 8  # values with at most this many elements are shown in full
+MAX_MISMATCH_STEPS = 4096
+LOOP_CONTEXTS = ("scan", "while", "cond", "vmap", "batch", "shard_map", "map", "fori")
+
+
+# --- what Compare and Step share -------------------------------------------------------------
+
+
+Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+@dataclasses.dataclass(eq=False)
+class Session:
+    """The Compare/Step state of one capture (one workbench)."""
+
+    capture: Capture
+    call: Call | None = None  # the user's own call; None: re-run the captured jaxpr
+    comparison: Comparison | None = None
+    step_views: dict[int, StepView] = dataclasses.field(default_factory=dict)
+    compare_views: dict[int, Any] = dataclasses.field(default_factory=dict)  # CompareView
+    workbench_ref: Callable[[], Any] | None = None  # weakref to the workbench, when known
+
+    def call_args(self) -> Call:
+        """(fn, args, kwargs) that re-run the captured function. Without the user's call, the
+        captured jaxpr on its flat arguments (abstract ones get the executors' seeded data)."""
+        if self.call is not None:
+            return self.call
+        from pallaslab.model import _jax
+
+        handle = self.capture.handle
+        fn = _jax.jaxpr_callable(handle.closed_jaxpr)
+        fn.__name__ = self.capture.function_name
+        return fn, tuple(handle.flat_args), {}
+
+    @property
+    def workbench(self) -> Any:
+        return self.workbench_ref() if self.workbench_ref is not None else None
+
+    def step_view(self, ctx: KernelContext) -> StepView:
+        view = self.step_views.get(ctx.kernel.index)
+        if view is None:
+            view = self.step_views[ctx.kernel.index] = StepView(ctx)
+        return view
+
+    def highlight(self, kernel: int, step: int, program: Sequence[int]) -> None:
+        """Select a program in the workbench's Grid view (its live widget, if shown)."""
+        wb = self.workbench
+        if wb is None:
+            return
+        for i, ctx in enumerate(wb.contexts):
+            if ctx.kernel.index != kernel or "grid" not in [t.name for t in wb.tabs(i)]:
+                continue
+            view = wb.view("grid", i)
+            if "widget" in view.__dict__:  # only a grid already shown
+                view.widget.selection = {"step": int(step),
+                                         "program": [int(p) for p in program],
+                                         "source": "compare"}
+
+
+def session(capture: Capture) -> Session:
+    """The session of a capture, made on first use. It lives in the capture's own `__dict__`
+    (as a cached property would), so it goes when the capture goes."""
+    s = capture.__dict__.get("_pallaslab_session")
+    if s is None:
+        s = capture.__dict__["_pallaslab_session"] = Session(capture)
+    return s
+
+
+def attach_workbench(wb: Any) -> Session:
+    """Remember the workbench showing a capture (so Compare can highlight its Grid view)."""
+    s = session(wb.capture)
+    s.workbench_ref = weakref.ref(wb)
+    return s
+
+
+# --- the payload -----------------------------------------------------------------------------
+
+
+class HeatMap(TypedDict):
+    rows: int  # cells drawn
+    cols: int
+    shape: list[int]  # the 2-D array the cells cover (elements)
+    factor: list[int]  # elements per cell along rows, cols
+    note: str | None  # how the array was reduced to 2-D, if it was
+
+
+class StepBlock(TypedDict):
+    origin: str
+    role: str
+    dtype: str
+    block_index: list[int]
+    start: list[int]
+    block_shape: list[int]
+    changed: bool
+    heat: HeatMap
+    before: int  # table index: float32 rows*cols, the block as read
+    after: int  # ... as written
+    lo: float | None  # finite value range over before and after (shared colour scale)
+    hi: float | None
+    summary_before: str
+    summary_after: str
+
+
+class StepEquation(TypedDict):
+    index: int
+    primitive: str
+    text: str
+    source: str | None  # "file.py:LINE"
+    values: list[str]  # one summary per output
+
+
+class StepPayload(TypedDict):
+    version: int
+    kernel: str
+    index: int
+    grid: list[int]
+    programs: int
+    position: int  # programs run
+    step: int | None  # the last program's step (position - 1), None before any
+    program: list[int] | None
+    blocks: list[StepBlock]
+    equations: list[StepEquation]
+    equations_total: int
+    mismatch_steps: list[int]  # steps (execution order) that wrote a mismatched block
+    has_comparison: bool
+    interactive: bool
+    revision: int
+    error: str | None
+    tables: list[memoryview]
+
+
+def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
+                 blocks: Mapping[str, ProgramBlocks] | None = None,
+                 equations: Sequence[EquationValue] | None = None,
+                 mismatch_steps: Sequence[int] = (), has_comparison: bool = False,
+                 interactive: bool = False, revision: int = 0, error: str | None = None
+                 ) -> StepPayload:
+    """Everything the step widget shows, from the stepper's state (pure)."""
+    tables: list[np.ndarray] = []
+    step = position - 1 if position > 0 else None
+    out_blocks = []
+    if step is not None and blocks:
+        out_blocks = [_block(b, kernel, tables) for b in blocks.values()]
+    eqs = list(equations or ())
+    return StepPayload(
+        version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
+        grid=list(tiling.grid), programs=tiling.programs, position=position, step=step,
+        program=list(tiling.program_at(step)) if step is not None else None,
+        blocks=out_blocks,
+        equations=[equation_entry(e) for e in eqs[:MAX_EQUATIONS]], equations_total=len(eqs),
+        mismatch_steps=sorted(int(s) for s in mismatch_steps)[:MAX_MISMATCH_STEPS],
+        has_comparison=has_comparison, interactive=interactive, revision=revision,
+        error=error, tables=[memoryview(t) for t in tables],
+    )
+
+
+def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray]) -> StepBlock:
+    op = kernel.operand(b.origin)
+    before2, heat = block_heat(b.read)
+    after2, _ = block_heat(b.written)
+    both = np.concatenate([before2.ravel(), after2.ravel()])
+    finite = both[np.isfinite(both)]
+    tables += [before2.astype("<f4").ravel(), after2.astype("<f4").ravel()]
+    return StepBlock(
+        origin=b.origin, role=op.role, dtype=str(b.read.dtype),
+        block_index=list(b.block_index), start=list(b.start), block_shape=list(b.read.shape),
+        changed=b.changed, heat=heat, before=len(tables) - 2, after=len(tables) - 1,
+        lo=float(finite.min()) if finite.size else None,
+        hi=float(finite.max()) if finite.size else None,
+        summary_before=summarize(b.read), summary_after=summarize(b.written))
+
+
+def equation_entry(e: EquationValue) -> StepEquation:
+    return StepEquation(index=e.index, primitive=e.primitive, text=_cap(e.text),
+                        source=_short(e.source), values=[summarize(v) for v in e.outputs])
+
+
+def to_2d(x: np.ndarray, *, squeeze: bool) -> tuple[np.ndarray, str | None]:
+    """A 2-D view of an array: 0-D -> 1x1, 1-D -> one row, N-D -> its last two dims with the
+    leading ones sliced at 0 (`squeeze`: drop size-1 dims first) or reduced by max."""
+    x = np.asarray(x)
+    if squeeze and x.ndim > 2:
+        x = x.reshape([d for d in x.shape if d != 1] or [1])
+    if x.ndim == 0:
+        return x.reshape(1, 1), None
+    if x.ndim == 1:
+        return x.reshape(1, -1), None
+    if x.ndim == 2:
+        return x, None
+    lead = x.ndim - 2
+    if squeeze:
+        return x[(0,) * lead], f"slice [{', '.join(['0'] * lead)}, :, :]"
+    if x.size == 0:
+        return x.reshape(x.shape[-2:]) if 0 in x.shape[-2:] else \
+            np.zeros(x.shape[-2:], x.dtype), None
+    return np.max(x, axis=tuple(range(lead))), f"max over the leading {lead} dim(s)"
+
+
+def downsample(x: np.ndarray, side: int, how: str) -> tuple[np.ndarray, tuple[int, int]]:
+    """Shrink a 2-D array to at most `side` cells a side by integer factors (`how`: "max" of
+    each cell's elements, or "mean" of its finite ones)."""
+    rows, cols = x.shape
+    fr, fc = max(1, math.ceil(rows / side)), max(1, math.ceil(cols / side))
+    if fr == 1 and fc == 1:
+        return x, (1, 1)
+    fill = -np.inf if how == "max" else np.nan
+    pr, pc = -(-rows // fr) * fr, -(-cols // fc) * fc
+    padded = np.full((pr, pc), fill, np.float64)
+    padded[:rows, :cols] = x
+    cells = padded.reshape(pr // fr, fr, pc // fc, fc)
+    with np.errstate(invalid="ignore", all="ignore"):
+        if how == "max":
+            out = cells.max(axis=(1, 3))
+        else:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells stay NaN
+                out = np.nanmean(cells, axis=(1, 3))
+    return out, (fr, fc)
+
+
+def block_heat(block: np.ndarray) -> tuple[np.ndarray, HeatMap]:
+    x2, note = to_2d(_as_float(block), squeeze=True)
+    cells, (fr, fc) = downsample(x2.astype(np.float64), BLOCK_SIDE, "mean")
+    heat = HeatMap(rows=int(cells.shape[0]), cols=int(cells.shape[1]), shape=list(x2.shape),
+                   factor=[fr, fc], note=note)
+    return cells.astype(np.float32), heat
+
+
+def _as_float(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.complexfloating):
+        return np.abs(x).astype(np.float64)
+    try:
+        return x.astype(np.float64)
+    except (TypeError, ValueError):
+        return np.zeros(x.shape, np.float64)
+
+
+def summarize(value: Any) -> str:
+    """A short text for a value: small ones in full, arrays as dtype[shape] and statistics."""
+    x = np.asarray(value)
+    head = f"{x.dtype}[{','.join(map(str, x.shape))}]"
+    if x.size <= SMALL_VALUE:
+        body = np.array2string(x, precision=5, separator=", ", threshold=SMALL_VALUE)
+        return _cap(f"{head} {body}" if x.ndim else f"{x.dtype} {body}")
+    f = _as_float(x)
+    finite = f[np.isfinite(f)]
+    parts = [head]
+    if finite.size:
+        parts.append(f"min {finite.min():.5g} max {finite.max():.5g} mean {finite.mean():.5g}")
+    nan = int(np.isnan(f).sum())
+    if nan:
+        parts.append(f"{nan:,} NaN")
+    return _cap(" ".join(parts))
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def _short(source: str | None) -> str | None:
+    return None if source is None else source.rsplit("/", 1)[-1]
+
+
+def comparison_steps(comparison: Comparison | None, kernel: Kernel, tiling: Tiling
+                     ) -> list[int]:
+    """Steps of `kernel` that wrote a block found mismatched by any pair of the comparison."""
+    if comparison is None:
+        return []
+    steps: set[int] = set()
+    for out in comparison.outputs:
+        if out.kernel != kernel.index:
+            continue
+        for pair in out.pairs:
+            steps.update(tiling.step_of(p) for p in pair.programs if len(p) == len(tiling.grid))
+    return sorted(steps)
+
+
+# --- the view --------------------------------------------------------------------------------
+
+
+class StepView(View):
+    """One kernel stepped program by program (the stepper is made on first use)."""
+
+    name = "step"
+    module = "step.js"
+
+    def __init__(self, ctx: KernelContext):
+        if ctx.tiling is None:
+            raise PallasLabError(f"kernel {ctx.kernel.name!r} cannot be stepped: "
+                                 f"{tiling_unavailable_reason(ctx.kernel)}")
+        self.ctx = ctx
+        self.tiling: Tiling = ctx.tiling
+        self.error: str | None = None
+        self._revision = 0
+        self._nonce: Any = None
+
+    @property
+    def session(self) -> Session | None:
+        return session(self.ctx.capture) if self.ctx.capture is not None else None
+
+    @functools.cached_property
+    def stepper(self) -> Stepper:
+        """The stepper (compiled on first use, over the session's call)."""
+        from pallaslab.execute import Stepper
+
+        if self.session is None:
+            raise PallasLabError(f"kernel {self.ctx.kernel.name!r} has no capture to re-run")
+        fn, args, kwargs = self.session.call_args()
+        return Stepper(fn, args, kwargs, kernel=self.ctx.kernel.index)
+
+    @property
+    def started(self) -> bool:
+        return "stepper" in self.__dict__
+
+    def mismatch_steps(self) -> list[int]:
+        s = self.session
+        return comparison_steps(s.comparison if s else None, self.ctx.kernel, self.tiling)
+
+    # --- actions (each updates the live widget) ---------------------------------------------
+
+    def step(self, n: int = 1) -> StepView:
+        return self._do(lambda st: st.step(n))
+
+    def back(self, n: int = 1) -> StepView:
+        return self._do(lambda st: st.back(n))
+
+    def goto(self, program: Sequence[int]) -> StepView:
+        return self._do(lambda st: st.goto(tuple(int(p) for p in program)))
+
+    def reset(self) -> StepView:
+        return self._do(lambda st: st.reset())
+
+    def run_to_mismatch(self) -> StepView:
+        """Run (or go back) to the next program after the current one that writes a block
+        the comparison found mismatched; without one, stay and say so."""
+        steps = self.mismatch_steps()
+        if not steps:
+            self.error = "no comparison with mismatches: run compare_workbench(wb, ...) first"
+            return self._refresh()
+        position = self.stepper.position if self.started else 0
+        later = [s for s in steps if s >= position]
+        if not later:
+            self.error = (f"no program after step {position - 1} writes a mismatched block "
+                          f"(the first is step {steps[0]}: program "
+                          f"{self.tiling.program_at(steps[0])})")
+            return self._refresh()
+        return self.goto(self.tiling.program_at(later[0]))
+
+    def _do(self, action: Callable[[Stepper], Any]) -> StepView:
+        self.error = None
+        try:
+            action(self.stepper)
+        except (PallasLabError, IndexError, ValueError) as err:
+            self.error = str(err)
+        return self._refresh()
+
+    def _refresh(self) -> StepView:
+        self._revision += 1
+        if "widget" in self.__dict__:
+            self.widget.payload = self._payload(live=True)
+        return self
+
+    # --- payload and widget -------------------------------------------------------------------
+
+    def _payload(self, *, live: bool) -> StepPayload:
+        st = self.stepper if self.started else None
+        position = st.position if st is not None else 0
+        blocks = equations = None
+        error = self.error
+        if st is not None and position:
+            blocks = st.blocks()
+            try:
+                equations = st.equations()
+            except Exception as err:  # the body could not be evaluated eagerly: say why
+                error = error or f"equations unavailable: {err}"
+        s = self.session
+        return step_payload(self.ctx.kernel, self.tiling, position=position, blocks=blocks,
+                            equations=equations, mismatch_steps=self.mismatch_steps(),
+                            has_comparison=bool(s and s.comparison is not None),
+                            interactive=live, revision=self._revision, error=error)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload(live=False))
+
+    @functools.cached_property
+    def widget(self) -> Any:
+        from pallaslab.views.base import widget_class
+
+        w = widget_class(self.module)(payload=self._payload(live=True))
+        w.observe(self._on_selection, names="selection")
+        return w
+
+    def _on_selection(self, change: Mapping[str, Any]) -> None:
+        sel = dict(change["new"] or {})
+        if sel.get("nonce") == self._nonce or "action" not in sel:
+            return
+        self._nonce = sel.get("nonce")
+        handle_action(self, sel)
+
+    # --- static forms -------------------------------------------------------------------------
+
+    def to_text(self) -> str:
+        p = self._payload(live=False)
+        k = self.ctx.kernel
+        lines = [f"Step kernel {k.index} {k.name}: {p['position']:,}/{p['programs']:,} programs run"
+                 + (f", last program {tuple(p['program'])} (step {p['step']})"
+                    if p["program"] is not None else "")]
+        if p["mismatch_steps"]:
+            lines.append(f"  {len(p['mismatch_steps']):,} program(s) wrote mismatched blocks")
+        if p["program"] is None:
+            lines.append("  no program has run yet: wb.step().step() runs the first")
+        for b in p["blocks"]:
+            lines.append(f"  {b['origin']:<12} block {tuple(b['block_index'])} "
+                         f"{'changed' if b['changed'] else 'unchanged'}: "
+                         f"{b['summary_before']} -> {b['summary_after']}")
+        for e in p["equations"]:
+            lines.append(f"  [{e['index']}] {e['text']}  ({e['source'] or '?'}) = "
+                         + "; ".join(e["values"]))
+        if p["error"]:
+            lines.append(f"  error: {p['error']}")
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        p = self._payload(live=False)
+        k = self.ctx.kernel
+        state = (f"{p['position']:,}/{p['programs']:,} programs run"
+                 + (f" · last program <code>{esc(tuple(p['program']))}</code> (step {p['step']})"
+                    if p["program"] is not None else " · no program has run yet"))
+        parts = [f'<h3 class="pl-title">Step <code>{esc(k.name)}</code> '
+                 f'<span class="pl-dim">{state}</span></h3>']
+        if p["mismatch_steps"]:
+            shown = ", ".join(str(tuple(self.tiling.program_at(s)))
+                              for s in p["mismatch_steps"][:8])
+            parts.append(f'<p class="pl-step-mismatch">Programs that wrote mismatched blocks: '
+                         f"<code>{esc(shown)}</code>"
+                         + (" …" if len(p["mismatch_steps"]) > 8 else "") + "</p>")
+        if p["blocks"]:
+            parts.append(_html.table(
+                ("operand", "role", "block", "changed", "as read", "as written"),
+                [(b["origin"], b["role"], str(tuple(b["block_index"])),
+                  "yes" if b["changed"] else "no", b["summary_before"], b["summary_after"])
+                 for b in p["blocks"]]))
+        if p["equations"]:
+            parts.append(_html.table(("#", "equation", "source", "value"),
+                                     [(e["index"], e["text"], e["source"] or "?",
+                                       "; ".join(e["values"])) for e in p["equations"]]))
+        if p["error"]:
+            parts.append(f'<p class="pl-finding pl-error">{esc(p["error"])}</p>')
+        return '<div class="pl-step-static">' + "".join(parts) + "</div>"
+
+
+def handle_action(view: StepView, sel: Mapping[str, Any]) -> StepView:
+    """Apply one widget action to a step view."""
+    action = sel.get("action")
+    n = max(1, int(sel.get("n") or 1))
+    if action == "step":
+        return view.step(n)
+    if action == "back":
+        return view.back(n)
+    if action == "goto" and sel.get("program") is not None:
+        return view.goto(sel["program"])
+    if action == "reset":
+        return view.reset()
+    if action == "run_to_mismatch":
+        return view.run_to_mismatch()
+    view.error = f"unknown step action {action!r}"
+    return view._refresh()
+
+
+def steppable(ctx: KernelContext) -> bool:
+    k = ctx.kernel
+    if ctx.capture is None or k.kind != "pallas_call" or ctx.tiling is None:
+        return False
+    return not any(any(loop in c.lower() for loop in LOOP_CONTEXTS) for c in k.context)
+
+
+def _build(ctx: KernelContext) -> StepView:
+    assert ctx.capture is not None
+    return session(ctx.capture).step_view(ctx)
+
+
+register_tab("step", order=60, title="Step", available=steppable, build=_build)

@@ -1,0 +1,257 @@
+"""`pallaslab.inspect(fn, *args, **kwargs)`: the workbench over every kernel a call launches.
+
+Displaying a Workbench shows one tabbed widget per kernel, a tab per registered view
+(`pallaslab.views.registry`). `wb.grid()`, `wb.overview()` (and `wb.<tab>()` for any tab
+registered later) return single views.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pallaslab.analysis import chips as chip_facts
+from pallaslab.analysis.findings import Finding
+from pallaslab.errors import PallasLabError
+from pallaslab.model import Capture, Kernel, capture, select_kernel
+from pallaslab.views import _html
+from pallaslab.views.base import View, html_fragment
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import Tab, tab, tabs
+
+TARGETS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-7x", "gpu-a100", "gpu-h100",
+           "gpu-b200")
+
+
+class WorkbenchError(PallasLabError, ValueError):
+    """A workbench option (tab, chip, target, kernel) names something that does not exist."""
+
+
+def inspect(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Workbench:
+    """Capture every Pallas kernel `fn(*args, **kwargs)` launches and open a workbench on them.
+
+    Nothing runs: the call is traced. Display the result in Jupyter, or use `wb.grid()`,
+    `wb.overview()`, `wb.findings`, `wb.to_text()`.
+    """
+    return Workbench(capture_call(fn, args, kwargs))
+
+
+def capture_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Capture:
+    """Capture `fn(*args, **kwargs)`, holding arguments without arrays (flags such as
+    `interpret=True`, block sizes) static, as the call itself sees them."""
+    import jax
+    import numpy as np
+
+    def dynamic(v: Any) -> bool:
+        return any(isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+                   for leaf in jax.tree_util.tree_leaves(v))
+
+    if all(dynamic(a) for a in args) and all(dynamic(v) for v in kwargs.values()):
+        return capture(fn, *args, **kwargs)
+    held = [(i, a) for i, a in enumerate(args) if not dynamic(a)]
+    held_kw = {k: v for k, v in kwargs.items() if not dynamic(v)}
+    arrays = [a for a in args if dynamic(a)]
+    array_kw = {k: v for k, v in kwargs.items() if dynamic(v)}
+
+    @functools.wraps(fn)
+    def bound(*dyn: Any, **dyn_kw: Any) -> Any:
+        full = list(dyn)
+        for i, a in held:
+            full.insert(i, a)
+        return fn(*full, **held_kw, **dyn_kw)
+
+    return capture(bound, *arrays, **array_kw)
+
+
+class Workbench:
+    """Every kernel of a capture with its views, one tab per registered view."""
+
+    def __init__(self, cap: Capture, *, chips: Sequence[str] = (), targets: Sequence[str] = (),
+                 tab: str | None = None, kernel: int | str | None = None,
+                 options: Mapping[str, Any] | None = None):
+        self.capture = cap
+        self.chips = tuple(_chip(c) for c in chips)
+        self.targets = tuple(_target(t) for t in targets)
+        self.initial_tab = _tab_name(tab) if tab is not None else None
+        chosen = cap.kernels if kernel is None else (select_kernel(cap, kernel),)
+        self.options = dict(options or {})  # extra `%%pallas` flags for later tabs
+        self.contexts = tuple(KernelContext(k, cap, self.chips, self.targets, self.options)
+                              for k in chosen)
+
+    # --- data ---------------------------------------------------------------------------
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        return tuple(c.kernel for c in self.contexts)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """Every finding of every kernel shown, in kernel order."""
+        return tuple(f for c in self.contexts for f in c.findings)
+
+    def context(self, kernel: int | str = 0) -> KernelContext:
+        if isinstance(kernel, str):
+            for c in self.contexts:
+                if c.kernel.name == kernel:
+                    return c
+        elif -len(self.contexts) <= kernel < len(self.contexts):
+            return self.contexts[kernel]
+        shown = ", ".join(f"[{i}] {c.kernel.name}" for i, c in enumerate(self.contexts))
+        raise WorkbenchError(f"no kernel {kernel!r} in this workbench; it shows: {shown}")
+
+    def tabs(self, kernel: int | str = 0) -> tuple[Tab, ...]:
+        """The tabs available for a kernel."""
+        ctx = self.context(kernel)
+        return tuple(t for t in tabs() if t.available(ctx))
+
+    # --- views --------------------------------------------------------------------------
+
+    def view(self, name: str, kernel: int | str = 0) -> View:
+        """The view of tab `name` ("overview", "grid", ...) for one kernel."""
+        t = tab(_tab_name(name))
+        ctx = self.context(kernel)
+        if not t.available(ctx):
+            raise WorkbenchError(f"the {t.title} view is not available for kernel "
+                                 f"{ctx.kernel.name!r}{_why(ctx)}")
+        return _cached_view(self, t.name, self.contexts.index(ctx))
+
+    def grid(self, kernel: int | str = 0) -> View:
+        return self.view("grid", kernel)
+
+    def overview(self, kernel: int | str = 0) -> View:
+        return self.view("overview", kernel)
+
+    def __getattr__(self, name: str) -> Callable[..., View]:
+        # Tabs registered later (memory, pipeline, ...) are methods too: wb.memory(kernel=0).
+        if not name.startswith("_"):
+            with contextlib.suppress(KeyError):
+                tab(name)
+                return functools.partial(self.view, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # --- rendering ----------------------------------------------------------------------
+
+    def to_text(self) -> str:
+        parts = []
+        for i in range(len(self.contexts)):
+            parts.append("\n".join(self.view(t.name, i).to_text() for t in self.tabs(i)))
+        return "\n\n".join(parts)
+
+    def __repr__(self) -> str:
+        names = ", ".join(k.name for k in self.kernels)
+        return (f"<Workbench {self.capture.function_name}: {len(self.contexts)} kernel(s) "
+                f"[{names}], {len(self.findings)} finding(s)>")
+
+    def to_html(self) -> str:
+        sections = []
+        for i in range(len(self.contexts)):
+            body = "".join(f'<section class="pl-tab-static">{self.view(t.name, i).to_html()}'
+                           "</section>" for t in self.tabs(i))
+            sections.append(f'<div class="pl-kernel">{body}</div>')
+        return "".join(sections)
+
+    def report(self, title: str | None = None) -> str:
+        """The self-contained HTML report (what `pallaslab report` writes)."""
+        from pallaslab.views.report import report_html
+
+        return report_html(self.contexts, title or self.capture.function_name)
+
+    def save_report(self, path: str | Path, title: str | None = None) -> Path:
+        out = Path(path)
+        out.write_text(self.report(title), encoding="utf-8")
+        return out
+
+    @functools.cached_property
+    def widget(self) -> Any:
+        """The live widget: per kernel a header and an ipywidgets Tab, tabs built on first view."""
+        try:
+            import ipywidgets as w
+        except ImportError as err:
+            from pallaslab.errors import missing
+
+            raise missing("the pallaslab workbench widget", "ipywidgets", "notebook") from err
+        boxes = []
+        for i, ctx in enumerate(self.contexts):
+            available = self.tabs(i)
+            header = w.HTML(_header_html(ctx))
+            tab_widget = w.Tab(children=[w.Box() for _ in available])
+            tab_widget.titles = tuple(t.title for t in available)
+            names = [t.name for t in available]
+            start = names.index(self.initial_tab) if self.initial_tab in names else \
+                (names.index("grid") if "grid" in names else 0)
+
+            def fill(change: Any, tab_widget: Any = tab_widget, names: list[str] = names,
+                     i: int = i) -> None:
+                index = change["new"] if isinstance(change, dict) else change
+                if index is None:
+                    return
+                box = tab_widget.children[index]
+                if not box.children:
+                    box.children = (self.view(names[index], i).widget,)
+
+            fill(start)
+            tab_widget.selected_index = start
+            tab_widget.observe(fill, names="selected_index")
+            boxes.append(w.VBox([header, tab_widget]))
+        return w.VBox(boxes)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {"text/plain": self.to_text(),
+                                  "text/html": html_fragment(self.to_html())}
+        with contextlib.suppress(ImportError):
+            data = self.widget._repr_mimebundle_()
+            data = data[0] if isinstance(data, tuple) else data
+            bundle.update({k: v for k, v in (data or {}).items() if k != "text/plain"})
+        return bundle
+
+
+def _cached_view(wb: Workbench, name: str, index: int) -> View:
+    cache = wb.__dict__.setdefault("_views", {})
+    key = (name, index)
+    if key not in cache:
+        cache[key] = tab(name).build(wb.contexts[index])
+    return cache[key]
+
+
+def _header_html(ctx: KernelContext) -> str:
+    k = ctx.kernel
+    grid = " × ".join("?" if g is None else str(g) for g in k.grid) or "()"
+    errors = sum(1 for f in ctx.findings if f.severity == "error")
+    status = (f'<span style="color: var(--jp-error-color1)">{errors} error(s)</span>' if errors
+              else '<span style="color: var(--jp-success-color1)">no errors</span>')
+    return (f'<b>kernel {k.index}: <code>{_html.esc(k.name)}</code></b> '
+            f'<span style="color: var(--jp-ui-font-color2)">grid {_html.esc(grid)} · '
+            f"{len(ctx.findings)} finding(s) · </span>{status}")
+
+
+def _why(ctx: KernelContext) -> str:
+    from pallaslab.analysis.tiling import tiling_unavailable_reason
+
+    reason = tiling_unavailable_reason(ctx.kernel)
+    return f": {reason}" if reason else ""
+
+
+def _tab_name(name: str) -> str:
+    key = name.strip().lower()
+    try:
+        return tab(key).name
+    except KeyError:
+        known = ", ".join(t.name for t in tabs())
+        raise WorkbenchError(f"unknown tab {name!r}: the tabs are {known}") from None
+
+
+def _chip(name: str) -> str:
+    try:
+        return chip_facts.normalize(name)
+    except ValueError as err:
+        raise WorkbenchError(str(err)) from None
+
+
+def _target(name: str) -> str:
+    key = name.strip().lower()
+    if key not in TARGETS:
+        raise WorkbenchError(f"unknown target {name!r}: the targets are {', '.join(TARGETS)}")
+    return key

@@ -1,0 +1,116 @@
+"""The Compare and Step views' ES modules in real Chromium, against an in-page fake model."""
+
+from __future__ import annotations
+
+import pytest
+from harness import mount
+from kernels import CATALOG, shifted_block_reference
+
+import pallaslab
+from pallaslab.views.compare import compare_workbench
+
+
+@pytest.fixture(scope="module")
+def wrong():
+    fn, args = CATALOG["shifted_block_wrong"].case()
+    wb = pallaslab.inspect(fn, *args)
+    view = compare_workbench(wb, executors=("interpret", "reference"),
+                             reference=shifted_block_reference)
+    return wb, view
+
+
+def click_element(page, row, col, output=0):
+    """Click the heatmap where element (row, col) of the output's 2-D view is drawn."""
+    canvas = page.locator(f"canvas.pl-cmp-heat[data-output='{output}']")
+    cw = float(canvas.get_attribute("data-cell-w"))
+    ch = float(canvas.get_attribute("data-cell-h"))
+    box = canvas.bounding_box()
+    page.mouse.click(box["x"] + (col + 0.5) * cw, box["y"] + (row + 0.5) * ch)
+
+
+def test_clicking_the_mismatched_block_names_the_program_and_opens_it(page, wrong, results_dir):
+    _, view = wrong
+    mount(page, "compare.js", dict(view._payload(live=True)))
+    row = page.locator("tr.pl-cmp-row").first
+    assert row.locator("td").nth(6).inner_text() == "no"
+    assert row.locator("td").nth(5).inner_text() == "8,192"
+    # a matching block: no programs offered
+    click_element(page, 10, 10)
+    assert page.locator(".pl-cmp-picked").inner_text().endswith("block (0, 0): no mismatch")
+    # the mismatched block (2, 0) holds rows 128..191
+    click_element(page, 150, 40)
+    picked = page.locator(".pl-cmp-picked")
+    assert picked.get_attribute("data-block") == "2,0"
+    programs = page.locator(".pl-cmp-program")
+    assert programs.count() == 1 and programs.first.get_attribute("data-program") == "2"
+    assert "program (2,)" in programs.first.inner_text()
+    page.screenshot(path=str(results_dir / "compare-light.png"))
+    page.locator("button.pl-cmp-open").click()
+    saved = page.evaluate("window.model.saved")
+    assert saved[-1]["action"] == "open" and saved[-1]["program"] == [2]
+    # the mismatched cells are drawn in the error colour, matching ones are not
+    colours = page.evaluate("""() => {
+        const c = document.querySelector('canvas.pl-cmp-heat');
+        const g = c.getContext('2d'), d = window.devicePixelRatio || 1;
+        const cw = +c.dataset.cellW, ch = +c.dataset.cellH;
+        const at = (r, q) => Array.from(
+            g.getImageData((q + 0.5) * cw * d, (r + 0.5) * ch * d, 1, 1).data);
+        return [at(160, 60), at(60, 60)];
+    }""")
+    bad, good = colours
+    assert bad != good and bad[0] > bad[2]  # reddish where it mismatches
+
+
+def test_static_report_mode_lists_programs_without_open_buttons(page, wrong, results_dir):
+    _, view = wrong
+    mount(page, "compare.js", view.payload(), dark=True)
+    page.locator("button.pl-cmp-block").first.click()
+    page.screenshot(path=str(results_dir / "compare-dark.png"))
+    assert page.locator(".pl-cmp-program").first.get_attribute("data-program") == "2"
+    assert page.locator("button.pl-cmp-open").count() == 0
+
+
+def test_step_view_shows_the_program_its_blocks_and_equations(page, wrong, results_dir):
+    wb, _ = wrong
+    step = wb.step()
+    step.goto((2,))
+    mount(page, "step.js", dict(step._payload(live=True)))
+    assert page.locator(".pl-step-program").inner_text() == "program (2,)"
+    panels = page.locator("figure.pl-step-block")
+    assert panels.count() == 2
+    out = page.locator("figure.pl-step-block[data-origin='outputs']")
+    assert out.get_attribute("data-changed") == "true"
+    assert "8,192 NaN" in out.locator("[data-which=before] .pl-step-summary").inner_text()
+    eq = page.locator("table.pl-step-eqns tr[data-index='0']")
+    assert "mul" in eq.inner_text() and "kernels.py:64" in eq.inner_text()
+    # the comparison exists: "next mismatch" is offered only while a later program mismatches
+    assert page.locator("button.pl-step-run_to_mismatch").is_disabled()
+    page.screenshot(path=str(results_dir / "step-light.png"))
+    page.locator("button.pl-step-step").click()
+    page.locator("input.pl-step-goto-input").fill("(1,)")
+    page.locator("button.pl-step-goto").click()
+    saved = page.evaluate("window.model.saved")
+    assert [s["action"] for s in saved] == ["step", "goto"] and saved[1]["program"] == [1]
+    assert saved[0]["nonce"] != saved[1]["nonce"]
+    # a new payload from Python redraws the view
+    step.goto((1,))
+    page.evaluate("(p) => window.model.set('payload', window.host.revive(p))",
+                  _json(dict(step._payload(live=True))))
+    assert page.locator(".pl-step-program").inner_text() == "program (1,)"
+    assert not page.locator("button.pl-step-run_to_mismatch").is_disabled()
+
+
+def test_step_controls_are_disabled_in_the_static_report(page, wrong, results_dir):
+    wb, _ = wrong
+    mount(page, "step.js", wb.step().payload(), dark=True)
+    for action in ("reset", "back", "step", "play", "goto"):
+        assert page.locator(f"button.pl-step-{action}").is_disabled(), action
+    page.screenshot(path=str(results_dir / "step-dark.png"))
+
+
+def _json(payload):
+    import json
+
+    from pallaslab.views.report import encode_buffers
+
+    return json.loads(json.dumps(encode_buffers(payload)))

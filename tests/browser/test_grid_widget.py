@@ -1,0 +1,222 @@
+"""The grid view's ES module in real Chromium, against an in-page fake model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from harness import mount
+from kernels import CATALOG
+
+import pallaslab
+from pallaslab.analysis.inspection import inspect_kernel
+
+
+def case(name):
+    fn, args = CATALOG[name].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+    tiling = inspect_kernel(wb.kernels[0]).tiling
+    return wb, tiling
+
+
+def hover_cell(page, r, c):
+    canvas = page.locator("canvas[data-role=grid]")
+    cell = float(canvas.get_attribute("data-cell"))
+    box = canvas.bounding_box()
+    page.mouse.move(box["x"] + (c + 0.5) * cell, box["y"] + (r + 0.5) * cell)
+
+
+def shown_blocks(page):
+    return page.eval_on_selector_all(
+        "table.pl-blocks tr[data-origin]",
+        "rows => Object.fromEntries(rows.map(r => "
+        "[r.dataset.origin, [r.dataset.block, r.dataset.copy]]))")
+
+
+def pixel(page, origin, x, y, layer=1):
+    """RGBA of an operand panel's canvas (layer 0 base, 1 highlights) at CSS pixel (x, y)."""
+    return page.evaluate(
+        """([origin, x, y, layer]) => {
+            const sel = `.pl-operand[data-origin="${origin}"] canvas`;
+            const c = document.querySelectorAll(sel)[layer];
+            const d = window.devicePixelRatio || 1;
+            return Array.from(c.getContext("2d").getImageData(x * d, y * d, 1, 1).data);
+        }""", [origin, x, y, layer])
+
+
+def test_hover_lights_the_programs_blocks_in_every_operand(page):
+    wb, tiling = case("matmul_f32")
+    mount(page, "grid.js", wb.grid().payload())
+    # default axes: rows = grid axis 1, cols = grid axis 2, axis 0 fixed at 0
+    hover_cell(page, 2, 1)
+    program = (0, 2, 1)
+    step = tiling.step_of(program)
+    assert page.locator(".pl-info .pl-program").inner_text() == f"program {program}"
+    blocks = shown_blocks(page)
+    for origin, ot in tiling.operands.items():
+        expected = ",".join(str(v) for v in ot.block_indices[step])
+        assert blocks[origin][0] == expected, origin
+        assert blocks[origin][1] == ("fetch" if ot.fetch_mask[step] else "revisit")
+    # the highlighted block is drawn where the block is: args[1] block (1, 2) in a (256, 384)
+    # array of (128, 128) blocks -> centre of the lower-right block is lit, upper-left is not
+    panel = page.locator('.pl-operand[data-origin="args[1]"] canvas').nth(1).bounding_box()
+    lit = pixel(page, "args[1]", panel["width"] * 5 / 6, panel["height"] * 3 / 4)
+    dark = pixel(page, "args[1]", panel["width"] / 6, panel["height"] / 4)
+    assert lit[3] > 0 and dark[3] == 0
+    # the range text is the block's element window
+    row = page.locator('table.pl-blocks tr[data-origin="args[1]"] .pl-range').inner_text()
+    assert row == "[128:256, 256:384]"
+    assert int(page.locator(".pl-grid").get_attribute("data-hover")) == step
+
+
+def test_scrubber_walks_programs_in_execution_order_marking_fetches(page):
+    wb, tiling = case("output_revisit_clobber")
+    mount(page, "grid.js", wb.grid().payload())
+    seen = []
+    for step in range(tiling.programs):
+        page.evaluate("""(s) => { const r = document.querySelector('input.pl-scrubber');
+            r.value = String(s); r.dispatchEvent(new Event('input')); }""", step)
+        seen.append((page.locator(".pl-info .pl-program").inner_text(), shown_blocks(page)))
+    for step, (program, blocks) in enumerate(seen):
+        assert program == f"program {tiling.program_at(step)}"
+        for origin, ot in tiling.operands.items():
+            assert blocks[origin] == [",".join(map(str, ot.block_indices[step])),
+                                      "fetch" if ot.fetch_mask[step] else "revisit"]
+    # next/previous buttons and the synced selection
+    page.click("button.pl-next")
+    assert page.locator(".pl-grid").get_attribute("data-step") == str(tiling.programs - 1)
+    page.click("button.pl-prev")
+    assert page.evaluate("window.model.get('selection')") == {"step": 2, "program": [2]}
+
+
+def test_play_runs_to_the_last_program(page):
+    wb, tiling = case("elementwise_1d")
+    mount(page, "grid.js", wb.grid().payload())
+    page.click("button.pl-play")
+    page.wait_for_function(
+        f"document.querySelector('.pl-grid').dataset.step === '{tiling.programs - 1}' && "
+        "document.querySelector('button.pl-play').textContent === '▶'", timeout=10000)
+
+
+@pytest.mark.parametrize("name", ["matmul_f32", "reduction_revisited_output",
+                                  "scalar_prefetch_gather", "squeezed_dims"])
+def test_fetch_and_coverage_counts_match_the_tiling(page, name):
+    wb, tiling = case(name)
+    mount(page, "grid.js", wb.grid().payload())
+    for o, ot in enumerate(tiling.operands.values()):
+        js = page.evaluate(
+            """([o]) => { const t = new window.view.Tiling(window.payload);
+                 return [Array.from(t.counts(o, 'fetches')),
+                         Array.from(t.counts(o, 'visits'))]; }""",
+            [o])
+        lo = ot.block_indices.min(axis=0)
+        span = ot.block_indices.max(axis=0) - lo + 1
+        keys = np.ravel_multi_index(tuple((ot.block_indices - lo).T), tuple(span))
+        visits = np.bincount(keys, minlength=int(np.prod(span)))
+        fetches = np.bincount(keys[ot.fetch_mask], minlength=int(np.prod(span)))
+        assert js[0] == fetches.tolist(), ot.origin
+        assert js[1] == visits.tolist(), ot.origin
+
+
+def test_coverage_overlay_marks_uncovered_output_blocks(page):
+    wb, _tiling = case("uncovered_output")
+    mount(page, "grid.js", wb.grid().payload())
+    page.select_option("select.pl-overlay", "coverage")
+    panel = page.locator('.pl-operand[data-origin="outputs"] canvas').first.bounding_box()
+    error = page.evaluate("window.view.rgb(getComputedStyle(document.querySelector('.pl-grid'))"
+                          ".getPropertyValue('--pl-error'))")
+    # output (256, 128) in (64, 128) blocks, only blocks 0 and 1 written: rows 128.. uncovered
+    low = pixel(page, "outputs", panel["width"] / 2, panel["height"] * 7 / 8, layer=0)
+    high = pixel(page, "outputs", panel["width"] / 2, panel["height"] / 8, layer=0)
+    assert low[:3] == error
+    assert high[:3] != error
+
+
+def test_findings_are_listed_and_located(page):
+    wb, _tiling = case("racy_parallel_accumulate")
+    payload = wb.grid().payload()
+    mount(page, "grid.js", payload)
+    items = page.locator("li.pl-finding")
+    assert items.count() == len(payload["findings"])
+    race = next(i for i, f in enumerate(payload["findings"])
+                if f["code"] == "parallel-write-conflict")
+    items.nth(race).click()
+    assert page.locator("select.pl-overlay").input_value() == "findings"
+    first = payload["findings"][race]["steps"][0]
+    assert page.locator(".pl-grid").get_attribute("data-step") == str(first)
+    # the raced output block (0, 0) is hatched in the findings overlay
+    box = page.locator('.pl-operand[data-origin="outputs"] canvas').first.bounding_box()
+    base = pixel(page, "outputs", box["width"] / 2, box["height"] / 2, layer=0)
+    error = page.evaluate("window.view.rgb(getComputedStyle(document.querySelector('.pl-grid'))"
+                          ".getPropertyValue('--pl-error'))")
+    assert base[:3] != [0, 0, 0] and (base[:3] == error or base[0] > base[2])
+
+
+def test_more_than_two_grid_axes_pick_two_and_slide_the_rest(page):
+    wb, _tiling = case("matmul_f32")
+    mount(page, "grid.js", wb.grid().payload())
+    page.select_option("select.pl-axis-row", "0")
+    page.select_option("select.pl-axis-col", "1")
+    sliders = page.locator("input.pl-slider")
+    assert sliders.count() == 1 and sliders.first.get_attribute("data-axis") == "2"
+    page.evaluate("""() => { const s = document.querySelector('input.pl-slider');
+        s.value = '1'; s.dispatchEvent(new Event('input')); }""")
+    hover_cell(page, 3, 2)
+    assert page.locator(".pl-info .pl-program").inner_text() == "program (3, 2, 1)"
+    # picking the same axis twice swaps them instead
+    page.select_option("select.pl-axis-row", "1")
+    assert page.locator("select.pl-axis-col").input_value() == "0"
+
+
+def test_million_programs_render_aggregated_and_hover(page):
+    import jax
+    import jax.numpy as jnp
+    from kernels import elementwise_2d
+
+    x = jax.ShapeDtypeStruct((1024 * 8, 1024 * 128), jnp.float32)
+    wb = pallaslab.inspect(lambda a, b: elementwise_2d(a, b, block=(8, 128)), x, x)
+    mount(page, "grid.js", wb.grid().payload())
+    canvas = page.locator("canvas[data-role=grid]")
+    assert float(canvas.get_attribute("data-cell")) < 1  # aggregated: < 1 px per program
+    box = canvas.bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 1, box["y"] + box["height"] - 1)
+    program = page.locator(".pl-info .pl-program").inner_text()
+    r, c = (int(v) for v in program.removeprefix("program (").removesuffix(")").split(", "))
+    assert r > 1000 and c > 1000
+    assert shown_blocks(page)["outputs"][0] == f"{r},{c}"
+
+
+def test_user_strings_are_text_not_markup(page):
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from kernels import add_kernel
+
+    evil = '<img src=x onerror="window.pwned=1">'
+
+    def fn(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              name=evil, grid=(2,), in_specs=[spec, spec], out_specs=spec)(x, x)
+
+    wb = pallaslab.inspect(fn, jax.ShapeDtypeStruct((16, 128), jnp.float32))
+    for module, view in (("grid.js", wb.grid()), ("overview.js", wb.overview())):
+        mount(page, module, view.payload())
+        assert evil in page.locator("#root").inner_text()
+        assert page.locator("#root img").count() == 0
+        assert page.evaluate("window.pwned") is None
+    assert page.requests_attempted == []
+
+
+def test_hovering_a_block_finds_the_programs_that_use_it(page):
+    wb, tiling = case("matmul_f32")
+    mount(page, "grid.js", wb.grid().payload())
+    canvas = page.locator('.pl-operand[data-origin="outputs"] canvas').nth(1)
+    box = canvas.bounding_box()
+    # outputs (512, 384) in (128, 128) blocks: block (0, 1) is row 0 of 4, column 1 of 3
+    page.mouse.move(box["x"] + box["width"] * 1.5 / 3, box["y"] + box["height"] * 0.5 / 4)
+    info = page.locator('.pl-operand[data-origin="outputs"] .pl-axislabel').last.inner_text()
+    # the grid slice shown is i = 0 (rows j, cols k): programs (0, 1, 0) and (0, 1, 1)
+    users = [s for s in range(tiling.programs) if tiling.program_at(s)[0] == 0
+             and tuple(tiling.operands["outputs"].block_indices[s]) == (0, 1)]
+    assert len(users) == 2
+    assert info == "block (0, 1): 2 program(s) in this slice use it"

@@ -1,0 +1,142 @@
+"""End to end in a real JupyterLab: run a `%%pallas` cell, hover a program, check the blocks.
+
+Starts `jupyter lab` from this environment on a free localhost port with a token, with
+private settings/workspace directories; the browser may reach only that server. Screenshots
+of the grid view in the light and dark themes go to test-results/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+CELLS = [
+    f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+    "%load_ext pallaslab\n"
+    "from kernels import matmul, rand\n"
+    "x, y = rand((512, 256)), rand((256, 384), seed=1)",
+    "%%pallas --tab grid\n"
+    "matmul(x, y, interpret=True)",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def notebook(path: Path) -> None:
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+                     "outputs": [], "source": src} for i, src in enumerate(CELLS)],
+          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                      "name": "python3"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    notebook(root / "e2e.ipynb")
+    # no "official Jupyter news?" toast over the screenshots
+    news = root / ".settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "JUPYTER_CONFIG_DIR": str(root / ".config"),
+           "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"),
+           "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
+    jupyter = Path(sys.executable).with_name("jupyter")
+    log = open(root / "lab.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("jupyter lab did not start:\n" +
+                                       (root / "lab.log").read_text()) from None
+                time.sleep(0.5)
+        yield {"base": base, "token": token, "root": root}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_pallas_cell_in_jupyterlab(page, lab, results_dir):
+    base = lab["base"]
+    page.unroute("**/*")
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
+               else (page.requests_attempted.append(route.request.url), route.abort()))
+    page.goto(f"{base}/lab/tree/e2e.ipynb?token={lab['token']}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60000)
+    # the kernel must be up before running (the status bar says so)
+    page.locator(".jp-StatusBar-TextItem", has_text="Idle").first.wait_for(timeout=60000)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+    grid = page.locator(".jp-OutputArea .pl-grid canvas[data-role=grid]")
+    try:
+        grid.wait_for(timeout=90000)
+    except Exception:
+        page.screenshot(path=str(results_dir / "jupyterlab-failure.png"))
+        raise
+    out = page.locator(".jp-Cell").nth(1)
+    assert "Array([[" in out.locator(".jp-OutputArea").inner_text()  # the cell's own value
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # more room
+
+    # rows = grid axis 1, cols = grid axis 2 (axis 0 on a slider): hover program (0, 2, 1)
+    grid.scroll_into_view_if_needed()
+    cell = float(grid.get_attribute("data-cell"))
+    box = grid.bounding_box()
+    page.mouse.move(box["x"] + 1.5 * cell, box["y"] + 2.5 * cell)
+    view = page.locator(".pl-grid")
+    assert view.locator(".pl-info .pl-program").inner_text() == "program (0, 2, 1)"
+    rows = {r.get_attribute("data-origin"): (r.get_attribute("data-block"),
+                                             r.get_attribute("data-copy"))
+            for r in view.locator("table.pl-blocks tr[data-origin]").all()}
+    # x block (i, k) = (0, 1); y block (k, j) = (1, 2); out block (i, j) = (0, 2), revisited
+    assert rows == {"args[0]": ("0,1", "fetch"), "args[1]": ("1,2", "fetch"),
+                    "outputs": ("0,2", "revisit")}
+    page.screenshot(path=str(results_dir / "jupyterlab-grid-light.png"))
+    view.screenshot(path=str(results_dir / "grid-light.png"))
+
+    # the dark theme, through JupyterLab's own command
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Settings$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Theme$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^JupyterLab Dark$")).click()
+    page.wait_for_selector("body[data-jp-theme-light=false]", timeout=20000, state="attached")
+    page.wait_for_timeout(300)
+    page.mouse.move(box["x"] + 1.5 * cell, box["y"] + 2.5 * cell)
+    bg = page.evaluate("getComputedStyle(document.querySelector('.pl-grid'))"
+                       ".getPropertyValue('--pl-bg').trim()")
+    assert bg and bg.lower() not in ("#fff", "#ffffff", "white")
+    page.screenshot(path=str(results_dir / "jupyterlab-grid-dark.png"))
+    view.screenshot(path=str(results_dir / "grid-dark.png"))
+    assert page.requests_attempted == []

@@ -1,0 +1,64 @@
+"""binder/: a working repo2docker configuration (Python 3.12, pallaslab from this repo)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).parents[1]
+BINDER = ROOT / "binder"
+
+
+def pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_runtime_is_python_312():
+    runtime = (BINDER / "runtime.txt").read_text().strip()
+    assert runtime == "python-3.12"
+    assert pyproject()["project"]["requires-python"] == ">=3.12"
+
+
+def requirement_lines():
+    return [line.strip() for line in (BINDER / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def test_requirements_install_this_repo_with_the_notebook_extra():
+    lines = requirement_lines()
+    local = [line for line in lines if line.startswith(".")]
+    assert local == [".[notebook]"]
+    extras = re.findall(r"\[(.*)\]", local[0])[0].split(",")
+    assert set(extras) <= set(pyproject()["project"]["optional-dependencies"])
+    for line in lines:
+        if not line.startswith("."):
+            Requirement(line)  # every other line is a valid requirement
+
+
+def test_the_named_set_is_installable_here():
+    """This environment is a witness: every requirement of pallaslab[notebook] is installed
+    at a version that satisfies it."""
+    project = pyproject()["project"]
+    needed = project["dependencies"] + project["optional-dependencies"]["notebook"]
+    for text in needed:
+        req = Requirement(text)
+        version = importlib.metadata.version(req.name)
+        assert req.specifier.contains(version, prereleases=True), (text, version)
+
+
+def test_start_script_is_executable_bash():
+    start = BINDER / "start"
+    assert os.access(start, os.X_OK)
+    assert start.read_text().startswith("#!/bin/bash")
+    subprocess.run(["bash", "-n", str(start)], check=True)
+    assert 'exec "$@"' in start.read_text()
+
+
+def test_tutorials_exist_for_binder_to_open():
+    assert (ROOT / "notebooks" / "01_grids_and_blockspecs.ipynb").is_file()
