@@ -307,7 +307,8 @@ function render({ model, el }) {
       ctx.beginPath(); ctx.rect(0, y, LABEL_W - 6, LANE_H); ctx.clip();
       ctx.fillText(name, 4, y + LANE_H / 2);
       ctx.restore();
-      const kindName = t.p.kinds[t.kind[t.p.lane_offsets[lane]]] ?? t.p.kinds[lane] ?? "";
+      const o = t.p.lane_offsets[lane];
+      const kindName = (o < t.p.lane_offsets[lane + 1] ? t.p.kinds[t.kind[o]] : t.p.kinds[lane]) ?? "";
       const color = colors[KIND_COLOR[kindName] || "--pl-accent"];
       const cover = new Float32Array(Math.ceil(plotW) + 1);
       // aggregated bins, outside the window of exact events

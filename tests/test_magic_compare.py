@@ -1,0 +1,109 @@
+"""`%%pallas --compare EXECUTORS` through a real IPython InteractiveShell."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("IPython")
+
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+SETUP = """
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from kernels import elementwise_2d, rand, scale_kernel
+def wrong_kernel(x):  # the catalog's shifted_block_wrong, runnable on the CPU
+    return pl.pallas_call(
+        scale_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+        in_specs=[pl.BlockSpec((64, 128), lambda i: (jnp.where(i == 2, 3, i), 0))],
+        out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)), interpret=True)(x)
+x = rand((256, 128))
+a = rand((128, 256)); b = rand((128, 256), seed=1)
+"""
+CELL = """%%pallas --compare interpret,reference=my_ref
+def my_ref(x):
+    return 2 * x
+wrong_kernel(x)
+"""
+
+
+@pytest.fixture(scope="module")
+def shell():
+    sh = InteractiveShell.instance()
+    sh.run_cell("%load_ext pallaslab", store_history=False)
+    result = sh.run_cell(SETUP, store_history=False)
+    assert result.success, result.error_in_exec
+    yield sh
+    InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    """What the magic displays (the Workbench object itself)."""
+    import IPython.display
+
+    objects: list = []
+    real = IPython.display.display
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: (objects.append(obj),
+                                                                       real(obj, **kw)))
+    return objects
+
+
+def run(sh, cell):
+    with capture_output() as out:
+        result = sh.run_cell(cell, store_history=True)
+    return result, out
+
+
+def test_compare_flag_opens_the_compare_tab_on_the_wrong_program(shell, shown):
+    import numpy as np
+
+    result, out = run(shell, CELL)
+    assert result.success, result.error_in_exec
+    np.testing.assert_array_equal(np.asarray(result.result)[:128],
+                                  2 * np.asarray(shell.user_ns["x"])[:128])
+    (wb,) = shown
+    assert wb.initial_tab == "compare"
+    assert "compare" in [t.name for t in wb.tabs()]
+    view = wb.view("compare")
+    assert view.comparison.executors == ("interpret", "reference")
+    text = view.to_text()
+    assert "scale_kernel: MISMATCH" in text and "block (2, 0) written by (2,)" in text
+    texts = "\n".join(o.data.get("text/plain", "") for o in out.outputs)
+    assert "block (2, 0) written by (2,)" in texts
+    # the magic passed the user's own call: my_ref saw the array as written
+    assert view.comparison.result("reference").ok
+    # and the step tab can run straight to the program the comparison blamed
+    step = wb.view("step").run_to_mismatch()
+    assert step.stepper.program == (2,)
+
+
+def test_static_arguments_still_compare(shell, shown):
+    result, _ = run(shell, "%%pallas --compare interpret,reference=add\n"
+                           "def add(x, y):\n    return x + y\n"
+                           "elementwise_2d(a, b, block=(64, 128), interpret=True)\n")
+    assert result.success, result.error_in_exec
+    (wb,) = shown
+    assert wb.view("compare").comparison.allclose
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("interpret", "--compare needs at least two executors"),
+    ("interpret,nope", "unknown executor 'nope' in --compare"),
+    ("interpret,reference", "reference needs the reference function"),
+    ("interpret,reference=no_such_ref", "--compare reference=no_such_ref: no such name"),
+    ("interpret,reference=x", "--compare reference=x is not callable"),
+])
+def test_bad_compare_flags_are_one_line_usage_errors(shell, flag, message):
+    result, out = run(shell, f"%%pallas --compare {flag}\nwrong_kernel(x)\n")
+    err = result.error_in_exec
+    assert isinstance(err, UsageError), err
+    assert message in str(err) and "\n" not in str(err)
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_help_documents_the_compare_flag(shell):
+    doc = shell.find_cell_magic("pallas").__doc__
+    assert "--compare" in doc and "reference=" in doc

@@ -1,0 +1,158 @@
+"""The Compare view: pure payload, mismatches traced to programs, static forms, tab, links."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from kernels import CATALOG, scale_kernel, shifted_block_reference
+
+import pallaslab
+from pallaslab.views import compare as compare_view
+from pallaslab.views import registry
+from pallaslab.views.compare import attach_comparison, compare_payload, compare_workbench
+from pallaslab.views.report import encode_buffers, script_json
+
+EVIL = '<img src=x onerror="alert(1)">&</script>'
+EVIL_ESCAPED = "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&lt;/script&gt;"
+
+
+@pytest.fixture(scope="module")
+def wrong():
+    """The deliberately wrong catalog kernel, compared against its reference."""
+    fn, args = CATALOG["shifted_block_wrong"].case()
+    wb = pallaslab.inspect(fn, *args)
+    view = compare_workbench(wb, executors=("interpret", "reference"),
+                             reference=shifted_block_reference)
+    return wb, view, np.asarray(args[0])
+
+
+def test_payload_names_exactly_the_wrong_block_and_the_program_that_wrote_it(wrong):
+    wb, view, x = wrong
+    ctx = wb.context(0)
+    p = compare_payload(view.comparison, ctx.kernel, ctx.tiling)
+    assert p["executors"] == ["interpret", "reference"] and not p["allclose"]
+    (out,) = p["outputs"]
+    assert out["origin"] == "outputs" and out["shape"] == [256, 128]
+    assert out["block"] == [64, 128] and (out["rows"], out["cols"]) == (256, 128)
+    (pair,) = out["pairs"]
+    assert (pair["a"], pair["b"], pair["allclose"]) == ("interpret", "reference", False)
+    assert pair["mismatched_elements"] == 64 * 128
+    (block,) = pair["blocks"]
+    assert block["block"] == [2, 0] and block["programs"] == [[2]] and block["steps"] == [2]
+    assert block["window"] == [128, 192, 0, 128]
+    # the heatmap is |a - b| cell by cell, the mask marks exactly the rows of block (2, 0)
+    heat = np.frombuffer(p["tables"][pair["heat"]], "<f4").reshape(256, 128)
+    mask = np.frombuffer(p["tables"][pair["mask"]], np.uint8).reshape(256, 128)
+    np.testing.assert_allclose(heat[128:192], np.abs(2 * x[192:] - 2 * x[128:192]), rtol=1e-6)
+    assert not heat[:128].any() and not heat[192:].any()
+    assert mask[128:192].all() and mask.sum() == 64 * 128
+    assert heat.max() == pytest.approx(pair["max_abs_err"], rel=1e-6)
+    assert p["selected"] == [0, 0] and p["opened"] is None
+    # binary buffers on the wire, never lists
+    assert all(isinstance(t, memoryview) for t in p["tables"])
+    assert "<" not in script_json(encode_buffers(p)).replace("\\u003c", "")
+
+
+def test_big_outputs_are_downsampled_by_max_keeping_the_mismatch(monkeypatch):
+    fn, args = CATALOG["matmul_f32"].case()
+    x, y = (np.asarray(a) for a in args)
+    wrong = x @ y
+    wrong[130, 260] += 1.0  # inside output block (1, 2)
+    wb = pallaslab.inspect(fn, *args)
+    comparison = attach_comparison(wb, executors=("interpret", "reference"),
+                                   reference=lambda a, b: jnp.asarray(wrong))
+    monkeypatch.setattr(compare_view, "HEAT_SIDE", 64)
+    ctx = wb.context(0)
+    p = compare_payload(comparison, ctx.kernel, ctx.tiling)
+    out = p["outputs"][0]
+    assert out["shape2"] == [512, 384] and out["factor"] == [8, 6]
+    assert (out["rows"], out["cols"]) == (64, 64)
+    pair = out["pairs"][0]
+    mask = np.frombuffer(p["tables"][pair["mask"]], np.uint8).reshape(64, 64)
+    assert np.argwhere(mask).tolist() == [[130 // 8, 260 // 6]]
+    heat = np.frombuffer(p["tables"][pair["heat"]], "<f4").reshape(64, 64)
+    assert heat[130 // 8, 260 // 6] == heat.max() == pytest.approx(1.0, rel=1e-3)
+    (block,) = pair["blocks"]
+    assert block["block"] == [1, 2] and block["programs"] == [[1, 2, 0], [1, 2, 1]]
+
+
+def test_reduce_to_2d_and_downsample_are_exact():
+    from pallaslab.views.step import downsample, to_2d
+
+    x = np.arange(24.0).reshape(2, 3, 4)
+    two, note = to_2d(x, squeeze=False)
+    np.testing.assert_array_equal(two, x.max(axis=0))
+    assert note == "max over the leading 1 dim(s)"
+    assert to_2d(np.arange(5.0), squeeze=False)[0].shape == (1, 5)
+    assert to_2d(np.float32(3), squeeze=False)[0].shape == (1, 1)
+    cells, factor = downsample(np.arange(10.0).reshape(2, 5), 2, "max")
+    assert factor == (1, 3) and cells.tolist() == [[2.0, 4.0], [7.0, 9.0]]
+    cells, _ = downsample(np.array([[1.0, np.nan, 3.0]]), 2, "mean")
+    assert cells.tolist() == [[1.0, 3.0]]
+
+
+def test_text_and_html_show_the_summary_and_the_mismatch_table(wrong):
+    _, view, _ = wrong
+    text = view.to_text()
+    assert "Compare interpret, reference for kernel 0 scale_kernel: MISMATCH" in text
+    assert "NOT allclose" in text and "8,192 mismatched" in text
+    assert "block (2, 0) written by (2,)" in text
+    html = view.to_html()
+    assert "<th>max abs err</th>" in html.replace(' class="num"', "")
+    assert "<td>(2, 0)</td><td>(2,)</td>" in html
+    assert 'class="pl-cmp-bad-block"' in html  # the static block map marks block (2, 0)
+    bundle = view._repr_mimebundle_()
+    assert "text/plain" in bundle and "Compare" in bundle["text/html"]
+
+
+def test_user_strings_are_escaped():
+    def fn(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(scale_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              name=EVIL, grid=(2,), in_specs=[spec], out_specs=spec)(x)
+
+    x = jnp.ones((16, 128), jnp.float32)
+    wb = pallaslab.inspect(fn, x)
+    view = compare_workbench(wb, executors=("interpret", "reference"),
+                             reference=lambda x: 3 * x)
+    wb.step().step()
+    for html in (view.to_html(), wb.step().to_html(), view._repr_mimebundle_()["text/html"]):
+        assert EVIL not in html and EVIL_ESCAPED in html
+    assert "<img" not in view.to_html()
+    assert EVIL not in script_json(encode_buffers(view.payload()))
+
+
+def test_compare_tab_appears_once_a_comparison_is_attached():
+    assert registry.tab("compare").title == "Compare" and registry.tab("step").title == "Step"
+    fn, args = CATALOG["elementwise_2d_add"].case()
+    wb = pallaslab.inspect(fn, *args)
+    assert "compare" not in [t.name for t in wb.tabs()]
+    with pytest.raises(pallaslab.PallasLabError, match="Compare view is not available"):
+        wb.compare()
+    comparison = attach_comparison(wb, executors=("interpret", "reference"),
+                                   reference=lambda x, y: x + y)
+    assert comparison.allclose
+    names = [t.name for t in wb.tabs()]
+    assert names.index("grid") < names.index("compare") < names.index("step")
+    assert wb.compare().comparison is comparison
+    assert "all close" in wb.compare().to_text()
+
+
+def test_opening_a_program_steps_to_it_and_selects_it_in_the_grid(wrong):
+    pytest.importorskip("anywidget")
+    wb, view, x = wrong
+    grid = wb.grid().widget  # the grid tab, as shown
+    widget = view.widget
+    assert widget.payload["interactive"]
+    widget.selection = {"action": "open", "program": [2], "nonce": 1}
+    step = wb.step()
+    assert step.stepper.program == (2,) and step.stepper.position == 3
+    assert grid.selection["step"] == 2 and grid.selection["program"] == [2]
+    assert widget.payload["opened"] == [2] and widget.payload["revision"] >= 1
+    # the step view's widget sees the same stepper; its output block is the wrong one
+    blocks = step.stepper.blocks()
+    np.testing.assert_array_equal(blocks["outputs"].written, 2 * x[192:])
+    assert blocks["args[0]"].block_index == (3, 0)
