@@ -202,10 +202,11 @@ def _show(fn: Any, args: list[Any], kwargs: dict[str, Any], options: dict[str, A
     from IPython.display import display
 
     from pallaslab.errors import PallasLabError
-    from pallaslab.workbench import Workbench, capture_call
+    from pallaslab.model import capture
+    from pallaslab.workbench import Workbench
 
     try:
-        cap = capture_call(fn, args, kwargs)
+        cap = capture(fn, *args, **kwargs)
         compared = options.get("compare")
         wb = Workbench(cap, chips=options["chips"], targets=options["targets"],
                        tab=options["tab"] or ("compare" if compared else None),

@@ -36,34 +36,7 @@ def inspect(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Workbench:
     Nothing runs: the call is traced. Display the result in Jupyter, or use `wb.grid()`,
     `wb.overview()`, `wb.findings`, `wb.to_text()`.
     """
-    return Workbench(capture_call(fn, args, kwargs))
-
-
-def capture_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Capture:
-    """Capture `fn(*args, **kwargs)`, holding arguments without arrays (flags such as
-    `interpret=True`, block sizes) static, as the call itself sees them."""
-    import jax
-    import numpy as np
-
-    def dynamic(v: Any) -> bool:
-        return any(isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
-                   for leaf in jax.tree_util.tree_leaves(v))
-
-    if all(dynamic(a) for a in args) and all(dynamic(v) for v in kwargs.values()):
-        return capture(fn, *args, **kwargs)
-    held = [(i, a) for i, a in enumerate(args) if not dynamic(a)]
-    held_kw = {k: v for k, v in kwargs.items() if not dynamic(v)}
-    arrays = [a for a in args if dynamic(a)]
-    array_kw = {k: v for k, v in kwargs.items() if dynamic(v)}
-
-    @functools.wraps(fn)
-    def bound(*dyn: Any, **dyn_kw: Any) -> Any:
-        full = list(dyn)
-        for i, a in held:
-            full.insert(i, a)
-        return fn(*full, **held_kw, **dyn_kw)
-
-    return capture(bound, *arrays, **array_kw)
+    return Workbench(capture(fn, *args, **kwargs))
 
 
 class Workbench:
@@ -109,14 +82,25 @@ class Workbench:
 
     # --- views --------------------------------------------------------------------------
 
-    def view(self, name: str, kernel: int | str = 0) -> View:
-        """The view of tab `name` ("overview", "grid", ...) for one kernel."""
+    def view(self, name: str, kernel: int | str = 0, **options: Any) -> View:
+        """The view of tab `name` ("overview", "grid", ...) for one kernel.
+
+        Options go to the tab's builder and replace the shown view, e.g.
+        `wb.lowering(target="gpu-h100", compile=True)` or
+        `wb.compare(executors=["interpret", "reference"], reference=ref)`; options can make a
+        view available that is not by default (a comparison needs executors).
+        """
         t = tab(_tab_name(name))
         ctx = self.context(kernel)
+        index = self.contexts.index(ctx)
+        if options:
+            view = t.build(ctx, **options)
+            self.__dict__.setdefault("_views", {})[(t.name, index)] = view
+            return view
         if not t.available(ctx):
             raise WorkbenchError(f"the {t.title} view is not available for kernel "
                                  f"{ctx.kernel.name!r}{_why(ctx)}")
-        return _cached_view(self, t.name, self.contexts.index(ctx))
+        return _cached_view(self, t.name, index)
 
     def grid(self, kernel: int | str = 0) -> View:
         return self.view("grid", kernel)

@@ -239,3 +239,16 @@ def test_tpu_pl_kernel_mesh():
     (k,) = pallaslab.capture(fn, rand((8, 128)))
     assert k.kind == "mesh" and k.backend == "tpu"
     assert k.mesh.kind == "TensorCoreMesh" and k.mesh.axes == (("core", 1),)
+
+
+def test_array_free_arguments_are_passed_as_python_values():
+    def fn(x, rows, *, interpret=False, name="doubling"):
+        assert isinstance(rows, int) and interpret is True  # not tracers
+        return pl.pallas_call(
+            lambda x_ref, o_ref: None, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(x.shape[0] // rows,), in_specs=[pl.BlockSpec((rows, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((rows, 128), lambda i: (i, 0)), name=name,
+            interpret=interpret)(x)
+
+    (k,) = pallaslab.capture(fn, rand((64, 128)), 16, interpret=True)
+    assert k.grid == (4,) and k.name == "doubling"

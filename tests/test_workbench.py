@@ -83,3 +83,17 @@ def test_grid_widget_sends_tables_as_binary_buffers():
     assert ["payload", "tables", 0] in paths
     assert bytes(buffers[paths.index(["payload", "tables", 0])]) == \
         bytes(memoryview(__import__("numpy").array([3, 1, 2, 0, 3, 3], "<i4")))
+
+
+def test_view_options_reach_the_tab_builder():
+    from kernels import CATALOG, shifted_block_reference
+
+    import pallaslab
+
+    fn, args = CATALOG["shifted_block_wrong"].case()
+    wb = pallaslab.inspect(fn, *args)
+    low = wb.lowering(target="gpu-h100")
+    assert "gpu-h100" in low.to_text()
+    cmp = wb.compare(executors=["interpret", "reference"], reference=shifted_block_reference)
+    assert "(2,)" in cmp.to_text()
+    assert wb.compare() is cmp  # the latest view is the one the tab shows

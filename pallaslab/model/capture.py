@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 from pallaslab.errors import KernelSelectionError, NoKernelError
 from pallaslab.model import _jax
@@ -17,9 +19,11 @@ def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Capture:
 
     Arguments may be arrays or `jax.ShapeDtypeStruct`s. With concrete arrays, dynamic grid
     dimensions and scalar-prefetch values are evaluated, so index maps that read them can be
-    analysed; with abstract ones those stay unknown.
+    analysed; with abstract ones those stay unknown. Arguments holding no array (flags such as
+    `interpret=True`, block sizes) are passed through as Python values, as the call sees them.
     """
-    handle = _jax.trace(fn, args, kwargs)
+    traced, dyn_args, dyn_kwargs = _hold_static(fn, args, kwargs)
+    handle = _jax.trace(traced, dyn_args, dyn_kwargs)
     found = _jax.find_kernels(handle.closed_jaxpr)
     name = getattr(fn, "__name__", type(fn).__name__)
     if not found:
@@ -38,6 +42,30 @@ def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Capture:
         _jax.kernel_from_eqn(f, i, values.get(id(f.eqn))) for i, f in enumerate(found)
     )
     return Capture(kernels=kernels, function_name=name, concrete=concrete, handle=handle)
+
+
+def _holds_array(value: Any) -> bool:
+    return any(isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+               for leaf in jax.tree_util.tree_leaves(value))
+
+
+def _hold_static(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """`fn` with its array-free arguments bound, and the arguments left to trace."""
+    held = {i: a for i, a in enumerate(args) if not _holds_array(a)}
+    held_kw = {k: v for k, v in kwargs.items() if not _holds_array(v)}
+    if not held and not held_kw:
+        return fn, args, kwargs
+
+    @functools.wraps(fn)
+    def bound(*dyn: Any, **dyn_kw: Any) -> Any:
+        it = iter(dyn)
+        full = [held[i] if i in held else next(it) for i in range(len(args))]
+        return fn(*full, **held_kw, **dyn_kw)
+
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in held)
+    return bound, dyn_args, {k: v for k, v in kwargs.items() if k not in held_kw}
 
 
 def _all_concrete(leaves: tuple[Any, ...]) -> bool:

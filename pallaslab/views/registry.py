@@ -22,7 +22,7 @@ class Tab:
     title: str  # what the tab bar shows
     order: int  # position in the tab bar (lower first)
     available: Callable[[KernelContext], bool]
-    build: Callable[[KernelContext], View]
+    build: Callable[..., View]  # (ctx, **options) -> View
 
 
 _TABS: dict[str, Tab] = {}
@@ -32,7 +32,7 @@ def register_tab(
     name: str,
     *,
     order: int,
-    build: Callable[[KernelContext], View],
+    build: Callable[..., View],
     available: Callable[[KernelContext], bool] = lambda ctx: True,
     title: str | None = None,
 ) -> Tab:

@@ -220,3 +220,12 @@ def test_hovering_a_block_finds_the_programs_that_use_it(page):
              and tuple(tiling.operands["outputs"].block_indices[s]) == (0, 1)]
     assert len(users) == 2
     assert info == "block (0, 1): 2 program(s) in this slice use it"
+
+
+def test_a_selection_set_from_python_moves_the_grid(page):
+    # Compare / Step views select a program by setting the grid widget's `selection`.
+    wb, tiling = case("matmul_f32")
+    mount(page, "grid.js", wb.grid().payload())
+    page.evaluate("window.model.set('selection', {step: 7, program: [1, 0, 1], source: 'compare'})")
+    assert page.locator(".pl-grid").get_attribute("data-step") == "7"
+    assert page.locator(".pl-info .pl-program").inner_text() == f"program {tiling.program_at(7)}"

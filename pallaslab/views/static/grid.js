@@ -1097,6 +1097,14 @@ function render({ model, el }) {
   observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
   cleanups.push(() => observer.disconnect());
 
+  // Other views (Compare, Step, Pipeline) select a program by setting `selection` in Python.
+  const onSelection = () => {
+    const sel = model.get("selection");
+    if (sel && typeof sel.step === "number" && sel.step !== state.step) setStep(sel.step, false);
+  };
+  model.on("change:selection", onSelection);
+  cleanups.push(() => model.off("change:selection", onSelection));
+
   buildSliders();
   layoutGrid();
   drawFindings();
