@@ -11,6 +11,7 @@ and the tests share. The payload is small (one entry per operand per chip): plai
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypedDict
@@ -159,7 +160,7 @@ class MemoryView(View):
         elif what_if is not None:
             self._set_table(what_if)
 
-    @property
+    @functools.cached_property
     def occupancies(self) -> tuple[Occupancy, ...]:
         if not applies(self.ctx.kernel):
             return ()
@@ -248,6 +249,9 @@ def static_bars(chips: Sequence[ChipMemory]) -> str:
                    f"{'x'.join(map(str, o['padded_shape']))} {o['dtype']} = {_bytes(o['bytes'])}")
             segs.append(f'<span class="pl-seg pl-mem-{esc(o["role"])} pl-shade{i % 3}" '
                         f'style="width:{_pct(o["bytes"], scale)}" title="{esc(tip)}"></span>')
+        if c["over"]:  # the part of the bar beyond the limit, hatched
+            segs.append(f'<span class="pl-mem-overzone" style="left:{_pct(c["limit"], scale)};'
+                        f'width:{_pct(c["over"], scale)}"></span>')
         over = f" by {_bytes(c['over'])}" if c["over"] else ""
         verdict = ('<span class="pl-mem-fits">fits</span>' if c["fits"] else
                    f'<span class="pl-mem-over">overflow{over}</span>')
@@ -261,7 +265,8 @@ def static_bars(chips: Sequence[ChipMemory]) -> str:
             f'{esc(_bytes(c["limit"]))} {verdict}</span></div>')
     legend = ('<div class="pl-mem-legend pl-dim"><span class="pl-key pl-mem-input"></span> '
               'input <span class="pl-key pl-mem-output"></span> output '
-              '<span class="pl-key pl-mem-scratch"></span> scratch · bar = '
+              '<span class="pl-key pl-mem-scratch"></span> scratch '
+              '<span class="pl-key pl-mem-overzone"></span> over the limit · bar = '
               f'{esc(_bytes(scale))}; the mark is the scoped-VMEM limit</div>')
     return f'<div class="pl-mem-bars">{"".join(rows)}{legend}</div>'
 

@@ -77,12 +77,15 @@ class PipelinePayload(TypedDict):
     stall_time: float | None  # compute start of the step that waits longest
     measured: dict[str, Any] | None  # device, total_time, steps, mean_step
     tracks: list[Track]
+    chips: list[str]  # chips the live widget offers (it sets `selection.chip`)
+    live: bool  # False in the offline report: no Python to ask for windows or chips
 
 
 def pipeline_payload(
     kernel_name: str, index: int, grid: Sequence[int], model: Pipeline,
     measured: ProfileTimeline | None = None, *, window: tuple[float, float] | None = None,
-    max_events: int = MAX_EVENTS, bins: int = BINS,
+    max_events: int = MAX_EVENTS, bins: int = BINS, chips: Sequence[str] = (),
+    live: bool = False,
 ) -> PipelinePayload:
     """Everything the Pipeline widget draws (pure). `window` is a fraction [f0, f1] of each
     track's duration whose events to send when a track is too long to send whole."""
@@ -103,7 +106,7 @@ def pipeline_payload(
     return PipelinePayload(
         version=PAYLOAD_VERSION, kernel=kernel_name, index=index, chip=model.chip,
         grid=[int(g) for g in grid], programs=s.steps, summary=s.to_json(), stall_time=stall,
-        measured=info, tracks=tracks)
+        measured=info, tracks=tracks, chips=list(chips) or [model.chip], live=live)
 
 
 def track(name: str, source: str, events: Events, step_kind: int, duration: float, *,
@@ -194,11 +197,16 @@ class PipelineView(View):
     module = "pipeline.js"
 
     def __init__(self, ctx: KernelContext, chip: str | None = None,
-                 profile: ProfileTimeline | None = None):
+                 profile: ProfileTimeline | bool | None = None):
+        """`chip` defaults to the workbench's first (`--chip`), else v5e. `profile=True` runs
+        the kernel under the profiler now (as `.profile()` does); a `ProfileTimeline` is shown
+        as it is."""
         self.ctx = ctx
         self.chip = get_chip(chip or (ctx.chips[0] if ctx.chips else DEFAULT_CHIPS[0])).name
-        self.measured = profile
+        self.measured = None if isinstance(profile, bool) else profile
         self.window: tuple[float, float] | None = None
+        if profile is True:
+            self.profile()
 
     @functools.cached_property
     def model(self) -> Pipeline:
@@ -218,29 +226,54 @@ class PipelineView(View):
         self._push()
         return self
 
-    def _push(self) -> None:
-        if "widget" in self.__dict__:
-            self.widget.payload = self._payload(self.window)
+    @property
+    def chips(self) -> list[str]:
+        """The chips the live widget offers: the workbench's (or v5e, v6e) and this one."""
+        names = [get_chip(c).name for c in (self.ctx.chips or DEFAULT_CHIPS)]
+        return names if self.chip in names else [self.chip, *names]
 
-    def _payload(self, window: tuple[float, float] | None = None) -> PipelinePayload:
+    def select(self, chip: str) -> PipelineView:
+        """Model another chip; updates the live widget."""
+        name = get_chip(chip).name
+        if name != self.chip:
+            self.chip = name
+            self.__dict__.pop("model", None)
+            self.window = None
+            self._push()
+            if "widget" in self.__dict__:  # keep the widget's request in step with Python
+                self.widget.selection = {**self.widget.selection, "chip": name}
+        return self
+
+    def _payload(self, window: tuple[float, float] | None = None, *, live: bool = False
+                 ) -> PipelinePayload:
         k = self.ctx.kernel
         return pipeline_payload(k.name, k.index, self.tiling.grid, self.model, self.measured,
-                                window=window)
+                                window=window, chips=self.chips, live=live)
 
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
+
+    def _push(self) -> None:
+        if "widget" in self.__dict__:
+            self.widget.payload = self._payload(self.window, live=True)
 
     @functools.cached_property
     def widget(self) -> Any:
         from pallaslab.views.base import widget_class
 
-        w = widget_class(self.module)(payload=self.payload())
+        w = widget_class(self.module)(payload=self._payload(live=True))
         w.observe(self._on_selection, names="selection")
         return w
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
-        """The widget asks for the events of the window it zoomed to (`selection.window`)."""
-        win = (change["new"] or {}).get("window")
+        """The widget asks for another chip (`selection.chip`) or for the events of the window
+        it zoomed to (`selection.window`, fractions of the timeline)."""
+        sel = change["new"] or {}
+        chip = sel.get("chip")
+        if chip and get_chip(chip).name != self.chip:
+            self.select(chip)
+            return
+        win = sel.get("window")
         if not win or len(win) != 2:
             return
         f0, f1 = max(0.0, float(win[0])), min(1.0, float(win[1]))

@@ -49,6 +49,7 @@ def test_hover_a_step_shows_its_program_and_announces_it(page, results_dir):
     mount(page, "pipeline.js", view.payload())
     listen_for_programs(page)
     assert page.locator("canvas[data-role=timeline]").count() == 2  # model and measured
+    assert page.locator("label.pl-pipe-chip").is_hidden()  # no Python to model other chips
     ev = view.model.events
     duration = view.model.summary.predicted_time
     step = 5  # program (0, 2, 1)
@@ -124,3 +125,12 @@ def test_memory_and_pipeline_tabs_work_in_the_offline_report(page, tmp_path, res
     assert page.locator(".pl-pipeline").get_attribute("data-hover-program") == str(program)
     page.screenshot(path=str(results_dir / "report-pipeline-dark.png"), full_page=True)
     assert [u for u in page.requests_attempted if u != out.as_uri()] == []
+
+
+def test_live_chip_choice_is_sent_to_python(page):
+    fn, args = CATALOG["elementwise_1d"].case()[:2]
+    p = pallaslab.inspect(fn, *args).pipeline().payload()
+    mount(page, "pipeline.js", {**p, "live": True})
+    page.select_option("select.pl-chip", "v6e")
+    assert page.evaluate("window.model.get('selection')") == {"chip": "v6e"}
+    assert page.locator("select.pl-chip").is_disabled()  # until the new model arrives

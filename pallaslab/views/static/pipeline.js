@@ -20,7 +20,8 @@
  *   program: Buffer, bins: number, busy: Buffer | null, bin_step: Buffer | null}} TrackPayload
  * @typedef {{version: number, kernel: string, index: number, chip: string, grid: number[],
  *   programs: number, summary: Record<string, any>, stall_time: number | null,
- *   measured: Record<string, any> | null, tracks: TrackPayload[]}} PipelinePayload
+ *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
+ *   live: boolean}} PipelinePayload
  * @typedef {{get(key: string): any, set(key: string, value: any): void,
  *   save_changes(): void, on(event: string, cb: () => void): void,
  *   off(event?: string | null, cb?: (() => void) | null): void}} Model
@@ -183,7 +184,15 @@ function render({ model, el }) {
   const reset = h("button", "pl-zoom-reset", "reset");
   zoomOut.title = "zoom out"; zoomIn.title = "zoom in"; reset.title = "show everything";
   const span = h("span", "pl-dim pl-pipe-span");
-  toolbar.append(zoomOut, zoomIn, reset, span,
+  const chipBox = h("label", "pl-dim pl-pipe-chip", "chip ");
+  const chipSelect = /** @type {HTMLSelectElement} */ (h("select", "pl-chip"));
+  chipBox.append(chipSelect);
+  listen(chipSelect, "change", () => {
+    chipSelect.disabled = true; // until Python sends the new model
+    model.set("selection", { ...(model.get("selection") || {}), chip: chipSelect.value });
+    model.save_changes();
+  });
+  toolbar.append(chipBox, zoomOut, zoomIn, reset, span,
     h("span", "pl-dim", "wheel: zoom · drag: pan · double-click: reset · click a step: select it"));
   const body = h("div", "pl-pipe-tracks");
   const info = h("div", "pl-pipe-info pl-dim", "Hover a step for its program and durations.");
@@ -217,6 +226,15 @@ function render({ model, el }) {
       rows.push(["measured", `${fmtTime(p.measured.total_time)}, ${p.measured.steps.toLocaleString("en-US")} steps` +
         (p.measured.mean_step ? `, mean step ${fmtTime(p.measured.mean_step)}` : "")]);
     }
+    // another chip's model needs Python: offered in the live widget only
+    chipBox.hidden = !p.live || (p.chips || []).length < 2;
+    chipSelect.replaceChildren(...(p.chips || [p.chip]).map((c) => {
+      const o = /** @type {HTMLOptionElement} */ (h("option", "", `TPU ${c}`));
+      o.value = c;
+      return o;
+    }));
+    chipSelect.value = p.chip;
+    chipSelect.disabled = false;
     facts.replaceChildren();
     for (const [a, b] of rows) facts.append(h("dt", "", a), h("dd", "", b));
     body.replaceChildren();

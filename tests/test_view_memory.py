@@ -1,0 +1,181 @@
+"""The Memory view: per-chip VMEM payloads checked by hand, what-if rows, text/HTML, the tab."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from kernels import CATALOG, matmul
+
+import pallaslab
+from pallaslab.views.memory import MemoryView, bar_scale, memory_payload
+from pallaslab.views.registry import tab, tabs
+from pallaslab.workbench import Workbench
+
+KiB, MiB = 1024, 1 << 20
+S = jax.ShapeDtypeStruct
+EVIL = '<img src=x onerror="alert(1)">&</script>'
+
+
+def workbench(name, **kw):
+    fn, args = CATALOG[name].case()[:2]
+    return Workbench(pallaslab.capture(fn, *args), **kw)
+
+
+def test_matmul_f32_payload_by_hand():
+    # 128^3 f32 blocks: 2 buffers x 64 KiB for each of x, y, out; the f32 accumulator once.
+    p = workbench("matmul_f32").memory().payload()
+    assert [c["chip"] for c in p["chips"]] == ["v5e", "v6e"]  # the default chips
+    block = 128 * 128 * 4
+    for c, limit in zip(p["chips"], (16 * MiB, 32 * MiB), strict=True):
+        assert [(o["origin"], o["role"], o["buffers"], o["buffer_bytes"], o["bytes"])
+                for o in c["operands"]] == [
+            ("args[0]", "input", 2, block, 2 * block), ("args[1]", "input", 2, block, 2 * block),
+            ("outputs", "output", 2, block, 2 * block), ("scratch[0]", "scratch", 1, block, block)]
+        assert c["bytes"] == 448 * KiB
+        assert (c["limit"], c["limit_source"], c["fits"], c["over"]) == (
+            limit, "chip default", True, 0)
+        assert c["capacity"] == 128 * MiB and c["smem_bytes"] == 0
+        assert c["target"] == f"tpu-{c['chip']}" and c["spill_note"] is None
+    assert p["what_if"] is None and p["note"] is None
+    assert bar_scale(p["chips"]) == 32 * MiB
+    json.dumps(p)  # small and plain: no binary buffers needed
+
+
+def test_vmem_overflow_does_not_fit_and_says_by_how_much():
+    view = workbench("vmem_overflow").memory()
+    p = view.payload()
+    v5e, v6e = p["chips"]
+    # (1024, 2048) f32 = 8 MiB: 2 in + 2 out + 1 scratch = 40 MiB.
+    assert v5e["bytes"] == v6e["bytes"] == 40 * MiB
+    assert (v5e["fits"], v5e["over"]) == (False, 24 * MiB)
+    assert (v6e["fits"], v6e["over"]) == (False, 8 * MiB)
+    assert "float32[1024, 2048]" in v5e["spill_note"]
+    html = view.to_html()
+    assert "overflow by 24.00 MiB" in html and "overflow by 8.00 MiB" in html
+    assert '<td class="num pl-mem-over">NO</td>' in html
+    assert "spill" in html
+    text = view.to_text()
+    assert "body on v5e: 40.00 MiB of 16.00 MiB scoped VMEM (chip default) -- DOES NOT FIT" in text
+    assert "note: the kernel body computes a float32[1024, 2048] value" in text
+
+
+def test_smem_operands_are_listed_apart_from_the_vmem_bar():
+    p = workbench("scalar_prefetch_gather").memory().payload()
+    c = p["chips"][0]
+    assert c["smem_bytes"] == 24  # 6 int32 block indices, scalar-prefetched
+    assert c["operands"][-1]["origin"] == "args[0]" and c["operands"][-1]["space"] == "smem"
+    assert c["bytes"] == 2 * 2 * 8 * 128 * 4  # only the VMEM operands count against the limit
+
+
+def test_chips_come_from_the_workbench_or_the_caller():
+    assert workbench("matmul_f32", chips=["tpu-v6e"]).memory().chips == ("v6e",)
+    wb = workbench("matmul_f32")
+    view = wb.memory(chips=("v4", "tpu-v5e"))
+    assert [c["chip"] for c in view.payload()["chips"]] == ["v4", "v5e"]
+    assert wb.memory() is view  # the tab now shows those chips
+    ctx = wb.context(0)
+    assert tab("memory").build(ctx, chips="v6e").chips == ("v6e",)
+    assert MemoryView(ctx, chips="v5p").chips == ("v5p",)
+    with pytest.raises(ValueError, match="unknown TPU chip 'v9'"):
+        MemoryView(ctx, chips=("v9",))
+
+
+def make_matmul(blocks):
+    bm, bk, bn = blocks
+    x = S((4096, 4096), jnp.float32)
+    return lambda a, b: matmul(a, b, bm=bm, bk=bk, bn=bn), (x, x)
+
+
+def test_what_if_table_best_first_and_too_large_marked():
+    candidates = [(2048, 2048, 2048), (256, 256, 256), (128, 128, 128), (0, 0, 0)]
+    view = workbench("matmul_f32").memory(what_if=(make_matmul, candidates))
+    w = view.payload()["what_if"]
+    assert w["chips"] == ["v5e", "v6e"]
+    rows = [(r["block_sizes"], r["fits"]) for r in w["rows"]]
+    # fitting rows first (fastest first), then the one over the limit, then the broken one
+    assert rows[-2:] == [("(2048, 2048, 2048)", False), ("(0, 0, 0)", False)]
+    assert {rows[0][0], rows[1][0]} == {"(256, 256, 256)", "(128, 128, 128)"}
+    assert w["best"] == 0
+    big = w["rows"][2]
+    # 2048^2 f32 = 16 MiB per block: 6 buffers + the accumulator = 112 MiB
+    assert [c["vmem_bytes"] for c in big["chips"]] == [112 * MiB] * 2
+    assert [c["fits"] for c in big["chips"]] == [False, False]
+    assert w["rows"][3]["error"] and "ZeroDivisionError" not in w["rows"][3]["block_sizes"]
+    times = [r["chips"][0]["predicted_time"] for r in w["rows"][:2]]
+    assert times == sorted(times) and all(t > 0 for t in times)
+    html = view.to_html()
+    assert "What-if" in html and "does not fit" in html and "best" in html
+    assert "What-if (best first" in view.to_text()
+
+
+def test_what_if_updates_a_view_in_place():
+    ctx = workbench("matmul_f32").context(0)
+    view = MemoryView(ctx)
+    assert view.payload()["what_if"] is None
+    assert view.what_if(make_matmul, [(128, 128, 128)]) is view
+    assert [r["block_sizes"] for r in view.payload()["what_if"]["rows"]] == ["(128, 128, 128)"]
+
+
+def evil_capture():
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def fn(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(body, out_shape=S(x.shape, x.dtype), grid=(2,), in_specs=[spec],
+                              out_specs=spec, name=EVIL)(x)
+
+    return pallaslab.capture(fn, S((16, 128), jnp.float32))
+
+
+def test_user_strings_are_escaped():
+    ctx = Workbench(evil_capture()).context(0)
+
+    def make(candidate):
+        raise ValueError(candidate)
+
+    view = MemoryView(ctx, what_if=(make, [EVIL]))
+    html = view.to_html()
+    assert EVIL not in html and "<img" not in html and "</script>" not in html
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&lt;/script&gt;" in html
+    assert EVIL in view.to_text()
+
+
+def test_memory_payload_is_pure_over_occupancies():
+    from pallaslab.analysis.occupancy import occupancy
+
+    k = workbench("matmul_bf16").kernels[0]
+    p = memory_payload(k, [occupancy(k, "v6e")])
+    assert p["chips"][0]["bytes"] == 6 * 32 * KiB + 64 * KiB  # bf16 blocks, f32 accumulator
+    assert p["kernel"] == "matmul_kernel" and p["index"] == 0
+
+
+def test_tab_is_registered_and_available_for_tpu_kernels_only():
+    assert "memory" in [t.name for t in tabs()]
+    assert "memory" in [t.name for t in workbench("matmul_f32").tabs()]
+    assert "memory" not in [t.name for t in workbench("gpu_mesh_kernel").tabs()]
+    bundle = workbench("matmul_f32").memory()._repr_mimebundle_()
+    assert "448.0 KiB" in bundle["text/plain"] and "<style>" in bundle["text/html"]
+
+
+def test_magic_chip_flag_reaches_the_memory_tab():
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    sh = InteractiveShell.instance()
+    try:
+        sh.run_cell("%load_ext pallaslab", store_history=False)
+        cell = ("%%pallas --chip v6e --tab memory\n"
+                "from kernels import matmul, rand\n"
+                "matmul(rand((256, 256)), rand((256, 128)), interpret=True)\n")
+        with capture_output() as out:
+            result = sh.run_cell(cell, store_history=False)
+        assert result.success, result.error_in_exec
+        text = "\n".join(o.data.get("text/plain", "") for o in out.outputs)
+        assert "matmul_kernel on v6e: 448.0 KiB of 32.00 MiB" in text
+        assert "on v5e" not in text
+    finally:
+        InteractiveShell.clear_instance()
