@@ -108,6 +108,10 @@ class Workbench:
     def overview(self, kernel: int | str = 0) -> View:
         return self.view("overview", kernel)
 
+    def profile(self, kernel: int | str = 0, **options: Any) -> View:
+        """The Pipeline view with the kernel profiled under jax.profiler beside the model."""
+        return self.view("pipeline", kernel, profile=True, **options)
+
     def __getattr__(self, name: str) -> Callable[..., View]:
         # Tabs registered later (memory, pipeline, ...) are methods too: wb.memory(kernel=0).
         if not name.startswith("_"):

@@ -97,3 +97,14 @@ def test_view_options_reach_the_tab_builder():
     cmp = wb.compare(executors=["interpret", "reference"], reference=shifted_block_reference)
     assert "(2,)" in cmp.to_text()
     assert wb.compare() is cmp  # the latest view is the one the tab shows
+
+
+def test_profile_puts_the_measured_timeline_beside_the_model():
+    from kernels import CATALOG
+
+    import pallaslab
+
+    fn, args = CATALOG["matmul_f32"].case()
+    view = pallaslab.inspect(fn, *args).profile()
+    assert view.name == "pipeline"
+    assert "measured" in view.to_text().lower()

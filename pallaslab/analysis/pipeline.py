@@ -114,11 +114,11 @@ class Pipeline:
         ev = self.events
         for lane in range(len(LANES)):
             sel = ev.lane == lane
-            busy[lane] = _binned_overlap(ev.start[sel], ev.end[sel], edges)
+            busy[lane] = binned_overlap(ev.start[sel], ev.end[sel], edges)
         return {"edges": edges, "busy": busy}
 
 
-def _binned_overlap(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def binned_overlap(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Total overlap of intervals with each bin, vectorized via cumulative coverage."""
     def covered(x: np.ndarray) -> np.ndarray:  # total interval length below each x
         s = np.sort(start)

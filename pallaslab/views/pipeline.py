@@ -26,7 +26,7 @@ import numpy as np
 from pallaslab.analysis.chips import DEFAULT_CHIPS
 from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.occupancy import applies
-from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, _binned_overlap, pipeline
+from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overlap, pipeline
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.views import _html
 from pallaslab.views._html import esc
@@ -170,7 +170,7 @@ def lane_busy(events: Events, bins: int, duration: float) -> np.ndarray:
     for lane in range(len(events.lanes)):
         sel = events.lane == lane
         if sel.any():
-            out[lane] = _binned_overlap(events.start[sel], events.end[sel], edges) / width
+            out[lane] = binned_overlap(events.start[sel], events.end[sel], edges) / width
     return np.clip(out, 0.0, 1.0)
 
 

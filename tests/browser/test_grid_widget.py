@@ -229,3 +229,17 @@ def test_a_selection_set_from_python_moves_the_grid(page):
     page.evaluate("window.model.set('selection', {step: 7, program: [1, 0, 1], source: 'compare'})")
     assert page.locator(".pl-grid").get_attribute("data-step") == "7"
     assert page.locator(".pl-info .pl-program").inner_text() == f"program {tiling.program_at(7)}"
+
+
+def test_a_program_pointed_at_in_the_pipeline_lights_up_in_the_grid(page):
+    wb, _ = case("matmul_f32")
+    payload = wb.grid().payload()
+    mount(page, "grid.js", payload)
+    page.evaluate("""(p) => window.dispatchEvent(new CustomEvent('pallaslab:program', {detail:
+        {kernel: p.kernel, index: p.index, step: 5, program: [0, 2, 1], source: 'pipeline'}}))""",
+                  {"kernel": payload["kernel"], "index": payload["index"]})
+    assert page.locator(".pl-grid").get_attribute("data-hover") == "5"
+    # another kernel's program is not this grid's business
+    page.evaluate("""() => window.dispatchEvent(new CustomEvent('pallaslab:program', {detail:
+        {kernel: 'other', index: 3, step: 9, program: [1, 1, 1], source: 'pipeline'}}))""")
+    assert page.locator(".pl-grid").get_attribute("data-hover") == "5"

@@ -1104,6 +1104,13 @@ function render({ model, el }) {
   };
   model.on("change:selection", onSelection);
   cleanups.push(() => model.off("change:selection", onSelection));
+  // A program pointed at in another view of this kernel (the pipeline timeline) lights up here.
+  listen(window, "pallaslab:program", (e) => {
+    const d = e.detail;
+    if (d && d.source !== "grid" && d.kernel === payload.kernel && d.index === payload.index) {
+      setHover(typeof d.step === "number" ? d.step : -1);
+    }
+  });
 
   buildSliders();
   layoutGrid();
