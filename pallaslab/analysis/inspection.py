@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
 from collections.abc import Sequence
+from typing import Any
 
 from pallaslab.analysis.findings import Finding, Rules, find
 from pallaslab.analysis.occupancy import DEFAULT_CHIPS, vmem_findings, vmem_section
