@@ -152,9 +152,10 @@ def test_memory_payload_is_pure_over_occupancies():
     assert p["kernel"] == "matmul_kernel" and p["index"] == 0
 
 
-def test_tab_is_registered_and_available_for_tpu_kernels_only():
+def test_tab_is_registered_and_available_for_tpu_and_triton_kernels():
     assert "memory" in [t.name for t in tabs()]
     assert "memory" in [t.name for t in workbench("matmul_f32").tabs()]
+    assert "memory" in [t.name for t in gpu_softmax_workbench().tabs()]
     assert "memory" not in [t.name for t in workbench("gpu_mesh_kernel").tabs()]
     bundle = workbench("matmul_f32").memory()._repr_mimebundle_()
     assert "448.0 KiB" in bundle["text/plain"] and "<style>" in bundle["text/html"]
@@ -179,3 +180,86 @@ def test_magic_chip_flag_reaches_the_memory_tab():
         assert "on v5e" not in text
     finally:
         InteractiveShell.clear_instance()
+
+
+# --- GPU: the Triton compile's shared memory, registers, spills and blocks per SM -------------
+
+
+def gpu_softmax_workbench(**kw):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # jax's Triton ops are deprecated
+        from jax.experimental.pallas.ops.gpu.softmax import softmax
+    return Workbench(pallaslab.capture(softmax, S((64, 256), jnp.float32)), **kw)
+
+
+def test_triton_softmax_gpu_section_from_the_real_compile():
+    view = gpu_softmax_workbench().memory(gpu=True)
+    p = view.payload()
+    assert p["chips"] == [] and "targets triton" in p["note"]
+    assert p["gpu"]["error"] is None
+    rows = p["gpu"]["gpus"]
+    assert [(g["gpu"], g["target"]) for g in rows] == [("a100", "gpu-a100"), ("h100", "gpu-h100")]
+    for g in rows:
+        assert g["error"] is None
+        assert g["num_warps"] == 4  # JAX's softmax passes triton CompilerParams(num_warps=4)
+        assert g["registers"] > 0 and g["spills"] == 0 and g["shared_bytes"] >= 0
+        assert g["blocks_per_sm"] >= 1
+        if g["registers"] <= 32:  # then 4 warps per block cap it: 64 warps per SM / 4 = 16
+            assert (g["blocks_per_sm"], g["limited_by"], g["warps_per_sm"]) == (16, "warps", 64)
+            assert g["occupancy"] == 1.0
+    json.dumps(p)
+    text = view.to_text()
+    a100 = rows[0]
+    assert (f"a100: shared memory {a100['shared_bytes']:,} B, {a100['registers']} "
+            f"registers/thread, 0 B spilled, 4 warps -> {a100['blocks_per_sm']} blocks/SM") in text
+    html = view.to_html()
+    assert "GPU: shared memory, registers, blocks per SM (Triton)" in html
+    assert f'<td>h100</td><td class="num">{rows[1]["shared_bytes"]:,}</td>' in html
+
+
+def test_gpu_section_is_computed_only_when_asked(monkeypatch):
+    import lowering
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("the default Memory view must not compile")
+
+    monkeypatch.setattr(lowering, "lower", no_compile)
+    view = gpu_softmax_workbench().memory()
+    p = view.payload()
+    assert p["gpu"] is None and "wb.memory(gpu=True)" in p["note"]
+    assert "GPU" not in view.to_html() and "Triton compile:" not in view.to_text()
+    with pytest.raises(AssertionError, match="must not compile"):
+        gpu_softmax_workbench().memory(gpu=True).payload()
+
+
+def test_workbench_gpu_option_reaches_the_memory_tab(monkeypatch):
+    import lowering
+
+    calls = []
+    real = lowering.lower
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["target"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lowering, "lower", counting)
+    view = gpu_softmax_workbench(options={"gpu": True}).memory()
+    assert [g["gpu"] for g in view.payload()["gpu"]["gpus"]] == ["a100", "h100"]
+    view.to_text(), view.to_html()
+    assert calls == ["gpu-a100", "gpu-h100"]  # compiled once per GPU, then kept
+
+
+def test_missing_triton_shows_the_install_message(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setenv("PALLASLAB_CACHE_DIR", str(tmp_path))  # no cached compile to fall back on
+    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
+    view = gpu_softmax_workbench().memory(gpu=True)
+    section = view.payload()["gpu"]
+    assert section["gpus"] == []
+    assert "needs the Python package 'triton'" in section["error"]
+    assert 'pip install "pallaslab[gpu]"' in section["error"]
+    assert 'pip install &quot;pallaslab[gpu]&quot;' in view.to_html()
+    assert "needs the Python package 'triton'" in view.to_text()

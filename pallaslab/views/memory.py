@@ -4,7 +4,9 @@ Per chip, one bar stacks every operand's share of scoped VMEM (buffers x the blo
 chip's native tiling, scratch once) against the scoped-VMEM limit the kernel compiles with (and
 the chip's VMEM capacity); overflow is marked, with the compiler's spill risk when the body holds
 large values. With `what_if=(make, candidates)` the view adds the what-if table (best first,
-candidates that do not fit every chip marked). Numbers come from `pallaslab.analysis.occupancy`
+candidates that do not fit every chip marked). With `gpu=True` (a Triton kernel) the view adds
+shared memory, registers, spills and blocks per SM on a100/h100 from the real Triton compile
+(`pallaslab.views.memory_gpu`). Numbers come from `pallaslab.analysis.occupancy`
 and `pallaslab.analysis.whatif`; `memory_payload` is the pure function the widget, the report
 and the tests share. The payload is small (one entry per operand per chip): plain JSON.
 """
@@ -25,6 +27,7 @@ from pallaslab.views import _html
 from pallaslab.views._html import esc
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
+from pallaslab.views.memory_gpu import GpuSection, gpu_html, gpu_section, gpu_text
 from pallaslab.views.registry import register_tab
 
 PAYLOAD_VERSION = 1
@@ -92,15 +95,18 @@ class MemoryPayload(TypedDict):
     chips: list[ChipMemory]
     what_if: WhatIfPayload | None
     note: str | None  # why there are no bars (a GPU kernel)
+    gpu: GpuSection | None  # the Triton compile's figures per GPU, when asked for
 
 
 def memory_payload(kernel: Kernel, occupancies: Sequence[Occupancy],
-                   table: WhatIfTable | None = None, note: str | None = None) -> MemoryPayload:
-    """Everything the Memory widget draws (pure: from occupancies and a what-if table)."""
+                   table: WhatIfTable | None = None, note: str | None = None,
+                   gpu: GpuSection | None = None) -> MemoryPayload:
+    """Everything the Memory widget draws (pure: from occupancies, a what-if table and the
+    GPU section)."""
     return MemoryPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         chips=[chip_memory(o) for o in occupancies],
-        what_if=what_if_payload(table) if table is not None else None, note=note)
+        what_if=what_if_payload(table) if table is not None else None, note=note, gpu=gpu)
 
 
 def chip_memory(occ: Occupancy) -> ChipMemory:
@@ -143,15 +149,18 @@ class MemoryView(View):
 
     `chips` defaults to the workbench's (`%%pallas --chip`, `Workbench(chips=...)`), else v5e
     and v6e. `what_if` is `(make, candidates)` (see `pallaslab.analysis.whatif.what_if`) or a
-    table already computed.
+    table already computed. `gpu=True` compiles the kernel with Triton for a100 and h100
+    (seconds; cached on disk) and shows shared memory, registers, spills and blocks per SM; it
+    defaults to the workbench option "gpu".
     """
 
     name = "memory"
     module = "memory.js"
 
     def __init__(self, ctx: KernelContext, chips: Sequence[str] | str | None = None,
-                 what_if: WhatIf | None = None):
+                 what_if: WhatIf | None = None, gpu: bool | None = None):
         self.ctx = ctx
+        self.gpu = bool(ctx.options.get("gpu")) if gpu is None else gpu
         asked = (chips,) if isinstance(chips, str) else chips
         self.chips = tuple(get_chip(c).name for c in (asked or ctx.chips or DEFAULT_CHIPS))
         self.table: WhatIfTable | None = None
@@ -165,6 +174,10 @@ class MemoryView(View):
         if not applies(self.ctx.kernel):
             return ()
         return tuple(occupancy(self.ctx.kernel, c) for c in self.chips)
+
+    @functools.cached_property
+    def gpu_section(self) -> GpuSection | None:
+        return gpu_section(self.ctx.kernel) if self.gpu else None
 
     def what_if(self, make: Callable[[Any], Sequence[Any]], candidates: Iterable[Any],
                 *, kernel: int | None = None) -> MemoryView:
@@ -180,8 +193,11 @@ class MemoryView(View):
 
     def _payload(self) -> MemoryPayload:
         note = None if applies(self.ctx.kernel) else (
-            f"VMEM occupancy is a TPU notion; this kernel targets {self.ctx.kernel.backend}")
-        return memory_payload(self.ctx.kernel, self.occupancies, self.table, note)
+            f"VMEM occupancy is a TPU notion; this kernel targets {self.ctx.kernel.backend}"
+            + ("" if self.gpu else ". For shared memory, registers and blocks per SM from the "
+               "Triton compile, ask for wb.memory(gpu=True)."))
+        return memory_payload(self.ctx.kernel, self.occupancies, self.table, note,
+                              self.gpu_section)
 
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
@@ -196,6 +212,8 @@ class MemoryView(View):
             lines += ["  " + line for line in str(occ).splitlines()]
             lines.append(f"    SMEM {_bytes(cm['smem_bytes'])} of {_bytes(cm['smem_capacity'])}"
                          + (f", {cm['semaphores']} semaphore(s)" if cm["semaphores"] else ""))
+        if p["gpu"] is not None:
+            lines += gpu_text(p["gpu"])
         if self.table is not None:
             lines.append("What-if (best first; '!!' = does not fit):")
             lines += ["  " + line for line in str(self.table).splitlines()]
@@ -204,8 +222,9 @@ class MemoryView(View):
     def to_html(self) -> str:
         k = self.ctx.kernel
         p = self._payload()
+        chips = ", ".join(c["chip"] for c in p["chips"])
         parts = [f'<h3 class="pl-title">Memory <code>{esc(k.name)}</code> '
-                 f'<span class="pl-dim">{esc(", ".join(self.chips))}</span></h3>']
+                 f'<span class="pl-dim">{esc(chips)}</span></h3>']
         if p["note"]:
             parts.append(f'<p class="pl-dim">{esc(p["note"])}</p>')
         if p["chips"]:
@@ -214,6 +233,8 @@ class MemoryView(View):
             parts += [f'<p class="pl-finding pl-warning"><span class="pl-badge">spill</span> '
                       f'{esc(c["chip"])}: {esc(c["spill_note"])}</p>'
                       for c in p["chips"] if c["spill_note"]]
+        if p["gpu"] is not None:
+            parts.append(gpu_html(p["gpu"]))
         if p["what_if"] is not None:
             parts.append(what_if_table_html(p["what_if"]))
         return f'<div class="pl-memory-static">{"".join(parts)}</div>'
@@ -329,7 +350,9 @@ def what_if_table_html(w: WhatIfPayload) -> str:
 
 
 def _available(ctx: KernelContext) -> bool:
-    return ctx.kernel.kind == "pallas_call" and applies(ctx.kernel)
+    # Triton kernels: the GPU section (shared memory, registers, blocks per SM)
+    return ctx.kernel.kind == "pallas_call" and (applies(ctx.kernel)
+                                                 or ctx.kernel.backend == "triton")
 
 
 register_tab("memory", order=40, title="Memory", available=_available, build=MemoryView)

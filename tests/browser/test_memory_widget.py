@@ -100,3 +100,36 @@ def test_small_kernels_open_scaled_to_their_need(page, results_dir):
     page.select_option("select.pl-mem-scale", "limit")
     w = widths(page, "v5e")
     assert sum(w["segs"].values()) == pytest.approx((w["track"] - 2) * 448 / 32768, abs=4)
+
+
+def test_gpu_section_table_for_a_triton_kernel(page, results_dir):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from jax.experimental.pallas.ops.gpu.softmax import softmax
+    x = jax.ShapeDtypeStruct((64, 256), "float32")
+    p = pallaslab.inspect(softmax, x).memory(gpu=True).payload()  # the real Triton compile
+    evil = '<img src=x onerror="window.pwned=1">'
+    p["gpu"]["gpus"].append({**p["gpu"]["gpus"][0], "gpu": "b200", "error": evil})
+    mount(page, "memory.js", p)
+    assert page.locator(".pl-mem-row[data-chip]").count() == 0  # no TPU bars for Triton
+    rows = page.locator("table.pl-mem-gputable tr[data-gpu]")
+    assert [rows.nth(i).get_attribute("data-gpu") for i in range(3)] == ["a100", "h100", "b200"]
+    for i, g in enumerate(p["gpu"]["gpus"][:2]):
+        cells = rows.nth(i).locator("td").all_inner_texts()
+        assert cells == [g["gpu"], f"{g['shared_bytes']} B", str(g["registers"]), "0 B", "4",
+                         str(g["blocks_per_sm"]), g["limited_by"],
+                         f"{round(100 * g['occupancy'])}%"]
+        assert g["registers"] > 0 and g["blocks_per_sm"] >= 1
+    assert rows.nth(2).locator("td.pl-mem-over").inner_text() == evil  # text, not markup
+    assert page.locator("img").count() == 0 and page.evaluate("window.pwned") is None
+    page.screenshot(path=str(results_dir / "memory-gpu.png"))
+
+
+def test_gpu_section_shows_why_nothing_was_compiled(page):
+    p = payload("matmul_f32")
+    p["gpu"] = {"gpus": [], "error": "Compiling for GPU needs the Python package 'triton'"}
+    mount(page, "memory.js", p)
+    assert page.locator(".pl-mem-gpu p.pl-dim").inner_text() == p["gpu"]["error"]
+    assert page.locator(".pl-mem-row[data-chip]").count() == 2  # the TPU bars stay

@@ -2,7 +2,8 @@
 /**
  * The Memory view: per TPU chip, a stacked bar of every operand's scoped VMEM (buffers x padded
  * block, scratch) against the limit and the chip's capacity, overflow marked; SMEM; the spill
- * note; the what-if table of candidate block sizes (best first). Hover a segment: the operand's
+ * note; the what-if table of candidate block sizes (best first); for a Triton kernel compiled on
+ * request, shared memory, registers, spills and blocks per SM per GPU. Hover a segment: the operand's
  * numbers, and the same operand lit on every chip. Plain ES module (anywidget `render`), no
  * dependencies; user-derived strings go in through textContent only.
  */
@@ -28,8 +29,15 @@
  */
 /** @typedef {{chips: string[], rows: WhatIfRow[], best: number | null}} WhatIfPayload */
 /**
+ * @typedef {{gpu: string, target: string, error: string | null, shared_bytes: number | null,
+ *   registers: number | null, spills: number | null, num_warps: number,
+ *   blocks_per_sm: number | null, limited_by: string | null, warps_per_sm: number | null,
+ *   occupancy: number | null}} GpuMemory
+ */
+/** @typedef {{gpus: GpuMemory[], error: string | null}} GpuSection */
+/**
  * @typedef {{version: number, kernel: string, index: number, chips: ChipMemory[],
- *   what_if: WhatIfPayload | null, note: string | null}} MemoryPayload
+ *   what_if: WhatIfPayload | null, note: string | null, gpu?: GpuSection | null}} MemoryPayload
  */
 /**
  * @typedef {{get(key: string): any, set(key: string, value: any): void,
@@ -111,6 +119,7 @@ function render({ model, el }) {
     root.append(title);
     if (p.note) root.append(h("p", "pl-dim", p.note));
     if (p.chips.length) drawChips(p);
+    if (p.gpu) root.append(gpuTable(p.gpu));
     if (p.what_if) root.append(whatIfTable(p.what_if));
   }
 
@@ -276,6 +285,42 @@ function render({ model, el }) {
     foot("SMEM", (c) => num(c.smem_bytes));
     foot("fits", (c) => (c.fits ? "yes" : "NO"), (c) => (c.fits ? "pl-mem-fits" : "pl-mem-over"));
     return table;
+  }
+
+  /** @param {GpuSection} g */
+  function gpuTable(g) {
+    const box = h("div", "pl-mem-gpu");
+    box.append(h("div", "pl-title", "GPU: shared memory, registers, blocks per SM (Triton)"));
+    if (g.error) {
+      box.append(h("p", "pl-dim", g.error));
+      return box;
+    }
+    const table = h("table", "pl-table pl-mem-gputable");
+    const head = h("tr");
+    ["GPU", "shared memory", "registers/thread", "spills", "num_warps", "blocks/SM", "limited by", "occupancy"]
+      .forEach((c, i) => head.append(h("th", i === 0 || i === 6 ? "" : "num", c)));
+    table.append(head);
+    for (const r of g.gpus) {
+      const tr = h("tr");
+      tr.dataset.gpu = r.gpu;
+      tr.append(h("td", "", r.gpu));
+      if (r.error) {
+        const td = h("td", "pl-mem-over", r.error);
+        td.setAttribute("colspan", "7");
+        tr.append(td);
+      } else {
+        tr.append(h("td", "num", r.shared_bytes === null ? "-" : bytes(r.shared_bytes)),
+          h("td", "num", num(r.registers)),
+          h("td", `num${r.spills ? " pl-mem-over" : ""}`, r.spills === null ? "-" : bytes(r.spills)),
+          h("td", "num", String(r.num_warps)),
+          h("td", `num ${r.blocks_per_sm ? "pl-mem-fits" : "pl-mem-over"}`, num(r.blocks_per_sm)),
+          h("td", "", r.limited_by ?? "-"),
+          h("td", "num", r.occupancy === null ? "-" : `${Math.round(100 * r.occupancy)}%`));
+      }
+      table.append(tr);
+    }
+    box.append(table);
+    return box;
   }
 
   /** @param {WhatIfPayload} w */
