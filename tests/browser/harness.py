@@ -35,5 +35,8 @@ window.ready = true;
 
 
 def mount(page, module: str, payload: dict, **kw) -> None:
+    # set_content rewrites the document in the same window, whose globals survive: clear the
+    # previous mount's flag so we wait for this module, not the last one.
+    page.evaluate("window.ready = false")
     page.set_content(harness_html(module, payload, **kw))
     page.wait_for_function("window.ready === true", timeout=20000)
