@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -55,6 +56,31 @@ class View:
         with contextlib.suppress(ImportError):  # no anywidget: the static forms still display
             bundle.update(_widget_bundle(self.widget))
         return bundle
+
+
+class InteractiveView(View):
+    """A view whose widget talks back: the widget sets `selection`, `_on_selection` answers,
+    and `_push()` sends the new live payload. Static renderings use `live=False`."""
+
+    def _payload(self, *, live: bool) -> Mapping[str, Any]:
+        raise NotImplementedError
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload(live=False))
+
+    @functools.cached_property
+    def widget(self) -> Any:
+        w = widget_class(self.module)(payload=self._payload(live=True))
+        w.observe(self._on_selection, names="selection")
+        return w
+
+    def _on_selection(self, change: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _push(self) -> None:
+        """Send the live payload to the widget, if one has been shown (none is made here)."""
+        if "widget" in self.__dict__:
+            self.widget.payload = self._payload(live=True)
 
 
 def _widget_bundle(widget: Any) -> dict[str, Any]:

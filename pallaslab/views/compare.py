@@ -17,7 +17,6 @@ interpret,reference=my_ref`); the workbench's Compare tab then shows that compar
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -26,7 +25,7 @@ import numpy as np
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
 from pallaslab.views import _html
 from pallaslab.views._html import esc
-from pallaslab.views.base import View
+from pallaslab.views.base import InteractiveView, View
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
 from pallaslab.views.step import Call, Session, StepView, downsample, session, to_2d
@@ -294,7 +293,7 @@ def compare_workbench(wb: Any, executors: Sequence[str] | None = None,
 # --- the view --------------------------------------------------------------------------------
 
 
-class CompareView(View):
+class CompareView(InteractiveView):
     """A comparison of executors, shown for one kernel of the workbench."""
 
     name = "compare"
@@ -333,25 +332,13 @@ class CompareView(View):
 
     def _refresh(self) -> CompareView:
         self._revision += 1
-        if "widget" in self.__dict__:
-            self.widget.payload = self._payload(live=True)
+        self._push()
         return self
 
     def _payload(self, *, live: bool) -> ComparePayload:
         return compare_payload(self.comparison, self.ctx.kernel, self.ctx.tiling,
                                interactive=live, revision=self._revision, opened=self.opened,
                                error=self.error)
-
-    def payload(self) -> dict[str, Any]:
-        return dict(self._payload(live=False))
-
-    @functools.cached_property
-    def widget(self) -> Any:
-        from pallaslab.views.base import widget_class
-
-        w = widget_class(self.module)(payload=self._payload(live=True))
-        w.observe(self._on_selection, names="selection")
-        return w
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         sel = dict(change["new"] or {})

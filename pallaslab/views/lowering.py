@@ -12,7 +12,6 @@ no compile until asked for.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import linecache
 import re
@@ -26,7 +25,7 @@ from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
 from pallaslab.views import _html
 from pallaslab.views._html import esc
-from pallaslab.views.base import View
+from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
 
@@ -292,7 +291,7 @@ def payload_nbytes(payload: LoweringPayload) -> int:
 # --- the view ---------------------------------------------------------------------------------
 
 
-class LoweringView(View):
+class LoweringView(InteractiveView):
     """The lowered IR of one kernel, stage by stage, beside its Python source."""
 
     name = "lowering"
@@ -347,8 +346,7 @@ class LoweringView(View):
             self.error = str(err)
         self.stage = stage
         self._revision += 1
-        if "widget" in self.__dict__:
-            self.widget.payload = self._payload(live=True)
+        self._push()
         return self
 
     def _payload(self, *, live: bool) -> LoweringPayload:
@@ -360,17 +358,6 @@ class LoweringView(View):
             self._sent = {(t, s["name"]) for t, low in p["lowerings"].items()
                           for s in low["stages"] if s["text"] is not None}
         return p
-
-    def payload(self) -> dict[str, Any]:
-        return dict(self._payload(live=False))
-
-    @functools.cached_property
-    def widget(self) -> Any:
-        from pallaslab.views.base import widget_class
-
-        w = widget_class(self.module)(payload=self._payload(live=True))
-        w.observe(self._on_selection, names="selection")
-        return w
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         sel = change["new"] or {}

@@ -30,7 +30,7 @@ from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overla
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.views import _html
 from pallaslab.views._html import esc
-from pallaslab.views.base import View
+from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
 
@@ -190,7 +190,7 @@ def step_at(events: Events, step_kind: int, times: np.ndarray) -> np.ndarray:
 # --- the view ---------------------------------------------------------------------------------
 
 
-class PipelineView(View):
+class PipelineView(InteractiveView):
     """The predicted pipeline timeline on one chip, with the measured profile when taken."""
 
     name = "pipeline"
@@ -244,26 +244,12 @@ class PipelineView(View):
                 self.widget.selection = {**self.widget.selection, "chip": name}
         return self
 
-    def _payload(self, window: tuple[float, float] | None = None, *, live: bool = False
-                 ) -> PipelinePayload:
+    def _payload(self, *, live: bool) -> PipelinePayload:
+        # The live widget also gets the exact events of the window it zoomed to.
         k = self.ctx.kernel
         return pipeline_payload(k.name, k.index, self.tiling.grid, self.model, self.measured,
-                                window=window, chips=self.chips, live=live)
-
-    def payload(self) -> dict[str, Any]:
-        return dict(self._payload())
-
-    def _push(self) -> None:
-        if "widget" in self.__dict__:
-            self.widget.payload = self._payload(self.window, live=True)
-
-    @functools.cached_property
-    def widget(self) -> Any:
-        from pallaslab.views.base import widget_class
-
-        w = widget_class(self.module)(payload=self._payload(live=True))
-        w.observe(self._on_selection, names="selection")
-        return w
+                                window=self.window if live else None, chips=self.chips,
+                                live=live)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         """The widget asks for another chip (`selection.chip`) or for the events of the window

@@ -32,7 +32,7 @@ from pallaslab.errors import PallasLabError
 from pallaslab.model import Capture, Kernel
 from pallaslab.views import _html
 from pallaslab.views._html import esc
-from pallaslab.views.base import View
+from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
 
@@ -327,7 +327,7 @@ def comparison_steps(comparison: Comparison | None, kernel: Kernel, tiling: Tili
 # --- the view --------------------------------------------------------------------------------
 
 
-class StepView(View):
+class StepView(InteractiveView):
     """One kernel stepped program by program (the stepper is made on first use)."""
 
     name = "step"
@@ -405,8 +405,7 @@ class StepView(View):
 
     def _refresh(self) -> StepView:
         self._revision += 1
-        if "widget" in self.__dict__:
-            self.widget.payload = self._payload(live=True)
+        self._push()
         return self
 
     # --- payload and widget -------------------------------------------------------------------
@@ -427,17 +426,6 @@ class StepView(View):
                             equations=equations, mismatch_steps=self.mismatch_steps(),
                             has_comparison=bool(s and s.comparison is not None),
                             interactive=live, revision=self._revision, error=error)
-
-    def payload(self) -> dict[str, Any]:
-        return dict(self._payload(live=False))
-
-    @functools.cached_property
-    def widget(self) -> Any:
-        from pallaslab.views.base import widget_class
-
-        w = widget_class(self.module)(payload=self._payload(live=True))
-        w.observe(self._on_selection, names="selection")
-        return w
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         sel = dict(change["new"] or {})
