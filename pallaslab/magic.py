@@ -36,6 +36,9 @@ class PallasMagics(Magics):
                    "interpret,reference=my_ref (my_ref: a function of the notebook with the "
                    "kernel call's signature); executors: interpret, tpu-interpret, "
                    "gpu-interpret, device, reference=NAME")
+    @argument("--gpu", action="store_true",
+              help="compile Triton kernels for a100 and h100 and show shared memory, registers "
+                   "and blocks per SM in the Memory tab")
     @cell_magic
     def pallas(self, line: str, cell: str) -> Any:
         """Run the cell and open the pallaslab workbench on the kernel call on its last line.
@@ -112,6 +115,8 @@ def _options(args: Any) -> dict[str, Any]:
     if isinstance(kernel, str) and kernel.lstrip("-").isdigit():
         kernel = int(kernel)
     extra = {dest: getattr(args, dest) for dest in _EXTRA_OPTIONS}
+    if args.gpu:
+        extra["gpu"] = True
     return {"tab": tab, "chips": chips, "targets": targets, "kernel": kernel, "extra": extra,
             "compare": _compare_option(args.compare)}
 

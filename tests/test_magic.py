@@ -139,3 +139,12 @@ def test_later_tabs_can_add_flags(shell):
         assert opts["extra"] == {"probe_flag": "hello"}
     finally:
         magic._EXTRA_OPTIONS.remove("probe_flag")
+
+
+def test_gpu_flag_reaches_the_memory_tab(shell):
+    from pallaslab import magic
+
+    opts = magic._options(magic.parse_argstring(magic.PallasMagics.pallas, "--gpu"))
+    assert opts["extra"] == {"gpu": True}
+    assert magic._options(magic.parse_argstring(magic.PallasMagics.pallas, ""))["extra"] == {}
+    assert "--gpu" in shell.find_cell_magic("pallas").__doc__
