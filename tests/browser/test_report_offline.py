@@ -31,7 +31,9 @@ def test_report_is_interactive_offline(page, tmp_path, results_dir):
     assert rows.nth(2).get_attribute("data-copy") == "revisit"  # the output stays put over k
     # the other tab of a kernel mounts on click
     first.locator(".pl-tabs button[data-tab=overview]").click()
-    assert "matmul_kernel" in first.locator(".pl-pane[data-tab=overview]").inner_text()
+    pane = first.locator(".pl-pane[data-tab=overview]")
+    pane.get_by_text("matmul_kernel").first.wait_for(timeout=10000)  # modules mount async
+    assert "matmul_kernel" in pane.inner_text()
     page.screenshot(path=str(results_dir / "report-light.png"), full_page=True)
     page.click("#pl-theme")
     page.wait_for_function("document.body.classList.contains('pl-dark')")
