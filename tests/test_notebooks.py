@@ -35,3 +35,13 @@ def test_quickstart_shows_fetches_and_the_race():
     # grid (8, 6, 4): x and y change block every step, the output once per (i, j)
     assert "args[0]  fetches= 192" in text and "outputs  fetches=  48" in text
     assert "error parallel-write-conflict" in text
+
+
+def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
+    text = outputs_text(executed(next(p for p in NOTEBOOKS
+                                      if p.name == "02_debugging_a_kernel.ipynb")))
+    assert "mismatched blocks: ((2, 0),) | written by programs: ((2,),)" in text
+    assert "program (2,) read args[0] block (3, 0)" in text
+    assert "error parallel-write-conflict" in text and "tpu-interpret: ['data-race']" in text
+    assert "448.0 KiB of 16.00 MiB scoped VMEM" in text
+    assert "mosaic-tpu ok" in text and "tpu.matmul" in text
