@@ -1,5 +1,7 @@
 """The program stepper: one program at a time, undo, and the kernel body equation by equation."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from kernels import CATALOG, shifted_block_reference
@@ -98,9 +100,38 @@ def test_kernels_that_cannot_be_stepped_say_why():
     fn, args = CATALOG["gpu_mesh_kernel"].case()
     with pytest.raises(UnavailableError, match=r"mesh kernels .* have no BlockSpecs"):
         pallaslab.step(fn, *args)
-    fn, args = CATALOG["kernel_in_scan"].case()
-    with pytest.raises(UnavailableError, match=r"runs inside scan\[length=3\]"):
+    fn, args = CATALOG["kernel_in_shard_map"].case()
+    with pytest.raises(UnavailableError, match=r"runs inside shard_map > custom_vjp and is not "
+                       r"launched once with these arguments"):
         pallaslab.step(fn, *args)
+    fn, args = CATALOG["kernel_in_cond"].case()
+    with pytest.raises(UnavailableError, match=r"a cond branch not taken"):
+        pallaslab.step(fn, jnp.bool_(False), args[1])  # the kernel's branch is not taken
+
+
+@pytest.mark.parametrize("name", ["kernel_in_scan", "kernel_in_cond"])
+def test_kernels_in_loops_and_branches_step_their_first_launch(name):
+    fn, args = CATALOG[name].case()
+    st = pallaslab.step(fn, *args)
+    st.step(st.programs)
+    (out,) = st.outputs()
+    np.testing.assert_array_equal(np.asarray(out), 2.0 * np.asarray(args[-1]))
+
+
+def test_kernel_in_a_while_loop_steps_its_first_iteration():
+    from kernels import pallas_double, rand
+
+    def fn(x, n):
+        return jax.lax.while_loop(lambda c: c[1] < n,
+                                  lambda c: (pallas_double(c[0]), c[1] + 1), (x, 0))[0]
+
+    x = rand((128, 128))
+    st = pallaslab.step(fn, x, 3)
+    st.step(st.programs)
+    (out,) = st.outputs()
+    np.testing.assert_array_equal(np.asarray(out), 2.0 * np.asarray(x))
+    with pytest.raises(UnavailableError, match="a loop that runs zero times"):
+        pallaslab.step(fn, x, 0)
 
 
 def test_second_kernel_of_a_function():

@@ -119,5 +119,7 @@ def test_step_tab_is_offered_where_the_stepper_can_run():
     fn, args = CATALOG["vector_add"].case()[:2]
     names = [t.name for t in pallaslab.inspect(fn, *args).tabs()]
     assert "step" in names
-    fn, args = CATALOG["kernel_in_scan"].case()[:2]
+    fn, args = CATALOG["kernel_in_scan"].case()[:2]  # steps the first iteration's launch
+    assert "step" in [t.name for t in pallaslab.inspect(fn, *args).tabs()]
+    fn, args = CATALOG["kernel_in_shard_map"].case()[:2]
     assert "step" not in [t.name for t in pallaslab.inspect(fn, *args).tabs()]

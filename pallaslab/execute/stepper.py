@@ -73,9 +73,10 @@ class Stepper:
                                         prepared.flat_args, self.kernel)
         if operands is None:
             raise UnavailableError(
-                f"kernel {self.kernel.name} runs inside {' > '.join(self.kernel.context)}: "
-                "its operands are not one set of values, so it cannot be stepped. Step a "
-                "function that launches it directly.")
+                f"kernel {self.kernel.name} runs inside {' > '.join(self.kernel.context)} and "
+                "is not launched once with these arguments (a cond branch not taken, a loop "
+                "that runs zero times, or a mapped region such as shard_map), so it cannot be "
+                "stepped. Step a function that launches it directly.")
         self._runner = _jax.program_runner(self.kernel)
         self._ids = self.tiling.program_ids()
         self._init_state(operands)

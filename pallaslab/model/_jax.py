@@ -1055,13 +1055,18 @@ def tpu_interpret_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
 def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
                     interpret: Any = True) -> list[Any] | None:
     """The concrete operands the kernel equation is bound with when the traced function runs
-    on `flat_args` (every kernel interpreted). None when the kernel sits inside a loop, a
-    conditional or a mapped region (its operands are not one set of values)."""
+    on `flat_args` (every kernel interpreted). Inside `scan` / `while` / `cond` these are the
+    operands of its first launch (first iteration, taken branch). None when it is not launched
+    for these arguments (a branch not taken, a loop that runs zero times) or sits in a mapped
+    region such as `shard_map`."""
     target = kernel.handle.eqn
 
     class _Found(Exception):
         def __init__(self, values: list[Any]):
             self.values = values
+
+    class _NotLaunched(Exception):
+        pass
 
     def interpreted(e: Any) -> dict[str, Any]:
         return {"interpret": interpret}
@@ -1069,6 +1074,8 @@ def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
     def eval_eqn(eqn: Any, ins: list[Any]) -> list[Any]:
         if eqn is target:
             raise _Found(ins)
+        if _first_launch(eqn, ins, target, eval_eqn):
+            raise _NotLaunched  # entered the loop / branch holding the kernel: it never ran
         if eqn.primitive in KERNEL_PRIMITIVES:
             return _bind(eqn, ins, _override_params(eqn, interpreted(eqn)))
         params = {k: _rewrite_value(v, interpreted)[0] for k, v in eqn.params.items()}
@@ -1078,7 +1085,46 @@ def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
         interpret_jaxpr(closed_jaxpr, flat_args, eval_eqn)
     except _Found as found:
         return found.values
+    except _NotLaunched:
+        return None
     return None
+
+
+def _first_launch(eqn: Any, ins: list[Any], target: Any,
+                  eval_eqn: Callable[[Any, list[Any]], list[Any]]) -> bool:
+    """Interpret the first iteration (scan, while) or the taken branch (cond) of an equation
+    that holds `target`; False when `target` is not inside such an equation."""
+    name, p = eqn.primitive.name, eqn.params
+    if name == "scan" and _holds(p["jaxpr"], target):
+        if p["length"] > 0:
+            consts, carry, xs = _scan_operand_groups(p, ins)
+            first = [x[-1] if p.get("reverse") else x[0] for x in xs]
+            interpret_jaxpr(p["jaxpr"], [*consts, *carry, *first], eval_eqn)
+        return True
+    if name == "while" and _holds(p["body_jaxpr"], target):
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        carry = ins[cn + bn:]
+        if bool(np.asarray(interpret_jaxpr(p["cond_jaxpr"], [*ins[:cn], *carry], eval_eqn)[0])):
+            interpret_jaxpr(p["body_jaxpr"], [*ins[cn:cn + bn], *carry], eval_eqn)
+        return True
+    if name == "cond" and any(_holds(b, target) for b in p["branches"]):
+        taken = min(max(int(np.asarray(ins[0])), 0), len(p["branches"]) - 1)
+        if _holds(p["branches"][taken], target):
+            interpret_jaxpr(p["branches"][taken], ins[1:], eval_eqn)
+        return True
+    return False
+
+
+def _scan_operand_groups(params: Mapping[str, Any], ins: list[Any]) -> list[list[Any]]:
+    """A scan's operands as [consts, carry, scanned-over]."""
+    if "num_consts" in params:  # jax < 0.12
+        nc, nk = int(params["num_consts"]), int(params["num_carry"])
+        return [ins[:nc], ins[nc:nc + nk], ins[nc + nk:]]
+    return [list(g) for g in params["ft_in"].update(list(ins)).unpack()]
+
+
+def _holds(jaxpr: Jaxpr, target: Any) -> bool:
+    return any(f.eqn is target for f in find_kernels(jaxpr))
 
 
 def is_pallas_call(eqn: Any) -> bool:

@@ -46,7 +46,8 @@ MAX_EQUATIONS = 400  # equations of one program sent / rendered
 MAX_TEXT = 240  # characters of one equation's text or value summary
 SMALL_VALUE = 8  # values with at most this many elements are shown in full
 MAX_MISMATCH_STEPS = 4096
-LOOP_CONTEXTS = ("scan", "while", "cond", "vmap", "batch", "shard_map", "map", "fori")
+# Contexts where the stepper may find no single launch to step (a scan steps its first one).
+LOOP_CONTEXTS = ("while", "cond", "vmap", "batch", "shard_map", "map", "fori", "scan[length=0]")
 
 
 # --- what Compare and Step share -------------------------------------------------------------
