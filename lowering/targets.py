@@ -25,7 +25,7 @@ class Target:
     platform: Platform
     device_kind: str  # what `jax.Device.device_kind` says on that hardware
     topology: str | None = None  # libtpu topology for AOT compilation ("v5e:1x1")
-    chip: str | None = None  # `jax._src.tpu_info.ChipVersion` value ("v5e")
+    chip: str | None = None  # JAX's TPU chip version name ("v5e")
     compute_capability: tuple[int, int] | None = None  # CUDA (major, minor)
 
     @property

@@ -5,9 +5,20 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 # Before jax is imported anywhere: this machine has no accelerator.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Every run starts from an empty compile cache, so no test passes thanks to an old result.
 _CACHE = tempfile.mkdtemp(prefix="pallaslab-test-cache-")
 os.environ["PALLASLAB_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def private_lowering_cache(tmp_path_factory):
+    """A lowering cache of the test module's own, so its cold/warm assertions hold whatever ran
+    before it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PALLASLAB_CACHE_DIR", str(tmp_path_factory.mktemp("lowering-cache")))
+        yield

@@ -26,15 +26,7 @@ needs_triton = pytest.mark.skipif(
     __import__("importlib").util.find_spec("triton") is None, reason="needs triton (CI has it)")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    old = os.environ.get("PALLASLAB_CACHE_DIR")
-    os.environ["PALLASLAB_CACHE_DIR"] = str(tmp_path_factory.mktemp("lowering-cache"))
-    yield
-    if old is None:
-        del os.environ["PALLASLAB_CACHE_DIR"]
-    else:
-        os.environ["PALLASLAB_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_lowering_cache")
 
 
 def _capture(name):

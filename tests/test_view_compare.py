@@ -80,7 +80,7 @@ def test_big_outputs_are_downsampled_by_max_keeping_the_mismatch(monkeypatch):
 
 
 def test_reduce_to_2d_and_downsample_are_exact():
-    from pallaslab.views.step import downsample, to_2d
+    from pallaslab.views.arrays import downsample, to_2d
 
     x = np.arange(24.0).reshape(2, 3, 4)
     two, note = to_2d(x, squeeze=False)

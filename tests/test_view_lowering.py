@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -31,15 +30,7 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason='needs libtpu (pip install "pallaslab[tpu]")')
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    old = os.environ.get("PALLASLAB_CACHE_DIR")
-    os.environ["PALLASLAB_CACHE_DIR"] = str(tmp_path_factory.mktemp("lowering-cache"))
-    yield
-    if old is None:
-        del os.environ["PALLASLAB_CACHE_DIR"]
-    else:
-        os.environ["PALLASLAB_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_lowering_cache")
 
 
 def workbench(name, **kw):

@@ -1,6 +1,6 @@
 """TPU chips as data: JAX's own chip facts plus what we measured with the real compiler.
 
-Capacities, bandwidth, peak throughput and native tiling come from `jax._src.tpu_info`
+Capacities, bandwidth, peak throughput and native tiling come from JAX's own TPU chip facts
 (through `pallaslab.model._jax`); we do not copy that table. What JAX does not record is the
 *default scoped-VMEM limit* the compiler applies when a kernel sets no `vmem_limit_bytes`:
 those we measured with libtpu (`DEFAULT_SCOPED_VMEM`, re-checked by

@@ -21,7 +21,7 @@ a max-plus linear recurrence, solved for every step at once by a parallel prefix
 2x2 max-plus matrices (a million steps in well under a second with numpy).
 
 Durations: bytes / the chip's HBM bandwidth; flops / its peak (bf16, or int8 for 8-bit
-inputs) plus a fixed per-step overhead. Chip facts from `jax._src.tpu_info` via `chips.py`.
+inputs) plus a fixed per-step overhead. Chip facts from JAX's own tables, via `chips.py`.
 """
 
 from __future__ import annotations

@@ -45,8 +45,7 @@ class RaceLog(logging.Handler):
         super().__init__(logging.WARNING)
         self.monitor = monitor
         self.races: list[tuple[str, int | None, tuple | None, tuple | None]] = []
-        self._loggers = [logging.getLogger(), logging.getLogger(
-            "jax._src.pallas.mosaic.interpret.race_detection_state")]
+        self._loggers = [logging.getLogger(), logging.getLogger(_jax.RACE_LOGGER)]
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()

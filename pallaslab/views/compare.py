@@ -25,10 +25,12 @@ import numpy as np
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
 from pallaslab.views import _html
 from pallaslab.views._html import esc
+from pallaslab.views.arrays import downsample, to_2d
 from pallaslab.views.base import InteractiveView, View
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
-from pallaslab.views.step import Call, Session, StepView, downsample, session, to_2d
+from pallaslab.views.session import Call, Session, session
+from pallaslab.views.step import StepView
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison, OutputComparison, PairComparison
@@ -237,7 +239,7 @@ def attach_comparison(wb: Any, comparison: Comparison | None = None, *,
     """Compare the workbench's call under `executors` (or attach a ready `comparison`): its
     Compare tab shows it and its Step tab can run to the mismatches. `call` is the user's own
     `(fn, args, kwargs)` when known (the magic); else the captured function is re-run."""
-    from pallaslab.views.step import attach_workbench
+    from pallaslab.views.session import attach_workbench
 
     s = attach_workbench(wb)
     if call is not None:

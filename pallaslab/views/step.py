@@ -11,17 +11,11 @@ The live widget drives a `pallaslab.execute.Stepper` through its `selection` tra
 on first use, over the same call the Compare view compared (see `Session`), so "run to next
 mismatch" stops at the programs the comparison blamed.
 
-`Session` is what the Compare and Step views of one capture share: the call to re-run, the
-comparison (when one was made), the step views, and the workbench (to highlight a program in its
-Grid view).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -29,12 +23,14 @@ import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
-from pallaslab.model import Capture, Kernel
+from pallaslab.model import Kernel
 from pallaslab.views import _html
 from pallaslab.views._html import esc
+from pallaslab.views.arrays import downsample, to_2d
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
+from pallaslab.views.session import Session, session
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison, ProgramBlocks, Stepper
@@ -48,76 +44,6 @@ SMALL_VALUE = 8  # values with at most this many elements are shown in full
 MAX_MISMATCH_STEPS = 4096
 # Contexts where the stepper may find no single launch to step (a scan steps its first one).
 LOOP_CONTEXTS = ("while", "cond", "vmap", "batch", "shard_map", "map", "fori", "scan[length=0]")
-
-
-# --- what Compare and Step share -------------------------------------------------------------
-
-
-Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
-
-
-@dataclasses.dataclass(eq=False)
-class Session:
-    """The Compare/Step state of one capture (one workbench)."""
-
-    capture: Capture
-    call: Call | None = None  # the user's own call; None: re-run the captured jaxpr
-    comparison: Comparison | None = None
-    step_views: dict[int, StepView] = dataclasses.field(default_factory=dict)
-    compare_views: dict[int, Any] = dataclasses.field(default_factory=dict)  # CompareView
-    workbench_ref: Callable[[], Any] | None = None  # weakref to the workbench, when known
-
-    def call_args(self) -> Call:
-        """(fn, args, kwargs) that re-run the captured function. Without the user's call, the
-        captured jaxpr on its flat arguments (abstract ones get the executors' seeded data)."""
-        if self.call is not None:
-            return self.call
-        from pallaslab.model import _jax
-
-        handle = self.capture.handle
-        fn = _jax.jaxpr_callable(handle.closed_jaxpr)
-        fn.__name__ = self.capture.function_name
-        return fn, tuple(handle.flat_args), {}
-
-    @property
-    def workbench(self) -> Any:
-        return self.workbench_ref() if self.workbench_ref is not None else None
-
-    def step_view(self, ctx: KernelContext) -> StepView:
-        view = self.step_views.get(ctx.kernel.index)
-        if view is None:
-            view = self.step_views[ctx.kernel.index] = StepView(ctx)
-        return view
-
-    def highlight(self, kernel: int, step: int, program: Sequence[int]) -> None:
-        """Select a program in the workbench's Grid view (its live widget, if shown)."""
-        wb = self.workbench
-        if wb is None:
-            return
-        for i, ctx in enumerate(wb.contexts):
-            if ctx.kernel.index != kernel or "grid" not in [t.name for t in wb.tabs(i)]:
-                continue
-            view = wb.view("grid", i)
-            if "widget" in view.__dict__:  # only a grid already shown
-                view.widget.selection = {"step": int(step),
-                                         "program": [int(p) for p in program],
-                                         "source": "compare"}
-
-
-def session(capture: Capture) -> Session:
-    """The session of a capture, made on first use. It lives in the capture's own `__dict__`
-    (as a cached property would), so it goes when the capture goes."""
-    s = capture.__dict__.get("_pallaslab_session")
-    if s is None:
-        s = capture.__dict__["_pallaslab_session"] = Session(capture)
-    return s
-
-
-def attach_workbench(wb: Any) -> Session:
-    """Remember the workbench showing a capture (so Compare can highlight its Grid view)."""
-    s = session(wb.capture)
-    s.workbench_ref = weakref.ref(wb)
-    return s
 
 
 # --- the payload -----------------------------------------------------------------------------
@@ -220,51 +146,6 @@ def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray]) -> StepBl
 def equation_entry(e: EquationValue) -> StepEquation:
     return StepEquation(index=e.index, primitive=e.primitive, text=_cap(e.text),
                         source=_short(e.source), values=[summarize(v) for v in e.outputs])
-
-
-def to_2d(x: np.ndarray, *, squeeze: bool) -> tuple[np.ndarray, str | None]:
-    """A 2-D view of an array: 0-D -> 1x1, 1-D -> one row, N-D -> its last two dims with the
-    leading ones sliced at 0 (`squeeze`: drop size-1 dims first) or reduced by max."""
-    x = np.asarray(x)
-    if squeeze and x.ndim > 2:
-        x = x.reshape([d for d in x.shape if d != 1] or [1])
-    if x.ndim == 0:
-        return x.reshape(1, 1), None
-    if x.ndim == 1:
-        return x.reshape(1, -1), None
-    if x.ndim == 2:
-        return x, None
-    lead = x.ndim - 2
-    if squeeze:
-        return x[(0,) * lead], f"slice [{', '.join(['0'] * lead)}, :, :]"
-    if x.size == 0:
-        return x.reshape(x.shape[-2:]) if 0 in x.shape[-2:] else \
-            np.zeros(x.shape[-2:], x.dtype), None
-    return np.max(x, axis=tuple(range(lead))), f"max over the leading {lead} dim(s)"
-
-
-def downsample(x: np.ndarray, side: int, how: str) -> tuple[np.ndarray, tuple[int, int]]:
-    """Shrink a 2-D array to at most `side` cells a side by integer factors (`how`: "max" of
-    each cell's elements, or "mean" of its finite ones)."""
-    rows, cols = x.shape
-    fr, fc = max(1, math.ceil(rows / side)), max(1, math.ceil(cols / side))
-    if fr == 1 and fc == 1:
-        return x, (1, 1)
-    fill = -np.inf if how == "max" else np.nan
-    pr, pc = -(-rows // fr) * fr, -(-cols // fc) * fc
-    padded = np.full((pr, pc), fill, np.float64)
-    padded[:rows, :cols] = x
-    cells = padded.reshape(pr // fr, fr, pc // fc, fc)
-    with np.errstate(invalid="ignore", all="ignore"):
-        if how == "max":
-            out = cells.max(axis=(1, 3))
-        else:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells stay NaN
-                out = np.nanmean(cells, axis=(1, 3))
-    return out, (fr, fc)
 
 
 def block_heat(block: np.ndarray) -> tuple[np.ndarray, HeatMap]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,7 @@ from pallaslab.views.lowering import lowering_payload
 KERNELS_PY = str(Path(__file__).resolve().parents[1] / "kernels.py")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    old = os.environ.get("PALLASLAB_CACHE_DIR")
-    os.environ["PALLASLAB_CACHE_DIR"] = str(tmp_path_factory.mktemp("lowering-cache"))
-    yield
-    if old is None:
-        del os.environ["PALLASLAB_CACHE_DIR"]
-    else:
-        os.environ["PALLASLAB_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_lowering_cache")
 
 
 def view(name):

@@ -1,0 +1,89 @@
+"""The compat layer: the only code of pallaslab that touches `jax._src`.
+
+Everything version-specific about how Pallas represents a kernel in a jaxpr lives in this
+package, one module per responsibility: `base` (imports, version gate, handles), `trace`
+(tracing, finding kernels, evaluating jaxprs), `kernels` (equation -> `Kernel`, index maps),
+`rerun` (re-binding kernels with other params), `chips` (TPU chip facts, kernel bodies),
+`lowering` (Mosaic modules, topologies, AOT compiles) and `stepper` (one-program runners).
+Checked against jax 0.12; other versions get a warning at import.
+"""
+
+from pallaslab.model._jax.chips import (
+    constant_index_maps,
+    kernel_body_cost,
+    kernel_body_values,
+    tpu_chip_facts,
+)
+from pallaslab.model._jax.kernels import (
+    eval_index_map_once,
+    kernel_from_eqn,
+)
+from pallaslab.model._jax.lowering import (
+    MOSAIC_LOC_TAG,
+    aot_compile_stablehlo,
+    kernel_jaxpr_with_source_info,
+    mosaic_tpu_module,
+    tpu_topology_device,
+)
+from pallaslab.model._jax.rerun import (
+    jaxpr_callable,
+    kernel_call_avals,
+    kernel_callable,
+    rewrite_kernels,
+)
+from pallaslab.model._jax.stepper import (
+    RACE_LOGGER,
+    EquationValue,
+    full_dimension_semantics_params,
+    instrument_program_entry,
+    is_pallas_call,
+    kernel_arg_names,
+    kernel_leading_invars,
+    kernel_operands,
+    output_sources,
+    program_equations,
+    program_runner,
+    tpu_interpret_buffers,
+    uninitialized,
+)
+from pallaslab.model._jax.trace import (
+    concrete_kernel_operands,
+    find_kernels,
+    needs_concrete_values,
+    trace,
+)
+
+__all__ = [
+    "MOSAIC_LOC_TAG",
+    "RACE_LOGGER",
+    "EquationValue",
+    "aot_compile_stablehlo",
+    "concrete_kernel_operands",
+    "constant_index_maps",
+    "eval_index_map_once",
+    "find_kernels",
+    "full_dimension_semantics_params",
+    "instrument_program_entry",
+    "is_pallas_call",
+    "jaxpr_callable",
+    "kernel_arg_names",
+    "kernel_body_cost",
+    "kernel_body_values",
+    "kernel_call_avals",
+    "kernel_callable",
+    "kernel_from_eqn",
+    "kernel_jaxpr_with_source_info",
+    "kernel_leading_invars",
+    "kernel_operands",
+    "mosaic_tpu_module",
+    "needs_concrete_values",
+    "output_sources",
+    "program_equations",
+    "program_runner",
+    "rewrite_kernels",
+    "tpu_chip_facts",
+    "tpu_interpret_buffers",
+    "tpu_topology_device",
+    "trace",
+    "uninitialized",
+]

@@ -1,0 +1,139 @@
+"""TPU chip facts (`jax._src.tpu_info`) and what the memory analysis reads off kernel bodies."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from pallaslab.model._jax.base import Jaxpr
+from pallaslab.model._jax.trace import _is_literal
+from pallaslab.model.kernel import (
+    Kernel,
+)
+
+# --------------------------------------------------------------------------------------------
+# Chip facts (TPU generations) -- memory analysis appends below this line.
+
+
+def tpu_chip_versions() -> tuple[str, ...]:
+    """The TPU generations `jax._src.tpu_info` knows, by their `ChipVersion` value ("v5e")."""
+    from jax._src import tpu_info
+
+    return tuple(v.value for v in tpu_info.ChipVersion)
+
+
+def tpu_chip_facts(version: str) -> dict[str, Any]:
+    """Per-TensorCore facts of one TPU generation from `jax._src.tpu_info`, as plain data.
+
+    Includes the sublane tiling JAX expects for 32-, 16-, 8- and 4-bit types (its heuristic for
+    XLA's default second-minor tiling flags), which decides how Mosaic pads VMEM buffers.
+    """
+    from jax._src import tpu_info
+
+    chip = tpu_info.ChipVersion(version)
+    info = tpu_info.get_tpu_info_for_chip(chip, 1)
+    facts: dict[str, Any] = {
+        f.name: getattr(info, f.name)
+        for f in dataclasses.fields(info)
+        if f.name not in ("chip_version", "sparse_core")
+    }
+    facts["version"] = chip.value
+    facts["physical_cores"] = chip.num_physical_tensor_cores_per_chip
+    facts["megacore"] = chip.supports_megacore
+    facts["sublane_tiling"] = {
+        bits: info.get_sublane_tiling(dtype)
+        for bits, dtype in ((32, np.float32), (16, jnp.bfloat16), (8, np.int8), (4, jnp.int4))
+    }
+    return facts
+
+
+
+def constant_index_maps(kernel: Kernel) -> dict[str, bool]:
+    """Per BlockSpec operand: does its index map return the same block for every program?
+
+    Decided statically, as Mosaic does, from the index-map jaxpr: no output depends on the grid
+    indices or on scalar-prefetch operands. Mosaic gives such a window a single VMEM buffer.
+    """
+    if kernel.kind != "pallas_call":
+        return {}
+    gm = kernel.handle.eqn.params["grid_mapping"]
+    return {str(bm.origin): _outputs_constant(bm.index_map_jaxpr.jaxpr)
+            for bm in gm.block_mappings}
+
+
+def _outputs_constant(jaxpr: Jaxpr) -> bool:
+    dependent = set(jaxpr.invars)
+    for eqn in jaxpr.eqns:
+        if any(not _is_literal(v) and v in dependent for v in eqn.invars):
+            dependent.update(eqn.outvars)
+    return not any(not _is_literal(v) and v in dependent for v in jaxpr.outvars)
+
+
+def kernel_body_values(kernel: Kernel) -> list[tuple[tuple[int, ...], np.dtype, str]]:
+    """(shape, dtype, primitive) of every array value the kernel body computes (not refs),
+    descending into `pl.when` / loop bodies. Used to flag values the compiler may spill."""
+    eqn = kernel.handle.eqn if kernel.handle is not None else None
+    if eqn is None:
+        return []
+    jaxprs = [eqn.params["jaxpr"]] if "jaxpr" in eqn.params else list(eqn.params.get("jaxprs", ()))
+    out: list[tuple[tuple[int, ...], np.dtype, str]] = []
+    for jaxpr in jaxprs:
+        _collect_values(getattr(jaxpr, "jaxpr", jaxpr), out)
+    return out
+
+
+def _collect_values(jaxpr: Jaxpr, out: list[tuple[tuple[int, ...], np.dtype, str]]) -> None:
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            aval = v.aval
+            shape = getattr(aval, "shape", None)
+            dtype = getattr(aval, "dtype", None)
+            if shape and dtype is not None and type(aval).__name__ == "ShapedArray":
+                out.append((tuple(int(s) for s in shape), np.dtype(dtype), eqn.primitive.name))
+        for value in eqn.params.values():
+            for v in value if isinstance(value, tuple) else (value,):
+                inner = v if isinstance(v, Jaxpr) else getattr(v, "jaxpr", None)
+                if isinstance(inner, Jaxpr):
+                    _collect_values(inner, out)
+
+
+def kernel_body_cost(kernel: Kernel) -> tuple[int, int]:
+    """(flops, transcendentals) of one kernel-body invocation, from Pallas's own cost rules
+    (`jax._src.pallas.cost_estimate`). `pl.when`/`cond` branches count as taken (the costliest
+    branch), `scan`/`fori_loop` bodies times their trip count; a `while` body once."""
+    eqn = kernel.handle.eqn if kernel.handle is not None else None
+    if eqn is None or "jaxpr" not in eqn.params:
+        return 0, 0
+    jaxpr = eqn.params["jaxpr"]
+    return _body_cost(getattr(jaxpr, "jaxpr", jaxpr))
+
+
+def _body_cost(jaxpr: Jaxpr) -> tuple[int, int]:
+    from jax._src.pallas import cost_estimate
+
+    flops = trans = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        rule = cost_estimate._cost_rules.get(eqn.primitive)
+        if rule is not None:
+            ctx = cost_estimate.Context(avals_in=[v.aval for v in eqn.invars],
+                                        avals_out=[v.aval for v in eqn.outvars])
+            cost = rule(ctx, **eqn.params)
+            flops, trans = flops + int(cost.flops), trans + int(cost.transcendentals)
+            continue
+        subs = [s for value in eqn.params.values()
+                for v in (value if isinstance(value, tuple) else (value,))
+                if isinstance(s := getattr(v, "jaxpr", v), Jaxpr)]
+        if not subs:
+            continue
+        costs = [_body_cost(s) for s in subs]
+        if name == "cond":
+            f, t = max(costs)
+        else:
+            f, t = sum(c[0] for c in costs), sum(c[1] for c in costs)
+        times = int(eqn.params.get("length", 1)) if name == "scan" else 1
+        flops, trans = flops + f * times, trans + t * times
+    return flops, trans

@@ -1,0 +1,93 @@
+"""What the top-level `lowering` package needs: Mosaic modules, topologies, AOT compiles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from pallaslab.model.kernel import (
+    Kernel,
+)
+
+# --------------------------------------------------------------------------------------------
+# Lowering support (used by the top-level `lowering` package; owned by its helper).
+# The Mosaic TPU module travels inside the `tpu_custom_call` backend config as versioned MLIR
+# bytecode, with its debug locations split off into a second bytecode blob ("tpu.locs", one
+# location per operation and block argument in pre-order). Reading it there, instead of from
+# `debug=True` prints, keeps the user's stdout clean and gives us source locations back.
+
+MOSAIC_LOC_TAG = "@pl"  # name-location prefix marking item i of the pre-order walk
+
+
+def mosaic_tpu_module(body: bytes, debug_locations: bytes | None) -> tuple[str, str | None]:
+    """Deserialize a Mosaic TPU module from its custom-call bytecode and print it.
+
+    Returns the module text, where every operation and block argument carries the name
+    location `"@pl<i>"` (i = its position in the pre-order walk that `tpu.locs` follows),
+    and the printed debug-locations module (None when the config had none).
+    """
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib import tpu
+    from jax._src.lib.mlir import ir, passmanager
+
+    ctx = jax_mlir.make_ir_context()
+    tpu.register_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(body)
+        passmanager.PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(
+            module.operation
+        )
+        for i, item in enumerate(_preorder(module.operation)):
+            loc = ir.Location.name(f"{MOSAIC_LOC_TAG}{i}")
+            if isinstance(item, ir.BlockArgument):
+                item.set_location(loc)
+            else:
+                item.location = loc
+        text = str(module.operation.get_asm(enable_debug_info=True, pretty_debug_info=True))
+        locs = None
+        if debug_locations:
+            parsed = ir.Module.parse(debug_locations)
+            locs = str(parsed.operation.get_asm(enable_debug_info=True))
+    return text, locs
+
+
+def _preorder(op: Any) -> Iterator[Any]:
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            yield from block.arguments
+            for inner in block.operations:
+                yield from _preorder(inner.operation)
+
+
+
+def tpu_topology_device(topology: str) -> Any:
+    """The first device of a libtpu topology ("v5e:1x1"), to AOT-compile for without a TPU."""
+    from jax.experimental import topologies
+
+    return topologies.get_topology_desc(topology, "tpu").devices[0]
+
+
+def aot_compile_stablehlo(hlo_text: str, device: Any) -> Any:
+    """Compile a lowered single-device StableHLO module for a (topology) device; raises the
+    compiler's error. Returns the unloaded executable."""
+    from jax._src import compiler
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib import xla_client
+    from jax._src.lib.mlir import ir
+
+    options = compiler.get_compile_options(
+        num_replicas=1, num_partitions=1, device_assignment=np.array([[device]]))
+    with jax_mlir.make_ir_context():
+        module = ir.Module.parse(hlo_text)
+        return device.client.compile(module, xla_client.DeviceList((device,)), options)
+
+
+def kernel_jaxpr_with_source_info(kernel: Kernel) -> str:
+    """The kernel body's jaxpr, each equation followed by `# file.py:LINE:COL (function)`."""
+    params = kernel.handle.eqn.params
+    jaxprs = [params["jaxpr"]] if "jaxpr" in params else list(params.get("jaxprs", ()))
+    return "\n".join(str(j.pretty_print(source_info=True, name_stack=False)) for j in jaxprs)
