@@ -51,14 +51,16 @@ def test_import_rules(path):
     # Nothing imports the shells but the shells and the entry points (`python -m`, %load_ext).
     if not under(me, *SHELLS) and me not in ("pallaslab", "pallaslab.__main__"):
         assert not any(under(d, *SHELLS) for d in ours), f"{me} imports a shell: {ours}"
+    if mine == "pallaslab.util":  # leaf utilities: nothing else of ours
+        assert all(under(d, "pallaslab.util") for d in ours), f"{me}: {ours}"
     if mine == "pallaslab.model":
-        allowed = ("pallaslab.model", "pallaslab.errors")
+        allowed = ("pallaslab.model", "pallaslab.errors", "pallaslab.util")
         assert all(under(d, *allowed) for d in ours), f"model must not depend on {ours}"
     if mine == "pallaslab.analysis":
         forbidden = ("pallaslab.execute", "pallaslab.views", "lowering")
         assert not any(under(d, *forbidden) for d in ours), f"{me}: {ours}"
     if mine == "lowering":
-        allowed = ("lowering", "pallaslab.model", "pallaslab.errors")
+        allowed = ("lowering", "pallaslab.model", "pallaslab.errors", "pallaslab.util")
         assert all(under(d, *allowed) for d in ours), f"lowering depends on {ours}"
     if mine in ("pallaslab.model", "pallaslab.analysis", "lowering"):
         assert not any(under(d, *WIDGET_LIBS) for d in deps), f"{me} imports a widget library"

@@ -1,0 +1,1 @@
+"""Leaf utilities every layer may use (they import nothing else of pallaslab)."""
