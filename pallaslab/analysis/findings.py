@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
 
-from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
+from pallaslab.analysis.tiling import (
+    OperandTiling,
+    Tiling,
+    over_limit_reason,
+    tiling_unavailable_reason,
+)
 from pallaslab.model import Kernel, Operand
 
 Severity = Literal["error", "warning", "info"]
@@ -29,6 +35,7 @@ CODES = (
     "parallel-write-conflict",
     "vmem-overflow",
     "tiling-unavailable",
+    "empty-grid",
 )
 
 
@@ -70,10 +77,14 @@ def find(
     found: list[Finding] = []
     if rules.tpu:
         found += [f for op in kernel.blocked_operands if (f := tpu_block_shape(op)) is not None]
+    if kernel.programs == 0:
+        found.append(empty_grid(kernel))
     if tiling is None:
         reason = tiling_unavailable_reason(kernel)
         if reason and kernel.kind == "pallas_call":
-            found.append(Finding("tiling-unavailable", "info", f"{kernel.name}: {reason}."))
+            # Over the limit, the whole-grid rules went unchecked: not a clean bill of health.
+            severity: Severity = "warning" if over_limit_reason(kernel) else "info"
+            found.append(Finding("tiling-unavailable", severity, f"{kernel.name}: {reason}."))
         return tuple(found)
     for rule in RULES:
         found.extend(rule(kernel, tiling, rules))
@@ -119,6 +130,17 @@ def tpu_block_shape(op: Operand) -> Finding | None:
         f"{op.origin}: block shape {op.block_shape} of the {op.dtype} array {op.shape} breaks "
         f"the TPU tiling rule ({rule}): {'; '.join(problems)}.",
         operand=op.origin,
+    )
+
+
+def empty_grid(kernel: Kernel) -> Finding:
+    """A grid with a zero dimension: the body never runs (unwritten outputs are reported by
+    `uncovered-output`, per operand)."""
+    grid = ", ".join(str(g) for g in kernel.grid) + ("," if len(kernel.grid) == 1 else "")
+    return Finding(
+        "empty-grid", "info",
+        f"{kernel.name}: grid ({grid}) has no programs: the kernel body never runs, no block "
+        "is fetched and its outputs are never written.",
     )
 
 
@@ -211,10 +233,12 @@ def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[
         aliased = op.aliased_with is not None
         tail = (f"they keep the values of the aliased input {op.aliased_with}" if aliased
                 else "they hold whatever was in memory (garbage on TPU/GPU)")
+        none = " (the grid has none)" if not tiling.programs else ""
         yield Finding(
             "uncovered-output", "info" if aliased else "error",
             f"{ot.origin}: {cover.missing} of {cover.total} elements "
-            f"({100 * cover.missing / cover.total:.1f}%) are never written by any program, "
+            f"({100 * cover.missing / cover.total:.1f}%) are never written by any "
+            f"program{none}, "
             f"starting at element {cover.first_missing}; {tail}. Rule: the output BlockSpecs "
             "over the grid must cover the whole output.",
             operand=ot.origin, blocks=cover.missing_blocks,
@@ -237,16 +261,19 @@ def coverage(ot: OperandTiling, op: Operand) -> Coverage:
     return _element_coverage(ot, op)
 
 
+DENSE_BLOCK_GRID = 2**24  # block grids up to this many blocks are counted densely
+
+
 def _block_coverage(ot: OperandTiling) -> Coverage:
     """Block-aligned tilings: count per block of the block grid (never per element)."""
     extent = np.maximum(np.asarray(ot.extent, np.int64), 1)
     shape = np.asarray(ot.shape, np.int64)
     nblocks = tuple(int(n) for n in -(-shape // extent))
-    idx = ot.block_indices.astype(np.int64)
-    inside = np.all((idx >= 0) & (idx < np.asarray(nblocks)), axis=1)
-    flat = np.ravel_multi_index(tuple(idx[inside].T), nblocks) if nblocks else \
-        np.zeros(int(inside.sum()), np.int64)
-    counts = np.bincount(flat, minlength=int(np.prod(nblocks))).reshape(nblocks)
+    flat = _flat_blocks(ot.block_indices, nblocks)
+    total = int(np.prod(shape))
+    if math.prod(nblocks) > DENSE_BLOCK_GRID:  # a huge array: only the blocks written
+        return _sparse_block_coverage(flat, nblocks, extent, shape)
+    counts = np.bincount(flat, minlength=math.prod(nblocks)).reshape(nblocks)
     # Elements per block along each dim (edge blocks are short), as an outer product.
     sizes = [np.minimum(extent[d], shape[d] - np.arange(n) * extent[d])
              for d, n in enumerate(nblocks)]
@@ -255,8 +282,38 @@ def _block_coverage(ot: OperandTiling) -> Coverage:
     missing = int(volume[uncovered].sum())
     blocks = np.argwhere(uncovered)[:MAX_EXAMPLES]
     first = tuple(int(v) for v in blocks[0] * extent) if len(blocks) else None
-    return Coverage(int(np.prod(shape)), missing, first,
-                    tuple(tuple(int(v) for v in b) for b in blocks), counts)
+    return Coverage(total, missing, first, tuple(tuple(int(v) for v in b) for b in blocks),
+                    counts)
+
+
+def _flat_blocks(block_indices: np.ndarray, nblocks: tuple[int, ...]) -> np.ndarray:
+    """Ravelled block index of every step whose block lies inside the block grid, a column
+    at a time (no (P, ndim) int64 copy of the table)."""
+    flat = np.zeros(len(block_indices), np.int64)
+    inside = np.ones(len(block_indices), bool)
+    for d, n in enumerate(nblocks):
+        col = block_indices[:, d]
+        inside &= (col >= 0) & (col < n)
+        flat *= n
+        flat += col
+    return flat[inside]
+
+
+def _sparse_block_coverage(flat: np.ndarray, nblocks: tuple[int, ...], extent: np.ndarray,
+                           shape: np.ndarray) -> Coverage:
+    """Coverage from the distinct blocks written, for block grids too large to count."""
+    covered = np.unique(flat)
+    starts = np.stack(np.unravel_index(covered, nblocks), axis=1) * extent
+    written = int(np.prod(np.minimum(starts + extent, shape) - starts, axis=1).sum())
+    total = int(np.prod(shape))
+    # The first few missing blocks lie below len(covered) + MAX_EXAMPLES (pigeonhole).
+    candidates = np.arange(min(math.prod(nblocks), len(covered) + MAX_EXAMPLES))
+    gaps = candidates[~np.isin(candidates, covered)][:MAX_EXAMPLES]
+    blocks = np.stack(np.unravel_index(gaps, nblocks), axis=1) if len(gaps) else \
+        np.zeros((0, len(nblocks)), np.int64)
+    first = tuple(int(v) for v in blocks[0] * extent) if len(blocks) else None
+    return Coverage(total, total - written, first,
+                    tuple(tuple(int(v) for v in b) for b in blocks), None)
 
 
 def _element_coverage(ot: OperandTiling, op: Operand) -> Coverage:
@@ -286,9 +343,10 @@ def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fi
         if ot.role != "output" or not ot.windowed:
             continue
         run_starts = np.flatnonzero(ot.fetch_mask)
-        keys, span = ot.block_key()
+        keys, nkeys = ot.block_key()
         run_keys = keys[run_starts]
-        repeated = run_keys_seen_before(run_keys, int(np.prod(span)))
+        del keys  # (P,) int64: free it before the next temporaries
+        repeated = run_keys_seen_before(run_keys, nkeys)
         if not repeated.size:
             continue
         steps = run_starts[repeated]
@@ -323,12 +381,11 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             ", ".join(str(d) for d in concurrent))
     if not concurrent:
         return
-    ids = tiling.program_ids()
-    for ot in tiling.operands.values():
-        if ot.role != "output":
-            continue
-        keys, _ = ot.block_key()
-        steps = _conflicting_steps(keys, ids[:, concurrent])
+    outputs = [ot for ot in tiling.operands.values() if ot.role == "output"]
+    sub = coordinate_key(tiling.grid, concurrent) if outputs else None
+    for ot in outputs:
+        keys, nkeys = ot.block_key()
+        steps = _conflicting_steps(keys, nkeys, sub)
         if steps is None:
             continue
         blocks = _blocks(ot, steps)
@@ -342,13 +399,28 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
         )
 
 
-def _conflicting_steps(keys: np.ndarray, coords: np.ndarray) -> np.ndarray | None:
-    """Steps of the first output block written by programs differing in `coords`, or None."""
-    span = coords.max(axis=0, initial=0).astype(np.int64) + 1
-    sub = np.ravel_multi_index(tuple(coords.T.astype(np.int64)), tuple(span)) if coords.size \
-        else np.zeros(len(keys), np.int64)
+def coordinate_key(grid: tuple[int, ...], dims: list[int]) -> np.ndarray:
+    """(P,) int64 in execution order: each program's coordinates along `dims`, ravelled (equal
+    keys: equal coordinates). Built by broadcasting into one array, not from a (P, rank) table
+    of program ids."""
+    key = np.zeros(grid, np.int64)
+    stride = 1
+    for d in reversed(dims):
+        along = [1] * len(grid)
+        along[d] = grid[d]
+        key += (np.arange(grid[d], dtype=np.int64) * stride).reshape(along)
+        stride *= grid[d]
+    return key.reshape(-1)
+
+
+def _conflicting_steps(keys: np.ndarray, nkeys: int, sub: np.ndarray | None
+                       ) -> np.ndarray | None:
+    """Steps of the first output block written by programs differing in their concurrent
+    coordinates (`sub`), or None."""
+    if sub is None or not len(keys):
+        return None
     # Compare every step's concurrent coordinates with those of the block's first writer.
-    first_sub = np.zeros(int(keys.max(initial=0)) + 1, np.int64)
+    first_sub = np.zeros(nkeys, np.int64)
     first_sub[keys[::-1]] = sub[::-1]
     differs = np.flatnonzero(first_sub[keys] != sub)
     if not differs.size:

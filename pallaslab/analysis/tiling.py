@@ -1,17 +1,28 @@
-"""Whole-grid tiling: every operand's block index for every program, in one vectorized pass.
+"""Whole-grid tiling: every operand's block index for every program, vectorized.
 
-The index maps of a kernel are evaluated together by one jitted, vmapped function over all
-program ids (a million programs take one call), giving a block-index table per operand in
-execution order (lexicographic over the grid: the last grid dimension varies fastest). Fetch
-counts follow the TPU pipeline: a copy happens at a step whose block index differs from the
-previous step's.
+The index maps of a kernel are evaluated together by one jitted, vmapped function over the
+program ids, giving a block-index table per operand in execution order (lexicographic over the
+grid: the last grid dimension varies fastest). Fetch counts follow the TPU pipeline: a copy
+happens at a step whose block index differs from the previous step's.
+
+Bounded memory: the programs are evaluated in chunks of `CHUNK_PROGRAMS` (2^20) whose ids are
+made per chunk, and each chunk's block indices are written into preallocated int32 tables, so
+the working set beyond the tables is a few chunks whatever the grid. The tables themselves take
+`4 x ndim + 1` bytes per program and operand, so the whole-grid analysis is refused above
+`MAX_PROGRAMS` programs (2^24 = 16,777,216 by default; the environment variable
+`PALLASLAB_MAX_PROGRAMS` raises or lowers it): `tile()` then returns None and
+`tiling_unavailable_reason()` names the grid, its program count, the limit and how to raise
+it, before anything is allocated. A grid with a zero dimension has no programs: its tiling is
+empty (every table has zero rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +30,10 @@ from pallaslab.model import Kernel, Operand
 
 # Block kinds whose start offset the tiling table can express.
 _TABULAR_KINDS = frozenset({"blocked", "squeezed", "element"})
+
+MAX_PROGRAMS = 2**24  # default limit on the programs of a whole-grid analysis
+MAX_PROGRAMS_ENV = "PALLASLAB_MAX_PROGRAMS"
+CHUNK_PROGRAMS = 2**20  # programs per call of the index-map evaluator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +69,11 @@ class OperandTiling:
         """Bytes copied between HBM and VMEM over the grid (edge blocks clipped to the array)."""
         if not self.windowed:
             return None
-        return int(self.clipped_volume(self.starts_at(self.fetch_mask)).sum()) * self.itemsize
+        elements = 0
+        for start, stop in step_chunks(len(self.block_indices)):  # O(chunk) temporaries
+            steps = start + np.flatnonzero(self.fetch_mask[start:stop])
+            elements += int(self.clipped_volume(self.starts_at(steps)).sum())
+        return elements * self.itemsize
 
     def clipped_volume(self, starts: np.ndarray) -> np.ndarray:
         """In-bounds elements of blocks starting at `starts` (rows)."""
@@ -63,15 +82,29 @@ class OperandTiling:
         hi = np.clip(starts + np.asarray(self.extent, np.int64), 0, shape)
         return np.prod(hi - lo, axis=1, dtype=np.int64)
 
-    def block_key(self) -> tuple[np.ndarray, tuple[int, ...]]:
-        """Each step's block index as one int64 (ravelled over the observed index range)."""
-        lo = self.block_indices.min(axis=0, initial=0)
-        hi = self.block_indices.max(axis=0, initial=0)
-        span = tuple(int(s) for s in (hi - lo + 1))
-        if not span:
-            return np.zeros(len(self.block_indices), np.int64), ()
-        shifted = (self.block_indices - lo).T.astype(np.int64)
-        return np.ravel_multi_index(tuple(shifted), span), span
+    def block_key(self) -> tuple[np.ndarray, int]:
+        """(keys, nkeys): each step's block index as one int64 in [0, nkeys), equal for equal
+        blocks. Ravelled over the observed index range a column at a time (one (P,) array);
+        a range much wider than the grid is renumbered densely, so key-indexed tables stay
+        O(P)."""
+        bi = self.block_indices
+        if not len(bi) or not bi.shape[1]:
+            return np.zeros(len(bi), np.int64), 1
+        lo = [int(v) for v in bi.min(axis=0)]
+        span = [int(h) - low + 1 for h, low in zip(bi.max(axis=0), lo, strict=True)]
+        if math.prod(span) >= 2**62:  # would overflow int64: number the distinct rows
+            _, inverse = np.unique(bi, axis=0, return_inverse=True)
+            return inverse.reshape(-1).astype(np.int64), int(inverse.max()) + 1
+        keys = np.zeros(len(bi), np.int64)
+        for d, (low, n) in enumerate(zip(lo, span, strict=True)):
+            keys *= n
+            keys += bi[:, d]  # the int32 column is cast in the ufunc's buffer, not copied
+            keys -= low
+        nkeys = math.prod(span)
+        if nkeys > 4 * len(bi) + 1024:
+            _, keys = np.unique(keys, return_inverse=True)
+            nkeys = int(keys.max()) + 1
+        return keys.astype(np.int64, copy=False), nkeys
 
     def steps_with_block(self, block_index: tuple[int, ...]) -> np.ndarray:
         """Steps (execution order) whose block for this operand is `block_index`."""
@@ -115,6 +148,43 @@ class Tiling:
         return [tuple(int(c[i]) for c in ids) for i in range(len(steps))]
 
 
+def max_programs() -> int:
+    """The most programs a whole-grid analysis takes on: `PALLASLAB_MAX_PROGRAMS`, else
+    `MAX_PROGRAMS`. Raises ValueError, naming the variable, when it is not a whole number."""
+    text = os.environ.get(MAX_PROGRAMS_ENV, "").strip()
+    if not text:
+        return MAX_PROGRAMS
+    digits = text.replace("_", "").replace(",", "")
+    if not digits.isdigit():
+        raise ValueError(f"{MAX_PROGRAMS_ENV}={text!r} is not a whole number of programs "
+                         f"(e.g. {MAX_PROGRAMS_ENV}={4 * MAX_PROGRAMS})")
+    return int(digits)
+
+
+def table_bytes_per_program(kernel: Kernel) -> int:
+    """Bytes the tiling tables hold per program: an int32 block index per operand dimension
+    and a fetch flag per operand."""
+    return sum(4 * len(op.shape) + 1 for op in kernel.blocked_operands)
+
+
+def over_limit_reason(kernel: Kernel) -> str | None:
+    """The refusal of a grid with more programs than the analysis limit, or None."""
+    programs = kernel.programs
+    if programs is None:
+        return None
+    try:
+        limit = max_programs()
+    except ValueError as err:
+        return f"the whole-grid analysis limit is unusable: {err}"
+    if programs <= limit:
+        return None
+    per_program = table_bytes_per_program(kernel)
+    return (f"grid {_grid_text(kernel.grid)} has {programs:,} programs, more than the "
+            f"whole-grid analysis limit of {limit:,}; raise it with "
+            f"{MAX_PROGRAMS_ENV}={programs} (the tables take ~{per_program} bytes per program, "
+            f"~{_gib(per_program * programs)} for this grid)")
+
+
 def tiling_unavailable_reason(kernel: Kernel) -> str | None:
     """Why `tile(kernel)` cannot build tables, or None when it can."""
     if kernel.kind != "pallas_call":
@@ -123,40 +193,102 @@ def tiling_unavailable_reason(kernel: Kernel) -> str | None:
         dims = ", ".join(str(d) for d in kernel.dynamic_grid_dims)
         return (f"grid dimension(s) {dims} are dynamic and the arguments were abstract: pass "
                 "concrete arrays to evaluate the grid")
+    if any(g < 0 for g in kernel.grid):  # type: ignore[operator]
+        return f"grid {_grid_text(kernel.grid)} has a negative dimension"
     if kernel.scalar_prefetch and not kernel.prefetch_values:
         return ("index maps read scalar-prefetch operands whose values are unknown: pass "
                 "concrete arrays to evaluate them")
     if not kernel.blocked_operands:
         return "the kernel has no BlockSpec operands"
-    return None
+    return over_limit_reason(kernel)
 
 
-def tile(kernel: Kernel) -> Tiling | None:
-    """Block-index tables for every BlockSpec operand, or None (see `tiling_unavailable_reason`)."""
+def tile(kernel: Kernel, *, chunk: int = CHUNK_PROGRAMS) -> Tiling | None:
+    """Block-index tables for every BlockSpec operand, or None (see `tiling_unavailable_reason`).
+
+    The index maps are evaluated `chunk` programs at a time (see the module docstring).
+    """
     if tiling_unavailable_reason(kernel) is not None:
         return None
     grid = tuple(int(g) for g in kernel.grid)  # type: ignore[arg-type]
-    evaluator = kernel.handle.index_map_evaluator
-    tables = evaluator(_program_ids(grid), kernel.prefetch_values)
-    operands = {}
-    for op, table in zip(kernel.blocked_operands, tables, strict=True):
-        if all(d.kind in _TABULAR_KINDS for d in op.block_dims or ()):
-            operands[op.origin] = _operand_tiling(op, table.reshape(-1, len(op.shape)))
+    tabular = {i: op for i, op in enumerate(kernel.blocked_operands)
+               if all(d.kind in _TABULAR_KINDS for d in op.block_dims or ())}
+    tables = block_index_tables(kernel.handle.index_map_evaluator, grid, kernel.prefetch_values,
+                                {i: len(op.shape) for i, op in tabular.items()}, chunk)
+    operands = {op.origin: _operand_tiling(op, tables[i]) for i, op in tabular.items()}
     return Tiling(grid=grid, operands=operands)
 
 
+def block_index_tables(
+    evaluate: Any, grid: tuple[int, ...], prefetch: Sequence[Any], ranks: Mapping[int, int],
+    chunk: int = CHUNK_PROGRAMS,
+) -> dict[int, np.ndarray]:
+    """(P, rank) int32 block-index tables of the block mappings numbered in `ranks`, filled
+    `chunk` programs per evaluator call."""
+    programs = math.prod(grid)
+    tables = {i: np.empty((programs, rank), np.int32) for i, rank in ranks.items()}
+    for start, ids in program_id_chunks(grid, chunk):
+        outs = evaluate(ids, prefetch)
+        stop = min(start + ids.shape[1], programs)
+        for i, table in tables.items():
+            table[start:stop] = outs[i].reshape(ids.shape[1], -1)[: stop - start]
+    return tables
+
+
+def program_id_chunks(grid: tuple[int, ...], chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(first step, (rank, width) int32 program ids) per chunk, in execution order.
+
+    Every chunk has the same width (the last is padded by repeating the last program) so the
+    jitted evaluator compiles once.
+    """
+    programs = math.prod(grid)
+    width = max(1, min(chunk, programs))
+    for start in range(0, programs, width):
+        steps = np.minimum(np.arange(start, start + width, dtype=np.int64), programs - 1)
+        yield start, _program_ids_at(grid, steps)
+
+
+def _program_ids_at(grid: tuple[int, ...], steps: np.ndarray) -> np.ndarray:
+    """(rank, len(steps)) int32 program ids of these steps."""
+    if not grid:
+        return np.zeros((0, len(steps)), np.int32)
+    return np.stack(np.unravel_index(steps, grid)).astype(np.int32)
+
+
 def _program_ids(grid: tuple[int, ...]) -> np.ndarray:
-    """(rank, P) int32 program ids in execution order."""
+    """(rank, P) int32 program ids in execution order (the whole grid: bounded by the limit)."""
     if not grid:
         return np.zeros((0, 1), np.int32)
     return np.indices(grid, dtype=np.int32).reshape(len(grid), -1)
 
 
+def _grid_text(grid: tuple[int | None, ...]) -> str:
+    return "(" + ", ".join("?" if g is None else str(g) for g in grid) + \
+        ("," if len(grid) == 1 else "") + ")"
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
+
+
+def step_chunks(programs: int, chunk: int = CHUNK_PROGRAMS) -> Iterator[tuple[int, int]]:
+    """[start, stop) ranges of at most `chunk` steps covering `programs` steps."""
+    for start in range(0, programs, chunk):
+        yield start, min(start + chunk, programs)
+
+
+def _fetch_mask(block_indices: np.ndarray) -> np.ndarray:
+    """(P,) bool: the block index differs from the previous step's (the first step fetches)."""
+    mask = np.zeros(len(block_indices), bool)
+    mask[:1] = True
+    for d in range(block_indices.shape[1]):  # a column at a time: (P,) temporaries only
+        mask[1:] |= block_indices[1:, d] != block_indices[:-1, d]
+    return mask
+
+
 def _operand_tiling(op: Operand, block_indices: np.ndarray) -> OperandTiling:
     dims = op.block_dims or ()
-    fetch_mask = np.ones(len(block_indices), bool)
-    if len(block_indices) > 1:
-        fetch_mask[1:] = np.any(block_indices[1:] != block_indices[:-1], axis=1)
+    fetch_mask = _fetch_mask(block_indices)
     return OperandTiling(
         origin=op.origin, role=op.role, shape=op.shape, extent=op.block_extent or (),
         block_indices=block_indices, fetch_mask=fetch_mask,

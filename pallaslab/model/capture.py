@@ -9,7 +9,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from pallaslab.errors import KernelSelectionError, NoKernelError
+from pallaslab.errors import KernelSelectionError, NoKernelError, PallasLabError
 from pallaslab.model import _jax
 from pallaslab.model.kernel import Capture, Kernel
 
@@ -41,7 +41,34 @@ def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Capture:
     kernels = tuple(
         _jax.kernel_from_eqn(f, i, values.get(id(f.eqn))) for i, f in enumerate(found)
     )
+    for kernel in kernels:
+        check_grid(kernel)
     return Capture(kernels=kernels, function_name=name, concrete=concrete, handle=handle)
+
+
+class GridError(PallasLabError, ValueError):
+    """A kernel's grid has a negative dimension."""
+
+
+def check_grid(kernel: Kernel) -> None:
+    """Reject negative grid dimensions (static, or dynamic ones evaluated from the arguments).
+
+    Pallas traces them, and its interpreters then run no program at all, leaving the outputs
+    unwritten with no word said: almost surely a bug in how the grid was computed. A zero
+    dimension is a legitimate empty grid and passes.
+    """
+    negative = [(d, g) for d, g in enumerate(kernel.grid) if g is not None and g < 0]
+    if not negative:
+        return
+    grid = "(" + ", ".join("?" if g is None else str(g) for g in kernel.grid) + \
+        ("," if len(kernel.grid) == 1 else "") + ")"
+    dims = ", ".join(f"dimension {d} is {g}" for d, g in negative)
+    where = f" ({kernel.call_site or kernel.source})" if kernel.call_site or kernel.source else ""
+    raise GridError(
+        f"kernel {kernel.name!r}{where}: grid {grid} has a negative size ({dims}). A grid "
+        "dimension counts programs and must be >= 0; Pallas would run no program and leave "
+        "the outputs unwritten. Check how the grid is computed."
+    )
 
 
 def _holds_array(value: Any) -> bool:

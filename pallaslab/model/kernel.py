@@ -174,6 +174,7 @@ class Kernel:
         if self.dimension_semantics is not None:
             assert len(self.dimension_semantics) == len(self.grid), self.dimension_semantics
         assert all(d < len(self.grid) for d in self.vmapped_dims)
+        assert all(g is None or g >= 0 for g in self.grid), self.grid
         origins = [op.origin for op in self.operands]
         assert len(set(origins)) == len(origins), origins
         for op in self.operands:
