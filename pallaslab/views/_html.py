@@ -1,14 +1,40 @@
-"""Small helpers for static HTML: every user-derived string goes through `esc`."""
+"""Small helpers for static HTML: every user-derived string goes through `esc`.
+
+`esc` and `visible_payload` are the two doors user text (kernel names, paths, printed output,
+IR) passes through on its way to a page: control and bidi characters become visible marks
+(`pallaslab.util.text.visible`) before any HTML escaping.
+"""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
+
+from pallaslab.util.text import visible
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    # visible() first: its marks (`<U+202E>`) contain '<' and must be escaped too.
+    return html.escape(visible(str(value)), quote=True)
+
+
+def visible_payload[T](value: T) -> T:
+    """A widget payload with every string (keys too) shown visibly; buffers untouched. The
+    widgets put payload strings into the DOM as text, so this is what keeps them safe."""
+    return cast(T, _visible_tree(value))
+
+
+def _visible_tree(value: Any) -> Any:
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {_visible_tree(k): _visible_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_visible_tree(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_visible_tree(v) for v in value)
+    return value  # numbers, None, memoryviews (binary buffers)
 
 
 def shape(dims: Sequence[Any] | None) -> str:

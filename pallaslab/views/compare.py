@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
+from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.arrays import downsample, to_2d
 from pallaslab.views.base import InteractiveView, View
 from pallaslab.views.context import KernelContext
@@ -124,7 +125,7 @@ def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | Non
         for j, p in enumerate(out.pairs):
             if selected is None and not p.allclose:
                 selected = [i, j]
-    return ComparePayload(
+    return visible_payload(ComparePayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         grid=list(tiling.grid) if tiling is not None else [],
         programs=tiling.programs if tiling is not None else 0,
@@ -133,7 +134,7 @@ def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | Non
                          error=r.error, unavailable=r.unavailable) for r in comparison.results],
         allclose=comparison.allclose, outputs=outputs, selected=selected or [0, 0],
         opened=list(opened) if opened is not None else None, interactive=interactive,
-        revision=revision, error=error, tables=[memoryview(t) for t in tables])
+        revision=revision, error=error, tables=[memoryview(t) for t in tables]))
 
 
 def _output_tiling(comparison: Comparison, out: OutputComparison, info: Any,
@@ -374,7 +375,7 @@ class CompareView(InteractiveView):
                     f"atol {p.atol:.3g})")
                 for b, progs in _block_rows(c, out, p, self.ctx)[:16]:
                     lines.append(f"      block {b} written by {progs}")
-        return "\n".join(lines)
+        return visible("\n".join(lines))
 
     def to_html(self) -> str:
         c = self.comparison

@@ -18,8 +18,9 @@ import numpy as np
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
 from pallaslab.model import Kernel, Operand
+from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
@@ -97,7 +98,7 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...]) 
             columns.append(IndexColumn(affine=None, table=seen[key]))
         operands.append(_operand(ot, kernel.operand(ot.origin), columns))
     rank = len(tiling.grid)
-    return GridPayload(
+    return visible_payload(GridPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         source=_short(kernel.source), grid=list(tiling.grid),
         grid_names=list(kernel.grid_names) if kernel.grid_names else None,
@@ -106,7 +107,7 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...]) 
         axes=[max(rank - 2, 0), max(rank - 1, 0)] if rank >= 2 else [0, 0],
         operands=operands, findings=[_finding(f, tiling) for f in findings],
         tables=[memoryview(t) for t in tables],
-    )
+    ))
 
 
 def affine_fit(col: np.ndarray, ids: np.ndarray, grid: tuple[int, ...]) -> list[int] | None:
@@ -212,7 +213,7 @@ class GridView(View):
         lines += [f"  {f.severity} {f.code}: {f.message}" for f in self.ctx.findings]
         if not self.ctx.findings:
             lines.append("  no findings")
-        return "\n".join(lines)
+        return visible("\n".join(lines))
 
     def to_html(self) -> str:
         k, tiling = self.ctx.kernel, self.ctx.tiling

@@ -23,8 +23,9 @@ import numpy as np
 
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
+from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
@@ -156,14 +157,14 @@ def lowering_payload(
             send.add((t, name))
             left -= size
     lowerings = {t: _target_lowering(t, r, send, file_ids) for t, r in results.items()}
-    return LoweringPayload(
+    return visible_payload(LoweringPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         source=_short(kernel.source), target=target, stage=stage,
         default_target=default_target(kernel),
         targets=[TargetEntry(name=t.name, platform=t.platform, lowered=t.name in results)
                  for t in TARGETS.values()],
         interactive=interactive, lowerings=lowerings, files=files, sources=sources, error=error,
-        revision=revision)
+        revision=revision))
 
 
 def _target_lowering(target: str, r: KernelLowering, send: set[tuple[str, str]],
@@ -398,7 +399,7 @@ class LoweringView(InteractiveView):
                 break_on_hyphens=False))
         if self.error:
             out.append(f"Lowering of kernel {k.index} {k.name} for {self.target}: {self.error}")
-        return "\n".join(out)
+        return visible("\n".join(out))
 
     def to_html(self) -> str:
         k = self.ctx.kernel

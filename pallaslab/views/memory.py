@@ -23,8 +23,9 @@ from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.occupancy import Occupancy, OperandOccupancy, applies, occupancy
 from pallaslab.analysis.whatif import WhatIfTable, what_if
 from pallaslab.model import Kernel
+from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
 from pallaslab.views.memory_gpu import GpuSection, gpu_html, gpu_section, gpu_text
@@ -103,10 +104,10 @@ def memory_payload(kernel: Kernel, occupancies: Sequence[Occupancy],
                    gpu: GpuSection | None = None) -> MemoryPayload:
     """Everything the Memory widget draws (pure: from occupancies, a what-if table and the
     GPU section)."""
-    return MemoryPayload(
+    return visible_payload(MemoryPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         chips=[chip_memory(o) for o in occupancies],
-        what_if=what_if_payload(table) if table is not None else None, note=note, gpu=gpu)
+        what_if=what_if_payload(table) if table is not None else None, note=note, gpu=gpu))
 
 
 def chip_memory(occ: Occupancy) -> ChipMemory:
@@ -217,7 +218,7 @@ class MemoryView(View):
         if self.table is not None:
             lines.append("What-if (best first; '!!' = does not fit):")
             lines += ["  " + line for line in str(self.table).splitlines()]
-        return "\n".join(lines)
+        return visible("\n".join(lines))
 
     def to_html(self) -> str:
         k = self.ctx.kernel

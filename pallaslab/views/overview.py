@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from pallaslab.analysis.inspection import KernelInspection, kernel_json
+from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
@@ -30,8 +31,9 @@ def overview_payload(insp: KernelInspection, note: str | None = None) -> Overvie
     params = {backend: {name: repr(value) for name, value in fields.items()
                         if value is not None and value is not False}
               for backend, fields in k.compiler_params.items()}
-    return OverviewPayload(kernel={**kernel_json(insp), "index": k.index}, compiler_params=params,
-                           cost=cost, note=note)
+    return visible_payload(OverviewPayload(
+        kernel={**kernel_json(insp), "index": k.index}, compiler_params=params, cost=cost,
+        note=note))
 
 
 class OverviewView(View):
@@ -65,7 +67,7 @@ class OverviewView(View):
         lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in k["findings"]]
         if not k["findings"]:
             lines.append("  no findings")
-        return "\n".join(lines)
+        return visible("\n".join(lines))
 
     def to_html(self) -> str:
         p = self._payload()

@@ -28,8 +28,9 @@ from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.occupancy import applies
 from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overlap, pipeline
 from pallaslab.analysis.tiling import Tiling
+from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
@@ -103,10 +104,10 @@ def pipeline_payload(
         info = {"device": measured.device, "total_time": measured.total_time,
                 "steps": measured.steps,
                 "mean_step": float(steps.mean()) if len(steps) else None}
-    return PipelinePayload(
+    return visible_payload(PipelinePayload(
         version=PAYLOAD_VERSION, kernel=kernel_name, index=index, chip=model.chip,
         grid=[int(g) for g in grid], programs=s.steps, summary=s.to_json(), stall_time=stall,
-        measured=info, tracks=tracks, chips=list(chips) or [model.chip], live=live)
+        measured=info, tracks=tracks, chips=list(chips) or [model.chip], live=live))
 
 
 def track(name: str, source: str, events: Events, step_kind: int, duration: float, *,
@@ -289,7 +290,7 @@ class PipelineView(InteractiveView):
     def to_text(self) -> str:
         k = self.ctx.kernel
         head = f"Pipeline of kernel {k.index} {k.name} on TPU {self.chip} (model)"
-        return "\n".join([head, *("  " + line for line in self.summary_lines())])
+        return visible("\n".join([head, *("  " + line for line in self.summary_lines())]))
 
     def to_html(self) -> str:
         k = self.ctx.kernel

@@ -2,25 +2,56 @@
 
 The views' own ES modules are embedded (base64) and mounted in the page by `host.js` with an
 in-page model, so the report is as interactive as it can be without a kernel (the grid hover
-works from the embedded tables). A Content-Security-Policy forbids every network load; each
-view's static HTML is the `<noscript>` fallback.
+works from the embedded tables). A Content-Security-Policy forbids every network load and runs
+only the report's own script (by its hash); each view's static HTML is the `<noscript>` fallback.
+User strings (kernel names, paths, IR) are shown visibly (`pallaslab.util.text.visible`) and
+escaped, so a name can neither reorder the text around it nor close an element.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from pallaslab.errors import PallasLabError
+from pallaslab.util.text import visible
+from pallaslab.views._html import visible_payload
 from pallaslab.views.base import View, css_source, module_source
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import tabs
 
-CSP = ("default-src 'none'; script-src 'unsafe-inline' blob:; style-src 'unsafe-inline'; "
-       "img-src data: blob:; font-src data:")
+
+def csp(script: str, style: str) -> str:
+    """The report's Content-Security-Policy, allowing exactly its own inline `script` and
+    `style` elements (by their sha256) and nothing from the network.
+
+    - script-src has no 'unsafe-inline': an injected `<script>` or `onerror=` handler does
+      not run. The JSON data block (`type="application/json"`) is never executed, so it needs
+      no entry.
+    - `blob:` lets the hashed host script import the views' modules, which it makes into blob:
+      URLs from the embedded sources. Only running script can create a blob: URL (markup
+      cannot), and the only script that can run is the hashed one, so `blob:` admits nothing
+      else. ('strict-dynamic' would also admit network imports, so it is not used.)
+    - style-src-attr 'unsafe-inline': the static `<noscript>` views size their bars with
+      style attributes; styles cannot run code, and with nothing loadable they cannot send
+      anything either. Widgets set styles through the CSSOM, which CSP does not restrict.
+    """
+    return (f"default-src 'none'; script-src {_hash(script)} blob:; "
+            f"style-src {_hash(style)}; style-src-attr 'unsafe-inline'; "
+            "img-src data: blob:; font-src data:; base-uri 'none'; form-action 'none'")
+
+
+def _hash(source: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(source.encode()).digest()).decode() + "'"
+
+
+def _lf(text: str) -> str:
+    """Newlines as the HTML parser sees them (it turns CR LF and CR into LF before hashing)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def encode_buffers(value: Any) -> Any:
@@ -69,23 +100,17 @@ def report_html(contexts: Sequence[KernelContext], title: str) -> str:
         kernels.append({"title": f"Kernel {k.index}: {k.name}",
                         "subtitle": f"grid {grid} · {len(ctx.findings)} finding(s)",
                         "tabs": entries})
-    data = {"modules": sources, "kernels": kernels}
-    host = module_source("host.js")
-    esc_title = html.escape(title)
+    # Every string the host puts on the page, visible (the views' payloads already are).
+    data = {"modules": sources, "kernels": visible_payload(kernels)}
+    host = _lf(module_source("host.js"))
+    style = _lf(css_source() + PAGE_CSS)
+    esc_title = html.escape(visible(title))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta http-equiv="Content-Security-Policy" content="{csp(host, style)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>pallaslab report: {esc_title}</title>
-<style>{css_source()}
-body {{ margin: 0; }}
-.pl-report-page {{ padding: 16px 24px 40px; min-height: 100vh; }}
-.pl-report-page > header {{ display: flex; align-items: baseline; gap: 12px; }}
-.pl-report-page > header h1 {{ font-size: 18px; margin: 0; }}
-.pl-report-page > header button {{ margin-left: auto; font: inherit; font-size: 12px;
-  color: var(--pl-fg); background: var(--pl-bg2); border: 1px solid var(--pl-border);
-  border-radius: 4px; padding: 2px 8px; cursor: pointer; }}
-</style></head>
+<style>{style}</style></head>
 <body class="pl-report">
 <div class="pallaslab pl-report-page">
 <header><h1>pallaslab report</h1><span class="pl-dim pl-mono">{esc_title}</span>
@@ -96,4 +121,15 @@ body {{ margin: 0; }}
 <script type="application/json" id="pl-data">{script_json(data)}</script>
 <script type="module">{host}</script>
 </body></html>
+"""
+
+
+PAGE_CSS = """
+body { margin: 0; }
+.pl-report-page { padding: 16px 24px 40px; min-height: 100vh; }
+.pl-report-page > header { display: flex; align-items: baseline; gap: 12px; }
+.pl-report-page > header h1 { font-size: 18px; margin: 0; }
+.pl-report-page > header button { margin-left: auto; font: inherit; font-size: 12px;
+  color: var(--pl-fg); background: var(--pl-bg2); border: 1px solid var(--pl-border);
+  border-radius: 4px; padding: 2px 8px; cursor: pointer; }
 """

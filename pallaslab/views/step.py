@@ -24,8 +24,9 @@ import numpy as np
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
+from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.arrays import downsample, to_2d
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
@@ -115,7 +116,7 @@ def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
     if step is not None and blocks:
         out_blocks = [_block(b, kernel, tables) for b in blocks.values()]
     eqs = list(equations or ())
-    return StepPayload(
+    return visible_payload(StepPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         grid=list(tiling.grid), programs=tiling.programs, position=position, step=step,
         program=list(tiling.program_at(step)) if step is not None else None,
@@ -124,7 +125,7 @@ def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
         mismatch_steps=sorted(int(s) for s in mismatch_steps)[:MAX_MISMATCH_STEPS],
         has_comparison=has_comparison, interactive=interactive, revision=revision,
         error=error, tables=[memoryview(t) for t in tables],
-    )
+    ))
 
 
 def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray]) -> StepBlock:
@@ -337,7 +338,7 @@ class StepView(InteractiveView):
                          + "; ".join(e["values"]))
         if p["error"]:
             lines.append(f"  error: {p['error']}")
-        return "\n".join(lines)
+        return visible("\n".join(lines))
 
     def to_html(self) -> str:
         p = self._payload(live=False)
