@@ -155,9 +155,13 @@ def simulate(
     c = np.asarray(compute, np.float64)
     o = np.asarray(write_back, np.float64)
     steps = len(c)
-    if not (len(i) == len(o) == steps) or steps == 0:
-        raise PipelineError(f"need equal, non-empty per-step arrays; got {len(i)}, {steps}, "
-                            f"{len(o)}")
+    if not (len(i) == len(o) == steps):
+        raise PipelineError(f"need equal per-step arrays; got {len(i)}, {steps}, {len(o)}")
+    if steps == 0:  # a grid with no programs: nothing runs, nothing is copied
+        return _events(i, i, i, c, o), PipelineSummary(
+            steps=0, predicted_time=0.0, compute_time=0.0, compute_bound_fraction=1.0,
+            exposed_copy_time=0.0, stall_step=None, first_stall_step=None,
+            hbm_bytes=int(hbm_bytes), flops=float(flops)), np.zeros(0)
     sin = np.zeros(steps, bool) if serial_in is None else np.asarray(serial_in, bool)
     sout = np.zeros(steps, bool) if serial_out is None else np.asarray(serial_out, bool)
     o1 = np.where(sout, o, 0.0)
@@ -266,10 +270,11 @@ def step_times(kernel: Kernel, chip: Chip, tiling: Tiling, cost: StepCost,
             in_bytes[mask] += ot.clipped_volume(ot.starts_at(mask)) * ot.itemsize
             serial_in |= mask & single
         elif ot.role == "output":
-            mask = np.append(ot.fetch_mask[1:], True)  # written back when the block changes
+            # Written back when the block changes, and after the last step (if any).
+            mask = np.append(ot.fetch_mask[1:], True)[:steps]
             out_bytes[mask] += ot.clipped_volume(ot.starts_at(mask)) * ot.itemsize
             serial_out |= mask & single
-    serial_in[0] = False
+    serial_in[:1] = False
     eight_bit = any(np.dtype(op.dtype).itemsize == 1 for op in kernel.inputs)
     peak = chip.peak_flops(np.dtype(np.int8) if eight_bit else None)
     compute = np.full(steps, cost.flops / peak + step_overhead)

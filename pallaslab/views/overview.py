@@ -57,7 +57,7 @@ class OverviewView(View):
         p = self._payload()
         k = p["kernel"]
         lines = [f"Kernel {self.ctx.kernel.index}: {k['name']}  ({k['source'] or '?'})",
-                 f"  grid {_grid(k['grid'])} = {k['programs'] or '?'} programs; semantics: "
+                 f"  grid {_grid(k['grid'])} = {_programs(k['programs'])} programs; semantics: "
                  f"{', '.join(k['dimension_semantics'] or []) or '-'}; backend: "
                  f"{k['backend'] or 'unspecified'}"]
         for op in k["operands"]:
@@ -89,6 +89,10 @@ class OverviewView(View):
         return (f'<h3 class="pl-title">Kernel {self.ctx.kernel.index}: <code>{esc(k["name"])}'
                 f'</code></h3><dl class="pl-facts">{dl}</dl>{note}{ops}'
                 + _html.findings_list(self.ctx.findings))
+
+
+def _programs(programs: int | None) -> str:
+    return "?" if programs is None else f"{programs:,}"  # 0 is an empty grid, not unknown
 
 
 def _grid(grid: list[int | None]) -> str:

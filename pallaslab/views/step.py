@@ -327,7 +327,9 @@ class StepView(InteractiveView):
                     if p["program"] is not None else "")]
         if p["mismatch_steps"]:
             lines.append(f"  {len(p['mismatch_steps']):,} program(s) wrote mismatched blocks")
-        if p["program"] is None:
+        if not p["programs"]:
+            lines.append(f"  {NO_PROGRAMS}")
+        elif p["program"] is None:
             lines.append("  no program has run yet: wb.step().step() runs the first")
         for b in p["blocks"]:
             lines.append(f"  {b['origin']:<12} block {tuple(b['block_index'])} "
@@ -345,7 +347,8 @@ class StepView(InteractiveView):
         k = self.ctx.kernel
         state = (f"{p['position']:,}/{p['programs']:,} programs run"
                  + (f" · last program <code>{esc(tuple(p['program']))}</code> (step {p['step']})"
-                    if p["program"] is not None else " · no program has run yet"))
+                    if p["program"] is not None else
+                    f" · {NO_PROGRAMS}" if not p["programs"] else " · no program has run yet"))
         parts = [f'<h3 class="pl-title">Step <code>{esc(k.name)}</code> '
                  f'<span class="pl-dim">{state}</span></h3>']
         if p["mismatch_steps"]:
@@ -367,6 +370,9 @@ class StepView(InteractiveView):
         if p["error"]:
             parts.append(f'<p class="pl-finding pl-error">{esc(p["error"])}</p>')
         return '<div class="pl-step-static">' + "".join(parts) + "</div>"
+
+
+NO_PROGRAMS = "the grid has no programs: there is nothing to step"
 
 
 def handle_action(view: StepView, sel: Mapping[str, Any]) -> StepView:
