@@ -4,7 +4,10 @@
  * embedded in the page (`<script type="application/json" id="pl-data">`). Each view gets a
  * small in-page model with the anywidget model's interface; binary buffers are revived as
  * DataViews exactly as JupyterLab delivers them. Nothing is fetched: modules are imported from
- * blob: URLs made from the embedded sources.
+ * blob: URLs made from the embedded sources. The report's Content-Security-Policy runs this
+ * script by its sha256 and allows `blob:` for these imports only: markup cannot make a blob:
+ * URL, so nothing but this script can use it (see `csp` in pallaslab/views/report.py). Keep
+ * this module free of eval, `new Function` and inline handlers: the policy refuses them.
  */
 
 /** An anywidget-like model over a plain state object (no kernel behind it). */
