@@ -5,10 +5,15 @@ options, kernel content hash). The kernel hash covers what decides the lowered c
 kernel jaxpr, every operand's shape/dtype/block/index map/memory space, grid, semantics,
 compiler params, and the kernel's source location (stages map IR lines to it).
 Location: $PALLASLAB_CACHE_DIR, else $XDG_CACHE_HOME/pallaslab, else ~/.cache/pallaslab.
+
+An entry that cannot be read or has the wrong structure (truncated, not an object, missing
+keys, wrong types) is a miss; the next store rewrites it. `info()` and `clear()` back
+`pallaslab cache`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -17,9 +22,9 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from lowering.result import KernelLowering
+from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resources, Stage
 from pallaslab.model import Kernel
 
 SCHEMA = 1
@@ -63,12 +68,41 @@ def cache_key(kernel: Kernel, target: str, options: dict[str, Any]) -> str:
 
 
 def load(key: str) -> KernelLowering | None:
+    """The cached lowering for `key`, or None: absent, unreadable or malformed entries are
+    misses (never errors), so a damaged cache costs one re-lowering."""
     path = cache_dir() / f"{key}.json"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        result = KernelLowering.from_json(data)
+    except Exception:  # truncated, not JSON, a list, missing keys, ...
         return None
-    return KernelLowering.from_json(data)
+    return result if _well_formed(result) else None
+
+
+def _well_formed(k: KernelLowering) -> bool:
+    """`from_json` builds dataclasses from whatever it is given; check the field types."""
+    return (isinstance(k.name, str) and _is_int(k.index) and k.backend in get_args(LoweringBackend)
+            and isinstance(k.ok, bool) and isinstance(k.compiled, bool)
+            and all(_stage_ok(s) for s in k.stages)
+            and all(_diagnostic_ok(d) for d in k.diagnostics)
+            and _resources_ok(k.resources))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _stage_ok(s: Stage) -> bool:
+    return isinstance(s.name, str) and isinstance(s.text, str)
+
+
+def _diagnostic_ok(d: Diagnostic) -> bool:
+    return all(isinstance(v, str) for v in (d.severity, d.code, d.message)) and (
+        d.operand is None or isinstance(d.operand, str))
+
+
+def _resources_ok(r: Resources) -> bool:
+    return all(v is None or _is_int(v) for v in dataclasses.astuple(r))
 
 
 def store(key: str, result: KernelLowering) -> None:
@@ -81,3 +115,51 @@ def store(key: str, result: KernelLowering) -> None:
         os.replace(tmp, directory / f"{key}.json")  # atomic: readers never see half a file
     except OSError:
         pass  # a read-only or full disk only costs speed
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheInfo:
+    directory: Path
+    entries: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"directory": str(self.directory), "entries": self.entries, "bytes": self.bytes}
+
+
+def _entry_files(directory: Path) -> list[Path]:
+    """The cache's own files: entries and interrupted stores (never anything else there)."""
+    if not directory.is_dir():
+        return []
+    return [p for p in directory.iterdir()
+            if p.is_file() and p.suffix in (".json", ".tmp")]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def info() -> CacheInfo:
+    """Where the cache is, how many entries it holds and their total size."""
+    directory = cache_dir()
+    files = _entry_files(directory)
+    return CacheInfo(directory, sum(p.suffix == ".json" for p in files),
+                     sum(_size(p) for p in files))
+
+
+def clear() -> CacheInfo:
+    """Remove every entry; returns what was removed (entries and bytes freed)."""
+    directory = cache_dir()
+    entries = freed = 0
+    for path in _entry_files(directory):
+        size = _size(path)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue  # removed meanwhile by another process
+        freed += size
+        entries += path.suffix == ".json"
+    return CacheInfo(directory, entries, freed)

@@ -24,6 +24,7 @@ from lowering import diagnostics, irtext
 from lowering.result import Diagnostic, Stage
 from lowering.targets import Target
 from pallaslab.errors import UnavailableError, missing
+from pallaslab.util.tempdir import session_tmpdir
 
 
 def require_libtpu() -> None:
@@ -37,10 +38,13 @@ class TpuWorker:
     """A libtpu compiler process; `compile` sends one StableHLO module and waits."""
 
     def __init__(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="pallaslab-tpu-"))
+        # Under the session's temporary directory, removed at exit even if close() never runs.
+        self._dir = Path(tempfile.mkdtemp(prefix="tpu-worker-", dir=session_tmpdir()))
         self.log_path = self._dir / "libtpu.log"
         dump = self._dir / "mosaic"
         env = dict(os.environ)
+        # libtpu's own logs (tpu_driver.INFO ...) go here too, not to /tmp/tpu_logs.
+        env["TPU_LOG_DIR"] = str(self._dir / "libtpu-logs")
         # Mosaic's module after every pass, with locations (so each maps back to Python).
         flags = f"--xla_mosaic_dump_to={dump} --xla_mosaic_enable_dump_debug_info=true"
         env["LIBTPU_INIT_ARGS"] = f"{env.get('LIBTPU_INIT_ARGS', '')} {flags}".strip()

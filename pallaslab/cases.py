@@ -1,16 +1,37 @@
 """Kernel cases: `path/to/file.py:function`, a zero-argument function returning `(fn, args)`
-or `(fn, args, kwargs)`. The CLI and the report load kernels this way."""
+or `(fn, args, kwargs)`. The CLI and the report load kernels this way.
+
+When the user's own code fails (the case file does not import, the case function raises or
+needs arguments, their kernel raises while being traced) the error is a `CaseCodeError`
+carrying *their* traceback: pallaslab's, JAX's and the import machinery's frames removed, so
+their own line is the last frame shown.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import inspect
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pallaslab.errors import CaseError
+from pallaslab.errors import CaseError, PallasLabError
+
+if TYPE_CHECKING:
+    from pallaslab.model import Capture
+
+
+class CaseCodeError(CaseError):
+    """The user's own code raised: importing a case file, calling a case function, or while
+    pallaslab traced their function. `user_traceback` is their traceback, their line last."""
+
+    def __init__(self, message: str, original: BaseException) -> None:
+        super().__init__(message)
+        self.original = original
+        self.user_traceback = user_traceback(original)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +44,31 @@ class Case:
 
 def load_case(spec: str) -> Case:
     factory = load_function(spec, what="case")
-    return _validate(spec, spec.rpartition(":")[2], factory())
+    func_name = spec.rpartition(":")[2]
+    _require_no_arguments(spec, func_name, factory)
+    try:
+        result = factory()
+    except (Exception, SystemExit) as err:  # SystemExit: a case must not end pallaslab
+        raise CaseCodeError(f"case {spec!r}: {func_name}() raised {_describe(err)}",
+                            err) from err
+    return _validate(spec, func_name, result)
+
+
+def capture_case(case: Case) -> Capture:
+    """Trace the case's function and capture its kernels; the user's own errors while tracing
+    (their kernel raises, shapes that do not fit) become a `CaseCodeError`."""
+    from pallaslab.model import capture
+
+    try:
+        return capture(case.fn, *case.args, **case.kwargs)
+    except PallasLabError:
+        raise  # our own verdict (no kernel, a bad index map), its message says it all
+    except (Exception, SystemExit) as err:
+        if not _user_frames(err):
+            raise  # nothing of the user's in it: a bug of ours, not theirs
+        name = getattr(case.fn, "__name__", "the case's function")
+        raise CaseCodeError(f"case {case.spec!r}: tracing {name} raised {_describe(err)}",
+                            err) from err
 
 
 def load_function(spec: str, *, what: str = "reference") -> Any:
@@ -34,7 +79,12 @@ def load_function(spec: str, *, what: str = "reference") -> Any:
     path = Path(path_text)
     if not path.is_file():
         raise CaseError(f"{what} {spec!r}: no such file {str(path)!r}")
-    fn = getattr(_import_file(path), func_name, None)
+    try:
+        module = _import_file(path)
+    except (Exception, SystemExit) as err:
+        raise CaseCodeError(f"{what} {spec!r}: importing {path.name} raised {_describe(err)}",
+                            err) from err
+    fn = getattr(module, func_name, None)
     if fn is None:
         raise CaseError(f"{what} {spec!r}: {path.name} defines no {func_name!r}")
     if not callable(fn):
@@ -62,6 +112,27 @@ def _import_file(path: Path) -> Any:
     return module
 
 
+def _require_no_arguments(spec: str, func_name: str, factory: Callable[..., Any]) -> None:
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: let calling it tell
+    required = [p.name for p in signature.parameters.values()
+                if p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if required:
+        raise CaseError(f"case {spec!r}: {func_name}() ({_where(factory)}) needs argument(s) "
+                        f"{', '.join(required)}; a case is a function of no arguments "
+                        "returning (fn, args) or (fn, args, kwargs)")
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return "defined elsewhere"
+    return f"{Path(code.co_filename).name}:{code.co_firstlineno}"
+
+
 def _validate(spec: str, func_name: str, result: Any) -> Case:
     rule = "a case returns (fn, args) or (fn, args, kwargs)"
     if not isinstance(result, tuple) or len(result) not in (2, 3):
@@ -76,3 +147,62 @@ def _validate(spec: str, func_name: str, result: Any) -> Case:
     if not isinstance(kwargs, dict):
         raise CaseError(f"case {spec!r}: kwargs is a {type(kwargs).__name__}, not a dict; {rule}")
     return Case(spec, fn, tuple(args), dict(kwargs))
+
+
+# --- the user's traceback ----------------------------------------------------------------------
+
+# Frames from these directories are machinery, not the user's code.
+_MACHINERY = (str(Path(__file__).resolve().parent), str(Path(importlib.__file__).resolve().parent))
+
+
+_JAX_FILTER_NOTE = "JAX has removed its internal frames"
+
+
+def _machinery_roots() -> tuple[str, ...]:
+    roots = list(_MACHINERY)
+    for name in ("lowering", "jax", "jaxlib"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            roots.append(str(Path(module.__file__).resolve().parent))  # type: ignore[arg-type]
+    return tuple(roots)
+
+
+def _is_user_frame(filename: str, roots: tuple[str, ...]) -> bool:
+    if filename.startswith("<frozen ") or filename == "<string>":
+        return False  # importlib's bootstrap, runpy
+    resolved = str(Path(filename).resolve())
+    return not any(resolved == root or resolved.startswith(root + "/") for root in roots)
+
+
+def _user_frames(err: BaseException) -> list[traceback.FrameSummary]:
+    roots = _machinery_roots()
+    return [f for f in traceback.extract_tb(err.__traceback__)
+            if _is_user_frame(f.filename, roots)]
+
+
+def user_traceback(err: BaseException) -> str:
+    """`err` formatted as Python would, keeping only the user's frames (chained exceptions
+    too). A SyntaxError still shows the file, line and caret."""
+    te = traceback.TracebackException.from_exception(err)
+    _filter(te, _machinery_roots(), set())
+    return "".join(te.format())
+
+
+def _filter(te: traceback.TracebackException, roots: tuple[str, ...], seen: set[int]) -> None:
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    te.stack = traceback.StackSummary.from_list(
+        [f for f in te.stack if _is_user_frame(f.filename, roots)])
+    if te.__notes__:  # JAX's note on its own frame filtering: ours removed them already
+        te.__notes__ = [n for n in te.__notes__ if _JAX_FILTER_NOTE not in str(n)]
+    for chained in (te.__cause__, te.__context__):
+        if chained is not None:
+            _filter(chained, roots, seen)
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, SystemExit):
+        return f"SystemExit({err.code!r})"
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

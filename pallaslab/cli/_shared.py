@@ -1,48 +1,232 @@
-"""Pieces the subcommands share: loading cases, capturing, printing errors."""
+"""Pieces the subcommands share: exit codes, the console and safe text, option validators,
+loading cases, and reporting errors (one JSON object on stdout with --json)."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import contextvars
 import json
+import math
+import re
 import sys
-from typing import Any
+import traceback
+from collections.abc import Callable, Iterator
+from typing import IO, Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
-from pallaslab.cases import Case, load_case
+from pallaslab.cases import Case, CaseCodeError, capture_case, load_case
 from pallaslab.errors import PallasLabError
-from pallaslab.model import Capture, capture
+from pallaslab.model import Capture
+from pallaslab.util.text import visible
 
-TPU_TARGETS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
-GPU_TARGETS = ("gpu-a100", "gpu-h100", "gpu-b200")
+# Exit statuses, the same in every subcommand.
+EXIT_OK = 0
+EXIT_FAILED = 1  # error findings, a mismatch, a kernel that failed to lower or compile
+EXIT_ERROR = 2  # usage, a case that cannot be loaded, a tool error, incomplete, time limit
+
+EXIT_STATUS_HELP = """exit status:
+  0  clean
+  1  error findings, a mismatch, or a kernel that failed to lower or compile
+  2  usage error, a case that cannot be loaded, a tool error (e.g. a missing
+     compiler), an incomplete comparison or a time limit
+with --json, stdout is always one JSON object; on failure
+{"error": {"type": ..., "message": ...}}"""
+
+# Stages a lowering can produce (lowering/cross.py, tpu_compile.py, triton_compile.py);
+# "mosaic[N]" is a kernel's N-th Mosaic module, "mosaic:PASS" the module after a compiler pass.
+STAGES = ("jaxpr", "mosaic", "mosaic-gpu", "ttir", "ttgir", "llir", "ptx", "sass")
+_STAGE_FORMS = re.compile(r"mosaic\[\d+\]|mosaic:[\w.-]+")
+
+
+# --- usage errors ------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """A command line that does not make sense; reported like argparse's own errors."""
+
+    def __init__(self, message: str, prog: str = "pallaslab", usage: str = "") -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error raises `UsageError` (so `--json` can report it as JSON)
+    instead of printing and exiting; subcommand parsers inherit this class."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog, self.format_usage())
+
+
+def add_exit_status(parser: argparse.ArgumentParser) -> None:
+    """Every --help ends with the exit statuses."""
+    parser.epilog = EXIT_STATUS_HELP
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+# --- option validators (argparse `type=`: uniform "argument --x: ..." messages) -------------
+
+
+def nonnegative_float(text: str) -> float:
+    return _finite(text, lambda v: v >= 0, "a finite number >= 0")
+
+
+def positive_float(text: str) -> float:
+    return _finite(text, lambda v: v > 0, "a finite number of seconds > 0")
+
+
+def _finite(text: str, ok: Callable[[float], bool], rule: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
+    return value
+
+
+def target_name(text: str) -> str:
+    from lowering.targets import TARGETS, get_target
+
+    try:
+        return get_target(text).name
+    except PallasLabError:
+        raise argparse.ArgumentTypeError(
+            f"unknown target {text!r}; valid targets: {', '.join(TARGETS)}") from None
+
+
+def chip_name(text: str) -> str:
+    from pallaslab.analysis.chips import normalize
+
+    try:
+        return normalize(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def stage_name(text: str) -> str:
+    if text == "all" or text in STAGES or _STAGE_FORMS.fullmatch(text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"unknown stage {text!r}; valid stages: all, {', '.join(STAGES)}, mosaic[N] "
+        "(a kernel's N-th Mosaic module) and mosaic:PASS (with --compile)")
+
+
+def executor_list(text: str) -> list[str]:
+    from pallaslab.execute import EXECUTOR_NAMES
+
+    names = [e.strip() for e in text.split(",") if e.strip()]
+    valid = f"valid executors: {', '.join(EXECUTOR_NAMES)}"
+    for name in names:
+        if name not in EXECUTOR_NAMES:
+            raise argparse.ArgumentTypeError(f"unknown executor {name!r}; {valid}")
+    for name in names:
+        if names.count(name) > 1:
+            raise argparse.ArgumentTypeError(f"executor {name!r} is listed twice in {text!r}")
+    if len(names) < 2:
+        raise argparse.ArgumentTypeError(
+            f"a comparison needs at least two executors, got {text!r}; {valid}")
+    return names
+
+
+# --- the console and user text -----------------------------------------------------------
 
 
 def console(stderr: bool = False) -> Console:
+    """Markup is for our own literals only: interpolate user text through `safe()`. No emoji
+    codes (`:b:` stays text); no highlighting of numbers and paths in user text."""
     # Pipes and CI logs get a wide page instead of rich's 80 columns.
     probe = Console(stderr=stderr)
     width = None if probe.is_terminal else 160
-    return Console(stderr=stderr, highlight=False, width=width)
+    return Console(stderr=stderr, highlight=False, emoji=False, width=width)
+
+
+def safe(text: object) -> str:
+    """User text (a kernel name, a path, a message, IR) for a rich markup string: shown as
+    written, never read as markup, control and bidi-override characters made visible."""
+    return escape(visible(str(text)))
+
+
+# --- cases -------------------------------------------------------------------------------
 
 
 def load_and_capture(spec: str) -> tuple[Case, Capture]:
     case = load_case(spec)
-    return case, capture(case.fn, *case.args, **case.kwargs)
+    return case, capture_case(case)
 
 
-def fail(err: PallasLabError, status: int = 2) -> int:
-    console(stderr=True).print(f"[bold red]error:[/] {_escape(str(err))}")
-    return status
+# --- output ------------------------------------------------------------------------------
+
+_json_stream: contextvars.ContextVar[IO[str] | None] = contextvars.ContextVar(
+    "pallaslab_json_stream", default=None)
+
+
+@contextlib.contextmanager
+def json_only_stdout(enabled: bool) -> Iterator[None]:
+    """With --json the JSON object is the only thing on stdout: whatever else writes to
+    stdout meanwhile (a case printing at import, a kernel's debug prints) goes to stderr."""
+    if not enabled:
+        yield
+        return
+    token = _json_stream.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _json_stream.reset(token)
 
 
 def print_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    stream = _json_stream.get() or sys.stdout
+    stream.write(json.dumps(payload, indent=2) + "\n")
+    stream.flush()
+
+
+def error_json(err_type: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": err_type, "message": message}}
+
+
+def print_error(message: str) -> None:
+    """One `error:` line on stderr."""
+    console(stderr=True).print(f"[bold red]error:[/] {safe(message)}", soft_wrap=True)
+
+
+def describe_error(err: BaseException) -> tuple[str, str, str | None]:
+    """(type for JSON, one-line message, traceback to show or None) of an error that ends a
+    command or one case of it."""
+    if isinstance(err, CaseCodeError):
+        return type(err).__name__, str(err), err.user_traceback
+    if isinstance(err, PallasLabError):
+        return type(err).__name__, str(err), None
+    # Not ours to explain: a bug in pallaslab (or a library); the whole traceback helps.
+    text = "".join(traceback.format_exception(err))
+    return type(err).__name__, f"internal error: {type(err).__name__}: {err}", text
+
+
+def report_error(err: BaseException, json_mode: bool) -> int:
+    """Tell about an error that ended the command; returns the exit status (2)."""
+    err_type, message, tb = describe_error(err)
+    if json_mode:
+        print_json(error_json(err_type, message + (f"\n{tb}" if tb else "")))
+    elif tb:
+        sys.stderr.write(visible(tb))
+    print_error(message)
+    return EXIT_ERROR
+
+
+def report_usage(err: UsageError, json_mode: bool) -> int:
+    message = f"{err.prog}: error: {err}"
+    if json_mode:
+        print_json(error_json("usage", message))
+    else:
+        sys.stderr.write(visible(err.usage))
+    sys.stderr.write(visible(message) + "\n")
+    return EXIT_ERROR
 
 
 def backend_for_target(target: str) -> str:
     """Which semantics a target's findings are judged by."""
     return "tpu" if target.startswith("tpu") else "triton"
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)

@@ -1,73 +1,144 @@
-"""`pallaslab check CASE... [--target T...] [--compile]`: exit 1 on any error.
+"""`pallaslab check CASE... [--target T...] [--compile] [--json]`: exit 1 on any error.
 
 Errors are error-severity findings of the tiling analysis (judged by each target's rules) and,
 for every `--target`, a kernel that fails to lower (or, with `--compile`, to compile) for it.
+A case that cannot be loaded is reported and the other cases are still checked; the exit
+status is then 2.
 """
 
 from __future__ import annotations
 
 import argparse
-
-from rich.markup import escape
+import dataclasses
+import sys
+from typing import Any
 
 from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.analysis.occupancy import DEFAULT_CHIPS
-from pallaslab.cli._shared import backend_for_target, console, fail, load_and_capture
+from pallaslab.cli._shared import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    backend_for_target,
+    console,
+    describe_error,
+    error_json,
+    load_and_capture,
+    print_error,
+    print_json,
+    safe,
+    target_name,
+)
 from pallaslab.cli.inspect import SEVERITY_STYLE
-from pallaslab.errors import PallasLabError
 from pallaslab.model import Capture
+from pallaslab.util.text import visible
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    severity: str
+    code: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelVerdict:
+    case: str
+    index: int
+    name: str
+    target: str | None
+    errors: int  # error findings + a failed lowering
+    problems: tuple[Problem, ...]  # what is shown (errors; also warnings with --warnings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "index": self.index, "name": self.name,
+                "target": self.target, "ok": not self.errors, "errors": self.errors,
+                "problems": [dataclasses.asdict(p) for p in self.problems]}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="fail (exit 1) on errors: races, uncovered output, ...")
+    p = sub.add_parser("check", help="fail (exit 1) on errors: races, uncovered output, ...",
+                       description="Fail (exit 1) when a kernel has an error finding (races, "
+                                   "uncovered output, misaligned blocks, VMEM overflow) or "
+                                   "fails to lower for a --target.")
     p.add_argument("cases", nargs="+", metavar="CASE", help="path/to/file.py:function")
-    p.add_argument("--target", action="append", default=[], metavar="T",
+    p.add_argument("--target", action="append", default=[], metavar="T", type=target_name,
                    help="judge by this target's rules and lower for it (tpu-v5e, gpu-h100, ...;"
                         " repeatable)")
     p.add_argument("--compile", action="store_true",
                    help="also compile for each target with the real compiler (libtpu, triton)")
     p.add_argument("--warnings", action="store_true", help="also list warnings and infos")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: every kernel's verdict, and case errors")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = console()
-    errors = 0
+    verdicts: list[KernelVerdict] = []
+    case_errors: list[dict[str, Any]] = []
     for spec in args.cases:
         try:
             _, cap = load_and_capture(spec)
             for target in args.target or [None]:
-                errors += _check(out, spec, cap, target, args)
-        except PallasLabError as err:
-            fail(err)
-            errors += 1
-    out.print(f"{errors} error(s)")
-    return 1 if errors else 0
+                found = _check(spec, cap, target, args)
+                verdicts += found
+                if not args.json:
+                    _render(found)
+        except Exception as err:  # one case's failure does not stop the others
+            case_errors.append(_case_error(spec, err, args.json))
+    errors = sum(v.errors for v in verdicts)
+    status = EXIT_ERROR if case_errors else EXIT_FAILED if errors else EXIT_OK
+    if args.json:
+        payload: dict[str, Any] = {"ok": status == EXIT_OK, "errors": errors,
+                                   "kernels": [v.to_json() for v in verdicts],
+                                   "case_errors": case_errors}
+        if case_errors:
+            payload["error"] = case_errors[0]["error"]
+        print_json(payload)
+    else:
+        console().print(f"{errors} error(s)" + (f", {len(case_errors)} case(s) could not be "
+                                                "checked" if case_errors else ""))
+    return status
 
 
-def _check(out, spec: str, cap: Capture, target: str | None, args: argparse.Namespace) -> int:
+def _case_error(spec: str, err: Exception, json_mode: bool) -> dict[str, Any]:
+    err_type, message, tb = describe_error(err)
+    if not json_mode and tb:
+        sys.stderr.write(visible(tb))
+    print_error(message)
+    return {"case": spec, **error_json(err_type, message + (f"\n{tb}" if tb else ""))}
+
+
+def _check(spec: str, cap: Capture, target: str | None, args: argparse.Namespace
+           ) -> list[KernelVerdict]:
     backend = backend_for_target(target) if target else None
     lowered = _lower(cap, target, args.compile) if target else None
-    errors = 0
     chips = (target.removeprefix("tpu-"),) if target and backend == "tpu" else DEFAULT_CHIPS
+    verdicts = []
     for insp in inspect_capture(cap, backend=backend, chips=chips):
-        lines = [(f.severity, f.code, f.message) for f in insp.findings
-                 if args.warnings or f.severity == "error"]
+        problems = [Problem(f.severity, f.code, f.message) for f in insp.findings
+                    if args.warnings or f.severity == "error"]
         failed = len(insp.errors)
         if lowered is not None:
             kl = lowered[insp.kernel.index]
-            lines += [(d.severity, d.code, d.message) for d in kl.diagnostics
-                      if args.warnings or d.severity == "error"]
+            problems += [Problem(d.severity, d.code, d.message) for d in kl.diagnostics
+                         if args.warnings or d.severity == "error"]
             failed += 0 if kl.ok else max(1, len(kl.errors))
-        label = f"{escape(spec)} [{insp.kernel.index}] {escape(insp.kernel.name)}"
-        if target:
-            label += f" on {target}"
-        out.print(f"{'[bold red]FAIL[/]' if failed else '[green]ok[/]'}  {label}")
-        for severity, code, message in lines:
-            out.print(f"      [{SEVERITY_STYLE.get(severity, 'cyan')}]{code}[/]: "
-                      f"{escape(message)}")
-        errors += failed
-    return errors
+        verdicts.append(KernelVerdict(spec, insp.kernel.index, insp.kernel.name, target,
+                                      failed, tuple(problems)))
+    return verdicts
+
+
+def _render(verdicts: list[KernelVerdict]) -> None:
+    out = console()
+    for v in verdicts:
+        label = f"{safe(v.case)} [{v.index}] {safe(v.name)}"
+        if v.target:
+            label += f" on {v.target}"
+        out.print(f"{'[bold red]FAIL[/]' if v.errors else '[green]ok[/]'}  {label}")
+        for p in v.problems:
+            out.print(f"      [{SEVERITY_STYLE.get(p.severity, 'cyan')}]{safe(p.code)}[/]: "
+                      f"{safe(p.message)}")
 
 
 def _lower(cap: Capture, target: str, compile: bool):

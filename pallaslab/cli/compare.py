@@ -1,65 +1,104 @@
 """`pallaslab compare CASE --executors interpret,tpu-interpret[,reference] [--reference F:FN]`:
-run a case under several executors and compare them; exit 1 when any pair mismatches."""
+run a case under several executors and compare them.
+
+Exit status: 0 when every pair agrees, 1 when one mismatches, 2 when the comparison is
+incomplete (fewer than two executors ran: unavailable here, failed or stopped by the time
+limit) or the case cannot be loaded.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
 from rich.table import Table
 
-from pallaslab.cases import load_case, load_function
-from pallaslab.cli._shared import console, fail, print_json
-from pallaslab.errors import PallasLabError
+from pallaslab.cases import load_function
+from pallaslab.cli._shared import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    console,
+    error_json,
+    executor_list,
+    load_and_capture,
+    nonnegative_float,
+    positive_float,
+    print_error,
+    print_json,
+    safe,
+)
 from pallaslab.execute import EXECUTOR_NAMES, Comparison, compare
+
+STATUS_STYLE = {"ran": "green", "unavailable": "yellow", "failed": "bold red",
+                "timed-out": "bold red"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="run under several executors and compare the outputs")
+    p = sub.add_parser("compare", help="run under several executors and compare the outputs",
+                       description="Run a case under several executors and compare every "
+                                   "pair of outputs; a mismatch names the grid programs that "
+                                   "wrote the wrong blocks.")
     p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
     p.add_argument("--executors", default="interpret,reference", metavar="E1,E2,...",
-                   help=f"comma-separated, from: {', '.join(EXECUTOR_NAMES)} "
+                   type=executor_list,
+                   help=f"two or more, comma-separated, from: {', '.join(EXECUTOR_NAMES)} "
                         "(default: interpret,reference)")
     p.add_argument("--reference", metavar="FILE.py:FUNC",
                    help="a pure-JAX function with the kernel function's signature")
-    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: "
-                   "by dtype, see pallaslab.execute.comparison)")
-    p.add_argument("--atol", type=float, default=None,
+    p.add_argument("--rtol", type=nonnegative_float, default=None,
+                   help="relative tolerance (default: by dtype, see "
+                        "pallaslab.execute.comparison)")
+    p.add_argument("--atol", type=nonnegative_float, default=None,
                    help="absolute tolerance (default: rtol x max |b|)")
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="time limit of each executor's run (default: pallaslab.compare's; "
+                        "a run stopped by it makes the comparison incomplete, exit 2, when "
+                        "fewer than two executors ran)")
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    executors = [e.strip() for e in args.executors.split(",") if e.strip()]
-    try:
-        reference = load_function(args.reference) if args.reference else None
-        case = load_case(args.case)
-        result = compare(case.fn, *case.args, executors=executors, reference=reference,
-                         rtol=args.rtol, atol=args.atol, **case.kwargs)
-    except PallasLabError as err:
-        return fail(err)
+    if "reference" in args.executors and not args.reference:
+        raise UsageError("argument --executors: the 'reference' executor needs --reference "
+                         "FILE.py:FUNC (a pure-JAX function with the kernel function's "
+                         "signature)", prog="pallaslab compare")
+    reference = load_function(args.reference) if args.reference else None
+    # Traced here first, so that the user's own tracing errors show their traceback.
+    case, _ = load_and_capture(args.case)
+    result = compare(case.fn, *case.args, executors=args.executors, reference=reference,
+                     rtol=args.rtol, atol=args.atol, timeout=args.timeout, **case.kwargs)
+    incomplete = None if result.complete else result.verdict()
     if args.json:
-        print_json(result.to_json())
+        payload = result.to_json()
+        if incomplete:
+            payload.update(error_json("IncompleteComparison", incomplete))
+        print_json(payload)
     else:
         render(result)
-    return 0 if result.allclose else 1
+    if incomplete:
+        print_error(incomplete)
+        return EXIT_ERROR
+    # A mismatch, or a run that found an error (a race, unwritten output): exit 1.
+    return EXIT_OK if result.passed else EXIT_FAILED
 
 
 def render(result: Comparison) -> None:
     out = console()
-    for r in result.results:
-        if r.unavailable:
-            out.print(f"[yellow]{r.executor}: unavailable[/] ({escape(r.unavailable)})")
-        elif r.error:
-            out.print(f"[bold red]{r.executor}: failed[/] {escape(r.error)}")
-        else:
-            out.print(f"[green]{r.executor}[/]: {r.wall_time * 1e3:.1f} ms "
+    by_name = {r.executor: r for r in result.results}
+    for name, status in result.statuses.items():
+        style = STATUS_STYLE.get(status.status, "bold red")
+        r = by_name.get(name)
+        if status.status == "ran" and r is not None:
+            out.print(f"[{style}]{safe(name)}[/]: {r.wall_time * 1e3:.1f} ms "
                       f"(compile {r.compile_time * 1e3:.0f} ms)")
-        for f in r.findings:
-            out.print(f"    [bold red]{f.code}[/]: {escape(f.message)}")
+        else:
+            out.print(f"[{style}]{safe(name)}: {status.status}[/] ({safe(status.reason or '')})")
+        for f in r.findings if r is not None else ():
+            out.print(f"    [bold red]{safe(f.code)}[/]: {safe(f.message)}")
     for o in result.outputs:
-        table = Table(title=f"{o.origin} {o.dtype}{list(o.shape)}", show_edge=False,
+        table = Table(title=f"{safe(o.origin)} {o.dtype}{list(o.shape)}", show_edge=False,
                       header_style="bold")
         for col in ("a", "b", "max abs", "max rel", "max ulp", "mismatched", "allclose",
                     "programs"):
@@ -68,8 +107,11 @@ def render(result: Comparison) -> None:
             programs = ", ".join(str(pr) for pr in p.programs[:8])
             if len(p.programs) > 8:
                 programs += f", ... ({len(p.programs)})"
-            table.add_row(p.a, p.b, f"{p.max_abs_err:.3g}", f"{p.max_rel_err:.3g}",
+            table.add_row(safe(p.a), safe(p.b), f"{p.max_abs_err:.3g}", f"{p.max_rel_err:.3g}",
                           str(p.max_ulp), str(p.mismatched_elements),
                           "[green]yes[/]" if p.allclose else "[bold red]no[/]",
-                          escape(programs) or "-")
+                          safe(programs) or "-")
         out.print(table)
+    if result.complete:
+        style = "green" if result.passed else "bold red"
+        out.print(f"[{style}]{safe(result.verdict())}[/]")

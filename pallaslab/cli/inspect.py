@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
 from rich.table import Table
 
 from pallaslab.analysis.inspection import (
@@ -14,26 +13,24 @@ from pallaslab.analysis.inspection import (
     kernel_json,
 )
 from pallaslab.analysis.occupancy import DEFAULT_CHIPS
-from pallaslab.cli._shared import console, fail, load_and_capture, print_json
-from pallaslab.errors import PallasLabError
+from pallaslab.cli._shared import chip_name, console, load_and_capture, print_json, safe
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("inspect", help="show the grid, BlockSpecs, fetches and findings")
+    p = sub.add_parser("inspect", help="show the grid, BlockSpecs, fetches and findings",
+                       description="Show the grid, BlockSpecs, fetches, VMEM and findings of "
+                                   "every kernel a case launches.")
     p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
-    p.add_argument("--chip", action="append", default=None, metavar="CHIP",
+    p.add_argument("--chip", action="append", default=None, metavar="CHIP", type=chip_name,
                    help="TPU chip for the VMEM section (repeatable; default v5e and v6e)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        _, cap = load_and_capture(args.case)
-    except PallasLabError as err:
-        return fail(err)
+    _, cap = load_and_capture(args.case)
     inspections = inspect_capture(cap, chips=args.chip or DEFAULT_CHIPS)
     if args.json:
         print_json(capture_json(inspections))
@@ -50,9 +47,9 @@ def render(insp: KernelInspection, out) -> None:
     grid = " x ".join("?" if g is None else str(g) for g in data["grid"]) or "()"
     semantics = ", ".join(data["dimension_semantics"] or []) or "-"
     where = data["source"] or "?"
-    context = f"  [dim]inside {' > '.join(data['context'])}[/]" if data["context"] else ""
-    out.print(f"[bold]kernel {insp.kernel.index}: {escape(data['name'])}[/]  "
-              f"[dim]{escape(where)}[/]{context}")
+    context = f"  [dim]inside {safe(' > '.join(data['context']))}[/]" if data["context"] else ""
+    out.print(f"[bold]kernel {insp.kernel.index}: {safe(data['name'])}[/]  "
+              f"[dim]{safe(where)}[/]{context}")
     out.print(f"  grid {grid} = {data['programs'] or '?'} programs   semantics: {semantics}   "
               f"backend: {data['backend'] or 'unspecified'}")
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
@@ -62,10 +59,10 @@ def render(insp: KernelInspection, out) -> None:
                          else "left")
     for op in data["operands"]:
         table.add_row(
-            escape(op["origin"]), op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
+            safe(op["origin"]), op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
             _shape(op["shape"]), op["dtype"],
             _shape(op["block_shape"]) if op["block_shape"] is not None else "-",
-            op["memory_space"], _num(op["buffer_count"]), _num(op["fetches"]),
+            safe(op["memory_space"]), _num(op["buffer_count"]), _num(op["fetches"]),
             _num(op["hbm_bytes"]),
         )
     out.print(table)
@@ -76,7 +73,7 @@ def render(insp: KernelInspection, out) -> None:
     if not insp.findings:
         out.print("  [green]no findings[/]")
     for f in insp.findings:
-        out.print(f"  [{SEVERITY_STYLE[f.severity]}]{f.severity} {f.code}[/]: {escape(f.message)}")
+        out.print(f"  [{SEVERITY_STYLE[f.severity]}]{f.severity} {f.code}[/]: {safe(f.message)}")
     out.print()
 
 

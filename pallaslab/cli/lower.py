@@ -1,19 +1,28 @@
 """`pallaslab lower CASE --target T [--compile] [--vmem-exact] [--json]`: lowered IR per kernel.
 
 Exit status: 0 when every kernel lowers (and compiles, with --compile), 1 when one does not,
-2 when the case cannot be loaded or a dependency is missing.
+2 when the case cannot be loaded, a dependency is missing or a --stage is not produced.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
 from rich.syntax import Syntax
 
-from pallaslab.cli._shared import console, fail, load_and_capture, print_json
+from pallaslab.cli._shared import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    console,
+    load_and_capture,
+    print_json,
+    safe,
+    stage_name,
+    target_name,
+)
 from pallaslab.cli.inspect import SEVERITY_STYLE
-from pallaslab.errors import PallasLabError
+from pallaslab.util.text import visible
 
 LEXERS = {"llir": "llvm", "ptx": "ptx"}
 
@@ -21,16 +30,20 @@ LEXERS = {"llir": "llvm", "ptx": "ptx"}
 def register(sub: argparse._SubParsersAction) -> None:
     from lowering.targets import TARGETS
 
-    p = sub.add_parser("lower", help="lower (and compile) every kernel for a TPU or GPU target")
+    p = sub.add_parser("lower", help="lower (and compile) every kernel for a TPU or GPU target",
+                       description="Lower (and, with --compile, compile) every kernel of a "
+                                   "case for a TPU or GPU target and show the IR.")
     p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
-    p.add_argument("--target", default="tpu-v5e", metavar="T",
+    p.add_argument("--target", default="tpu-v5e", metavar="T", type=target_name,
                    help=f"one of: {', '.join(TARGETS)} (default tpu-v5e)")
     p.add_argument("--compile", action="store_true",
                    help="also run the real compiler (libtpu for TPU, triton for GPU)")
     p.add_argument("--vmem-exact", action="store_true",
                    help="TPU: find the smallest vmem_limit_bytes the compiler accepts")
-    p.add_argument("--stage", action="append", default=None, metavar="NAME",
-                   help="print this stage's IR (repeatable; 'all' for every stage)")
+    p.add_argument("--stage", action="append", default=None, metavar="NAME", type=stage_name,
+                   help="print this stage's IR (repeatable; 'all' for every stage): jaxpr, "
+                        "mosaic, mosaic-gpu, ttir; with --compile mosaic:PASS, ttgir, llir, "
+                        "ptx, sass")
     p.add_argument("--no-cache", action="store_true", help="ignore the on-disk result cache")
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.set_defaults(func=run)
@@ -39,38 +52,50 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lowering import lower
 
-    try:
-        _, cap = load_and_capture(args.case)
-        result = lower(cap, target=args.target, compile=args.compile,
-                       vmem_exact=args.vmem_exact, use_cache=not args.no_cache)
-    except PallasLabError as err:
-        return fail(err)
+    _, cap = load_and_capture(args.case)
+    result = lower(cap, target=args.target, compile=args.compile,
+                   vmem_exact=args.vmem_exact, use_cache=not args.no_cache)
     if args.json:
         print_json(result.to_json())
     else:
+        _require_stages(args.stage or [], result)
         out = console()
         for kernel in result.kernels:
             render(kernel, result.target, args.stage, out)
-    return 0 if result.ok else 1
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _require_stages(wanted: list[str], result) -> None:
+    """A --stage no kernel produced is a usage error naming the stages there are."""
+    produced = {s.name for k in result.kernels for s in k.stages}
+    missing = [s for s in wanted if s != "all" and s not in produced]
+    if missing:
+        raise UsageError(
+            f"argument --stage: lowering for {result.target} produced no stage "
+            f"{', '.join(repr(s) for s in missing)}; it produced: "
+            f"{', '.join(sorted(produced)) or 'none'}"
+            + ("" if any(k.compiled for k in result.kernels)
+               else " (compiler stages need --compile)"),
+            prog="pallaslab lower")
 
 
 def render(kernel, target: str, stages: list[str] | None, out) -> None:
     mark = "[green]ok[/]" if kernel.ok else "[bold red]FAIL[/]"
     what = "compiled" if kernel.compiled else "lowered"
-    out.print(f"{mark}  [bold]kernel {kernel.index}: {escape(kernel.name)}[/]  {what} for "
+    out.print(f"{mark}  [bold]kernel {kernel.index}: {safe(kernel.name)}[/]  {what} for "
               f"{target} via {kernel.backend}{'  [dim](cached)[/]' if kernel.cached else ''}")
     for d in kernel.diagnostics:
-        out.print(f"    [{SEVERITY_STYLE[d.severity]}]{d.severity} {d.code}[/]: "
-                  f"{escape(d.message)}")
+        out.print(f"    [{SEVERITY_STYLE.get(d.severity, 'cyan')}]{d.severity} "
+                  f"{safe(d.code)}[/]: {safe(d.message)}")
     res = {k: v for k, v in kernel.resources.to_json().items() if v is not None}
     if res:
         out.print("    resources: " + ", ".join(f"{k}={v:,}" for k, v in res.items()))
     out.print("    stages: " + ", ".join(
-        f"{s.name} [dim]({len(s.text.splitlines())} lines)[/]" for s in kernel.stages))
+        f"{safe(s.name)} [dim]({len(s.text.splitlines())} lines)[/]" for s in kernel.stages))
     wanted = [s for s in kernel.stages
               if stages and ("all" in stages or s.name in stages)]
     for s in wanted:
-        out.print(f"\n[bold]--- {escape(s.name)} ---[/]")
-        out.print(Syntax(s.text, LEXERS.get(s.name, "text"), line_numbers=True,
+        out.print(f"\n[bold]--- {safe(s.name)} ---[/]")
+        out.print(Syntax(visible(s.text), LEXERS.get(s.name, "text"), line_numbers=True,
                          word_wrap=False))
     out.print()

@@ -23,6 +23,7 @@ from pallaslab.analysis.pipeline import Events
 from pallaslab.errors import PallasLabError
 from pallaslab.execute.data import random_leaf
 from pallaslab.model import Kernel, _jax, capture, select_kernel
+from pallaslab.util.tempdir import session_subdir
 
 KINDS = ("kernel", "step", "op")
 # XLA:CPU's event for a whole asynchronous execution (seen for long interpreted grids).
@@ -75,7 +76,8 @@ def profile(fn: Callable[..., Any] | Kernel, *args: Any, kernel: int | str = 0,
     jitted = jax.jit(pallaslab_profiled_kernel)
     operands = _operands(k)
     jax.block_until_ready(jitted(*operands))
-    directory = trace_dir or tempfile.mkdtemp(prefix="pallaslab-profile-")
+    # Traces stay readable for the session and are removed when the process ends.
+    directory = trace_dir or tempfile.mkdtemp(prefix="profile-", dir=session_subdir("profiles"))
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # Python frames would swamp the kernel's events
     with jax.profiler.trace(directory, profiler_options=options):
