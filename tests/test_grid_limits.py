@@ -105,6 +105,15 @@ def test_chunked_tables_equal_one_call_tables(kernel):
     assert find(kernel, chunked) == find(kernel, whole)
 
 
+@pytest.mark.parametrize("kernel", CATALOG_KERNELS)
+def test_findings_scanned_in_small_chunks_equal_one_pass(kernel, monkeypatch):
+    t = tile(kernel)
+    expected = (find(kernel, t), [(o.fetches, o.hbm_bytes) for o in t.operands.values()])
+    monkeypatch.setattr(tiling_module, "SCAN_CHUNK", 2)  # revisits, races, coverage by chunk
+    assert (find(kernel, t), [(o.fetches, o.hbm_bytes) for o in t.operands.values()]) == \
+        expected
+
+
 def test_chunks_cover_the_grid_in_execution_order_with_equal_widths():
     grid = (3, 5)
     chunks = list(tiling_module.program_id_chunks(grid, 4))

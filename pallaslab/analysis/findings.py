@@ -19,12 +19,14 @@ from pallaslab.analysis.tiling import (
     OperandTiling,
     Tiling,
     over_limit_reason,
+    step_chunks,
     tiling_unavailable_reason,
 )
 from pallaslab.model import Kernel, Operand
 
 Severity = Literal["error", "warning", "info"]
 MAX_EXAMPLES = 8  # example programs / blocks carried by a finding
+HEAD_STEPS = 64 * MAX_EXAMPLES  # steps a rule keeps to pick its examples from
 
 CODES = (
     "tpu-block-shape",
@@ -265,15 +267,25 @@ DENSE_BLOCK_GRID = 2**24  # block grids up to this many blocks are counted dense
 
 
 def _block_coverage(ot: OperandTiling) -> Coverage:
-    """Block-aligned tilings: count per block of the block grid (never per element)."""
+    """Block-aligned tilings: count per block of the block grid (never per element), a chunk
+    of steps at a time."""
     extent = np.maximum(np.asarray(ot.extent, np.int64), 1)
     shape = np.asarray(ot.shape, np.int64)
     nblocks = tuple(int(n) for n in -(-shape // extent))
-    flat = _flat_blocks(ot.block_indices, nblocks)
-    total = int(np.prod(shape))
-    if math.prod(nblocks) > DENSE_BLOCK_GRID:  # a huge array: only the blocks written
-        return _sparse_block_coverage(flat, nblocks, extent, shape)
-    counts = np.bincount(flat, minlength=math.prod(nblocks)).reshape(nblocks)
+    total_blocks = math.prod(nblocks)
+    dense = total_blocks <= DENSE_BLOCK_GRID
+    counts = np.zeros(total_blocks if dense else 0, np.int64)
+    covered = np.zeros(0, np.int64)
+    for start, stop in step_chunks(len(ot.block_indices)):
+        flat = _flat_blocks(ot.block_indices[start:stop], nblocks)
+        if dense:
+            per_block = np.bincount(flat)
+            counts[: len(per_block)] += per_block
+        else:  # a huge array: keep only the blocks written
+            covered = np.union1d(covered, flat)
+    if not dense:
+        return _sparse_block_coverage(covered, nblocks, extent, shape)
+    counts = counts.reshape(nblocks)
     # Elements per block along each dim (edge blocks are short), as an outer product.
     sizes = [np.minimum(extent[d], shape[d] - np.arange(n) * extent[d])
              for d, n in enumerate(nblocks)]
@@ -282,13 +294,13 @@ def _block_coverage(ot: OperandTiling) -> Coverage:
     missing = int(volume[uncovered].sum())
     blocks = np.argwhere(uncovered)[:MAX_EXAMPLES]
     first = tuple(int(v) for v in blocks[0] * extent) if len(blocks) else None
-    return Coverage(total, missing, first, tuple(tuple(int(v) for v in b) for b in blocks),
-                    counts)
+    return Coverage(int(np.prod(shape)), missing, first,
+                    tuple(tuple(int(v) for v in b) for b in blocks), counts)
 
 
 def _flat_blocks(block_indices: np.ndarray, nblocks: tuple[int, ...]) -> np.ndarray:
-    """Ravelled block index of every step whose block lies inside the block grid, a column
-    at a time (no (P, ndim) int64 copy of the table)."""
+    """Ravelled block index of every row whose block lies inside the block grid, a column
+    at a time (no (n, ndim) int64 copy of the table)."""
     flat = np.zeros(len(block_indices), np.int64)
     inside = np.ones(len(block_indices), bool)
     for d, n in enumerate(nblocks):
@@ -299,10 +311,9 @@ def _flat_blocks(block_indices: np.ndarray, nblocks: tuple[int, ...]) -> np.ndar
     return flat[inside]
 
 
-def _sparse_block_coverage(flat: np.ndarray, nblocks: tuple[int, ...], extent: np.ndarray,
+def _sparse_block_coverage(covered: np.ndarray, nblocks: tuple[int, ...], extent: np.ndarray,
                            shape: np.ndarray) -> Coverage:
-    """Coverage from the distinct blocks written, for block grids too large to count."""
-    covered = np.unique(flat)
+    """Coverage from the sorted distinct blocks written, for block grids too large to count."""
     starts = np.stack(np.unravel_index(covered, nblocks), axis=1) * extent
     written = int(np.prod(np.minimum(starts + extent, shape) - starts, axis=1).sum())
     total = int(np.prod(shape))
@@ -342,18 +353,14 @@ def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fi
     for ot in tiling.operands.values():
         if ot.role != "output" or not ot.windowed:
             continue
-        run_starts = np.flatnonzero(ot.fetch_mask)
         keys, nkeys = ot.block_key()
-        run_keys = keys[run_starts]
-        del keys  # (P,) int64: free it before the next temporaries
-        repeated = run_keys_seen_before(run_keys, nkeys)
-        if not repeated.size:
+        count, steps = revisited_runs(keys, nkeys, ot.fetch_mask)
+        if not count:
             continue
-        steps = run_starts[repeated]
         blocks = _blocks(ot, steps)
         yield Finding(
             "output-revisit", "error",
-            f"{ot.origin}: {steps.size} output block visit(s) are not consecutive; e.g. block "
+            f"{ot.origin}: {count} output block visit(s) are not consecutive; e.g. block "
             f"{blocks[0]} is left and written back, then revisited at program "
             f"{tiling.program_at(int(steps[0]))}. On TPU the output buffer is not re-read from "
             "HBM on a revisit, so the later write-back clobbers the earlier result. Rule: visit "
@@ -362,11 +369,25 @@ def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fi
         )
 
 
-def run_keys_seen_before(keys: np.ndarray, nkeys: int) -> np.ndarray:
-    """Positions whose key already occurred earlier (O(n), no sort)."""
-    first = np.full(nkeys, -1, np.int64)
-    first[keys[::-1]] = np.arange(len(keys) - 1, -1, -1)  # last write wins: the first position
-    return np.flatnonzero(first[keys] != np.arange(len(keys)))
+def revisited_runs(keys: np.ndarray, nkeys: int, fetch_mask: np.ndarray
+                   ) -> tuple[int, np.ndarray]:
+    """(how many, the first HEAD_STEPS) steps starting a run of a block that already had an
+    earlier run. O(P) over chunks of steps: one byte per key plus chunk-sized temporaries."""
+    seen = np.zeros(nkeys, bool)
+    count = 0
+    head: list[int] = []
+    for start, stop in step_chunks(len(keys)):
+        run_starts = start + np.flatnonzero(fetch_mask[start:stop])
+        run_keys = keys[run_starts]
+        again = np.ones(len(run_keys), bool)
+        again[np.unique(run_keys, return_index=True)[1]] = False  # repeats within the chunk
+        again |= seen[run_keys]  # or blocks visited in an earlier chunk
+        seen[run_keys] = True
+        steps = run_starts[again]
+        count += len(steps)
+        if len(head) < HEAD_STEPS:
+            head.extend(steps[: HEAD_STEPS - len(head)].tolist())
+    return count, np.asarray(head, np.int64)
 
 
 def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
@@ -381,11 +402,11 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             ", ".join(str(d) for d in concurrent))
     if not concurrent:
         return
-    outputs = [ot for ot in tiling.operands.values() if ot.role == "output"]
-    sub = coordinate_key(tiling.grid, concurrent) if outputs else None
-    for ot in outputs:
+    for ot in tiling.operands.values():
+        if ot.role != "output":
+            continue
         keys, nkeys = ot.block_key()
-        steps = _conflicting_steps(keys, nkeys, sub)
+        steps = _conflicting_steps(keys, nkeys, tiling.grid, concurrent)
         if steps is None:
             continue
         blocks = _blocks(ot, steps)
@@ -399,33 +420,37 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
         )
 
 
-def coordinate_key(grid: tuple[int, ...], dims: list[int]) -> np.ndarray:
-    """(P,) int64 in execution order: each program's coordinates along `dims`, ravelled (equal
-    keys: equal coordinates). Built by broadcasting into one array, not from a (P, rank) table
-    of program ids."""
-    key = np.zeros(grid, np.int64)
-    stride = 1
-    for d in reversed(dims):
-        along = [1] * len(grid)
-        along[d] = grid[d]
-        key += (np.arange(grid[d], dtype=np.int64) * stride).reshape(along)
-        stride *= grid[d]
-    return key.reshape(-1)
+def coordinate_key(grid: tuple[int, ...], dims: list[int], start: int = 0,
+                   stop: int | None = None) -> np.ndarray:
+    """(stop - start,) int64 for steps [start, stop) in execution order: each program's
+    coordinates along `dims`, ravelled (equal keys: equal coordinates)."""
+    steps = np.arange(start, math.prod(grid) if stop is None else stop, dtype=np.int64)
+    key = np.zeros(len(steps), np.int64)
+    along = np.empty_like(steps)
+    for d in dims:  # in place: three chunk-sized arrays whatever the rank
+        np.floor_divide(steps, math.prod(grid[d + 1:]), out=along)
+        np.remainder(along, grid[d], out=along)
+        key *= grid[d]
+        key += along
+    return key
 
 
-def _conflicting_steps(keys: np.ndarray, nkeys: int, sub: np.ndarray | None
-                       ) -> np.ndarray | None:
+def _conflicting_steps(keys: np.ndarray, nkeys: int, grid: tuple[int, ...],
+                       concurrent: list[int]) -> np.ndarray | None:
     """Steps of the first output block written by programs differing in their concurrent
-    coordinates (`sub`), or None."""
-    if sub is None or not len(keys):
-        return None
-    # Compare every step's concurrent coordinates with those of the block's first writer.
-    first_sub = np.zeros(nkeys, np.int64)
-    first_sub[keys[::-1]] = sub[::-1]
-    differs = np.flatnonzero(first_sub[keys] != sub)
-    if not differs.size:
-        return None
-    return np.flatnonzero(keys == keys[differs[0]])
+    coordinates, or None. Chunk by chunk: each step is compared with its block's first
+    writer, recorded when the block first appears."""
+    first_sub = np.full(nkeys, -1, np.int64)
+    for start, stop in step_chunks(len(keys)):
+        sub = coordinate_key(grid, concurrent, start, stop)
+        chunk = keys[start:stop]
+        new = np.flatnonzero(first_sub[chunk] < 0)
+        new_keys, first = np.unique(chunk[new], return_index=True)
+        first_sub[new_keys] = sub[new[first]]
+        differs = np.flatnonzero(first_sub[chunk] != sub)
+        if differs.size:
+            return np.flatnonzero(keys == chunk[differs[0]])
+    return None
 
 
 RULES: tuple[Callable[[Kernel, Tiling, Rules], Iterator[Finding]], ...] = (

@@ -34,6 +34,7 @@ _TABULAR_KINDS = frozenset({"blocked", "squeezed", "element"})
 MAX_PROGRAMS = 2**24  # default limit on the programs of a whole-grid analysis
 MAX_PROGRAMS_ENV = "PALLASLAB_MAX_PROGRAMS"
 CHUNK_PROGRAMS = 2**20  # programs per call of the index-map evaluator
+SCAN_CHUNK = 2**18  # steps per pass of the numpy scans over the tables (small temporaries)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,28 +84,23 @@ class OperandTiling:
         return np.prod(hi - lo, axis=1, dtype=np.int64)
 
     def block_key(self) -> tuple[np.ndarray, int]:
-        """(keys, nkeys): each step's block index as one int64 in [0, nkeys), equal for equal
-        blocks. Ravelled over the observed index range a column at a time (one (P,) array);
-        a range much wider than the grid is renumbered densely, so key-indexed tables stay
-        O(P)."""
+        """(keys, nkeys): each step's block index as one integer in [0, nkeys), equal for
+        equal blocks; int32 when nkeys allows. Ravelled over the observed index range a chunk
+        at a time (no (P, ndim) int64 copy); a range much wider than the grid is renumbered
+        densely instead, so key-indexed tables stay O(P)."""
         bi = self.block_indices
         if not len(bi) or not bi.shape[1]:
-            return np.zeros(len(bi), np.int64), 1
+            return np.zeros(len(bi), np.int32), 1
         lo = [int(v) for v in bi.min(axis=0)]
         span = [int(h) - low + 1 for h, low in zip(bi.max(axis=0), lo, strict=True)]
-        if math.prod(span) >= 2**62:  # would overflow int64: number the distinct rows
-            _, inverse = np.unique(bi, axis=0, return_inverse=True)
-            return inverse.reshape(-1).astype(np.int64), int(inverse.max()) + 1
-        keys = np.zeros(len(bi), np.int64)
-        for d, (low, n) in enumerate(zip(lo, span, strict=True)):
-            keys *= n
-            keys += bi[:, d]  # the int32 column is cast in the ufunc's buffer, not copied
-            keys -= low
         nkeys = math.prod(span)
-        if nkeys > 4 * len(bi) + 1024:
-            _, keys = np.unique(keys, return_inverse=True)
-            nkeys = int(keys.max()) + 1
-        return keys.astype(np.int64, copy=False), nkeys
+        if nkeys > 4 * len(bi) + 1024:  # sparse, perhaps beyond int64: number distinct rows
+            _, inverse = np.unique(bi, axis=0, return_inverse=True)
+            return inverse.reshape(-1).astype(_key_dtype(len(bi))), int(inverse.max()) + 1
+        keys = np.empty(len(bi), _key_dtype(nkeys))
+        for start, stop in step_chunks(len(bi)):
+            keys[start:stop] = _ravel_rows(bi[start:stop], lo, span)
+        return keys, nkeys
 
     def steps_with_block(self, block_index: tuple[int, ...]) -> np.ndarray:
         """Steps (execution order) whose block for this operand is `block_index`."""
@@ -226,6 +222,10 @@ def block_index_tables(
     """(P, rank) int32 block-index tables of the block mappings numbered in `ranks`, filled
     `chunk` programs per evaluator call."""
     programs = math.prod(grid)
+    if 0 < programs <= chunk:  # one call: keep its outputs rather than copy them
+        outs = evaluate(_program_ids(grid), prefetch)
+        return {i: np.asarray(outs[i], np.int32).reshape(programs, rank)
+                for i, rank in ranks.items()}
     tables = {i: np.empty((programs, rank), np.int32) for i, rank in ranks.items()}
     for start, ids in program_id_chunks(grid, chunk):
         outs = evaluate(ids, prefetch)
@@ -271,10 +271,26 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
 
 
-def step_chunks(programs: int, chunk: int = CHUNK_PROGRAMS) -> Iterator[tuple[int, int]]:
-    """[start, stop) ranges of at most `chunk` steps covering `programs` steps."""
+def step_chunks(programs: int, chunk: int | None = None) -> Iterator[tuple[int, int]]:
+    """[start, stop) ranges of at most `chunk` (default `SCAN_CHUNK`) steps covering
+    `programs` steps."""
+    chunk = chunk or SCAN_CHUNK
     for start in range(0, programs, chunk):
         yield start, min(start + chunk, programs)
+
+
+def _key_dtype(n: int) -> type[np.signedinteger]:
+    return np.int32 if n <= 2**31 else np.int64
+
+
+def _ravel_rows(rows: np.ndarray, lo: Sequence[int], span: Sequence[int]) -> np.ndarray:
+    """(n,) int64 ravelled index of (n, ndim) rows over the box [lo, lo + span)."""
+    keys = np.zeros(len(rows), np.int64)
+    for d, (low, n) in enumerate(zip(lo, span, strict=True)):
+        keys *= n
+        keys += rows[:, d]
+        keys -= low
+    return keys
 
 
 def _fetch_mask(block_indices: np.ndarray) -> np.ndarray:
