@@ -353,6 +353,20 @@ def test_a_negative_grid_is_rejected_at_capture_naming_kernel_and_grid():
         "unwritten. Check how the grid is computed.")
 
 
+def _dynamic_grid(x, n):
+    spec = pl.BlockSpec((8, 128), lambda i: (0, 0))
+    return pl.pallas_call(_add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(n[0],), in_specs=[spec], out_specs=spec, name="dyn")(x)
+
+
+def test_a_data_dependent_grid_is_checked_once_evaluated():
+    x = jnp.ones((8, 128), jnp.float32)
+    (k,) = pallaslab.capture(_dynamic_grid, x, jnp.array([0], jnp.int32))
+    assert (k.grid, k.dynamic_grid_dims, tile(k).programs) == ((0,), (0,), 0)
+    with pytest.raises(GridError, match=r"kernel 'dyn' .*: grid \(-2,\) has a negative size"):
+        pallaslab.capture(_dynamic_grid, x, jnp.array([-2], jnp.int32))
+
+
 def test_every_negative_dimension_is_named():
     (k,) = _capture(_launch((2, 3)))
     bad = dataclasses.replace(k, grid=(-1, 3, -5))

@@ -6,14 +6,17 @@ grid: the last grid dimension varies fastest). Fetch counts follow the TPU pipel
 happens at a step whose block index differs from the previous step's.
 
 Bounded memory: the programs are evaluated in chunks of `CHUNK_PROGRAMS` (2^20) whose ids are
-made per chunk, and each chunk's block indices are written into preallocated int32 tables, so
-the working set beyond the tables is a few chunks whatever the grid. The tables themselves take
-`4 x ndim + 1` bytes per program and operand, so the whole-grid analysis is refused above
-`MAX_PROGRAMS` programs (2^24 = 16,777,216 by default; the environment variable
-`PALLASLAB_MAX_PROGRAMS` raises or lowers it): `tile()` then returns None and
-`tiling_unavailable_reason()` names the grid, its program count, the limit and how to raise
-it, before anything is allocated. A grid with a zero dimension has no programs: its tiling is
-empty (every table has zero rows).
+made per chunk, and each chunk's block indices are written into preallocated int32 tables;
+the scans over the tables (fetch bytes here, the rules in `findings`) go `SCAN_CHUNK` steps at a
+time. So the working set beyond the tables is a few chunks whatever the grid. The tables take
+`4 x ndim + 1` bytes per program and operand (about 48 bytes per program in all for three 2-D
+operands, measured by `benchmarks/bench_tiling.py`), so the whole-grid analysis is refused
+above `MAX_PROGRAMS` programs: 2^24 = 16,777,216 by default, set by the environment variable
+`PALLASLAB_MAX_PROGRAMS` (read at each call). `tile()` then returns None, before anything of
+the grid's size is allocated, and `tiling_unavailable_reason()` names the grid, its program
+count, the limit and how to raise it. A grid with a zero dimension has no programs: its
+tiling is empty (every table has zero rows). Negative grids never get here: `capture` rejects
+them.
 """
 
 from __future__ import annotations
