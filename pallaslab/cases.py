@@ -64,8 +64,8 @@ def capture_case(case: Case) -> Capture:
     except PallasLabError:
         raise  # our own verdict (no kernel, a bad index map), its message says it all
     except (Exception, SystemExit) as err:
-        if not _user_frames(err):
-            raise  # nothing of the user's in it: a bug of ours, not theirs
+        if not _raised_in_user_code(err):
+            raise  # a bug of ours, not theirs: its whole traceback helps
         name = getattr(case.fn, "__name__", "the case's function")
         raise CaseCodeError(f"case {case.spec!r}: tracing {name} raised {_describe(err)}",
                             err) from err
@@ -174,10 +174,14 @@ def _is_user_frame(filename: str, roots: tuple[str, ...]) -> bool:
     return not any(resolved == root or resolved.startswith(root + "/") for root in roots)
 
 
-def _user_frames(err: BaseException) -> list[traceback.FrameSummary]:
-    roots = _machinery_roots()
-    return [f for f in traceback.extract_tb(err.__traceback__)
-            if _is_user_frame(f.filename, roots)]
+def _raised_in_user_code(err: BaseException) -> bool:
+    """Whether the innermost frame outside JAX is the user's: their code raised, or called
+    JAX wrongly (JAX's own frames come last then), rather than pallaslab failing."""
+    jax_roots = tuple(r for r in _machinery_roots() if r.endswith(("/jax", "/jaxlib")))
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        if _is_user_frame(frame.filename, jax_roots):  # i.e. not a JAX frame
+            return _is_user_frame(frame.filename, _machinery_roots())
+    return False
 
 
 def user_traceback(err: BaseException) -> str:

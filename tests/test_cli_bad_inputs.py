@@ -379,3 +379,21 @@ def test_time_limit_exits_2(capsys):
     assert {s["status"] for s in payload["executors_status"].values()} == {"timed-out"}
     assert payload["error"]["type"] == "IncompleteComparison"
     assert "timed-out" in payload["error"]["message"]
+
+
+def test_a_bug_of_ours_is_not_blamed_on_the_user(monkeypatch, capsys):
+    import pallaslab.model
+
+    # A capture that enters the user's function and then fails in pallaslab's own code.
+    source = ("import jax\n"
+              "def capture(fn, *args, **kwargs):\n"
+              "    jax.make_jaxpr(fn)(*args, **kwargs)\n"
+              "    raise KeyError('internal')\n")
+    namespace: dict = {}
+    exec(compile(source, pallaslab.model.__file__, "exec"), namespace)
+    monkeypatch.setattr(pallaslab.model, "capture", namespace["capture"])
+    assert main(["inspect", f"{K}:vector_add"]) == 2
+    err = capsys.readouterr().err
+    assert "error: internal error: KeyError: 'internal'" in err
+    assert "Traceback (most recent call last):" in err and "pallaslab/model" in err
+    assert "CaseCodeError" not in err

@@ -45,7 +45,7 @@ def render(insp: KernelInspection, out) -> None:
     """Human-readable: a header, the operand table and the findings of one kernel."""
     data = kernel_json(insp)
     grid = " x ".join("?" if g is None else str(g) for g in data["grid"]) or "()"
-    semantics = ", ".join(data["dimension_semantics"] or []) or "-"
+    semantics = safe(", ".join(data["dimension_semantics"] or []) or "-")
     where = data["source"] or "?"
     context = f"  [dim]inside {safe(' > '.join(data['context']))}[/]" if data["context"] else ""
     out.print(f"[bold]kernel {insp.kernel.index}: {safe(data['name'])}[/]  "
