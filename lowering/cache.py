@@ -25,9 +25,15 @@ from pathlib import Path
 from typing import Any, get_args
 
 from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resources, Stage
+from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
 
 SCHEMA = 1
+
+
+class CacheError(PallasLabError, OSError):
+    """The cache cannot be cleared (e.g. its directory is read-only)."""
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -160,6 +166,9 @@ def clear() -> CacheInfo:
             path.unlink()
         except FileNotFoundError:
             continue  # removed meanwhile by another process
+        except OSError as err:
+            raise CacheError(f"cannot remove the cache entry {str(path)!r}: "
+                             f"{err.strerror or err}") from err
         freed += size
         entries += path.suffix == ".json"
     return CacheInfo(directory, entries, freed)

@@ -181,3 +181,17 @@ def test_nothing_is_left_in_tmpdir_after_a_compile(tmp_path):
     left = [p.name for p in private.iterdir()
             if p.name.startswith(("libtpu", "tpu", "pallaslab"))]
     assert left == []
+
+
+def test_clear_that_cannot_remove_says_so(cache_dir, monkeypatch, capsys):
+    cache.store("f" * 40, GOOD)
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    assert main(["cache", "clear", "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["type"] == "CacheError"
+    assert error["message"] == (f"cannot remove the cache entry '{cache_dir / ('f' * 40)}.json':"
+                                " Permission denied")
