@@ -1,8 +1,9 @@
 """Side-by-side comparison of executors, with every mismatch traced to the grid programs
 that wrote it.
 
-Default tolerances (`allclose` is `|a - b| <= atol + rtol * |b|`, NaN equal to NaN), by the
-dtype of the compared output:
+Default tolerances (`allclose` is `|a - b| <= atol + rtol * |b|`; NaN equals nothing, not even
+NaN, unless `equal_nan=True`: an unwritten output is NaN under the interpreters, and two
+unwritten outputs must not agree), by the dtype of the compared output:
 
     float64 rtol 1e-12 | float32 1e-5 | float16 1e-3 | bfloat16 1.6e-2 | float8 1.25e-1
     integers and bool: exact (0)
@@ -12,6 +13,10 @@ values summed, so near-zero entries of a large output are judged on the output's
 Override either with `compare(..., rtol=..., atol=...)` (or `--rtol/--atol` on the CLI).
 
 ULP distance counts representable floats between the two values (integers: |a - b|).
+
+Honest verdicts: each executor's status (ran / unavailable / failed / timed-out) is kept;
+only executors that ran are compared; a comparison where fewer than two ran is *incomplete*
+(`complete` False, `allclose` False), never a pass.
 """
 
 from __future__ import annotations
@@ -23,16 +28,20 @@ from typing import Any
 
 import numpy as np
 
+from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import (
+    EXECUTOR_NAMES,
     Executor,
+    ExecutorError,
     Prepared,
     execute,
     get_executor,
     prepare,
 )
-from pallaslab.execute.result import OutputInfo, RunResult
+from pallaslab.execute.isolation import time_limit
+from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
 from pallaslab.model import Kernel
 
 DEFAULT_RTOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1.6e-2}
@@ -98,6 +107,15 @@ class OutputComparison:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExecutorStatus:
+    status: RunStatus  # "ran", "unavailable", "failed" or "timed-out"
+    reason: str | None  # why it did not run (None when it ran)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason}
+
+
+@dataclasses.dataclass(frozen=True)
 class Comparison:
     executors: tuple[str, ...]
     results: tuple[RunResult, ...]
@@ -105,8 +123,45 @@ class Comparison:
     kernels: tuple[Kernel, ...] = dataclasses.field(default=(), repr=False)
 
     @property
+    def statuses(self) -> dict[str, ExecutorStatus]:
+        return {r.executor: ExecutorStatus(r.status, r.reason) for r in self.results}
+
+    @property
+    def ran(self) -> tuple[str, ...]:
+        return tuple(r.executor for r in self.results if r.status == "ran")
+
+    @property
+    def complete(self) -> bool:
+        """At least two executors ran, so there was something to compare."""
+        return len(self.ran) >= 2
+
+    @property
     def allclose(self) -> bool:
-        return all(p.allclose for o in self.outputs for p in o.pairs)
+        """Complete, and every pair of executors that ran agrees on every output."""
+        return self.complete and all(p.allclose for o in self.outputs for p in o.pairs)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for r in self.results for f in r.findings)
+
+    @property
+    def passed(self) -> bool:
+        """All close, and no run reported an error (a race, unwritten output, ...)."""
+        return self.allclose and not any(f.severity == "error" for f in self.findings)
+
+    def verdict(self) -> str:
+        """One line: pass, mismatch, errors found, or why the comparison is incomplete."""
+        if not self.complete:
+            missing = "; ".join(f"{name}: {s.status} ({s.reason})"
+                                for name, s in self.statuses.items() if s.status != "ran")
+            return (f"INCOMPLETE: only {len(self.ran)} of {len(self.results)} executor(s) ran, "
+                    f"nothing was compared with two: {missing}")
+        if not self.allclose:
+            return "MISMATCH"
+        if not self.passed:
+            codes = sorted({f.code for f in self.findings if f.severity == "error"})
+            return f"all close, but the runs found errors: {', '.join(codes)}"
+        return "all close"
 
     def result(self, executor: str) -> RunResult:
         for r in self.results:
@@ -126,43 +181,80 @@ class Comparison:
         """The contract of `pallaslab compare --json` (design.md), plus run details."""
         return {
             "executors": list(self.executors),
+            "executors_status": {k: v.to_json() for k, v in self.statuses.items()},
+            "complete": self.complete, "allclose": self.allclose, "passed": self.passed,
+            "verdict": self.verdict(),
             "outputs": [o.to_json() for o in self.outputs],
-            "runs": [{"executor": r.executor, "ok": r.ok, "wall_time": r.wall_time,
-                      "compile_time": r.compile_time, "error": r.error,
-                      "unavailable": r.unavailable,
+            "runs": [{"executor": r.executor, "ok": r.ok, "status": r.status,
+                      "wall_time": r.wall_time, "compile_time": r.compile_time,
+                      "error": r.error, "unavailable": r.unavailable,
+                      "timed_out": r.timed_out, "notes": list(r.notes),
                       "findings": [f.to_json() for f in r.findings]} for r in self.results],
         }
 
 
 def compare(fn: Callable[..., Any] | Kernel, *args: Any,
-            executors: Sequence[str | Executor] = ("interpret", "reference"),
+            executors: Sequence[str | Executor] | str = ("interpret", "reference"),
             reference: Callable[..., Any] | None = None, rtol: float | None = None,
-            atol: float | None = None, seed: int = DEFAULT_SEED, **kwargs: Any) -> Comparison:
-    """Run `fn(*args, **kwargs)` under each executor and compare every pair of them.
+            atol: float | None = None, seed: int = DEFAULT_SEED, timeout: float | None = None,
+            equal_nan: bool = False, **kwargs: Any) -> Comparison:
+    """Run `fn(*args, **kwargs)` under each executor and compare every pair that ran.
 
-    Executors that cannot run here (e.g. `device` without a TPU/GPU) are skipped with their
-    reason in the result; a `reference` executor without `reference=` is an error.
+    `executors` is a sequence of names (or one comma-separated string, "interpret,reference").
+    Each run has a time limit of `timeout` seconds (see `pallaslab.execute.isolation`). An
+    executor that cannot run here (e.g. `device` without a TPU/GPU), fails or runs out of
+    time is reported in `statuses` and the others are still compared; with fewer than two
+    runs the comparison is incomplete (`complete` False), never a pass.
     """
-    prepared = prepare(fn, args, kwargs, seed=seed)
-    runners = [get_executor(e, reference=reference) for e in executors]
+    names = check_executors(executors)
+    _check_tolerance("rtol", rtol)
+    _check_tolerance("atol", atol)
+    runners = [get_executor(e, reference=reference) for e in names]
     if reference is None and any(r.name == "reference" for r in runners):
-        from pallaslab.execute.executors import ExecutorError
-
         raise ExecutorError("the reference executor needs a reference function: pass "
                             "reference=my_ref (same signature as the kernel function)")
-    results = tuple(execute(r, prepared) for r in runners)
-    return compare_results(prepared, results, rtol=rtol, atol=atol)
+    time_limit(timeout)  # a bad limit is an error before anything runs
+    prepared = prepare(fn, args, kwargs, seed=seed)
+    results = tuple(execute(r, prepared, timeout=timeout) for r in runners)
+    return compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def check_executors(executors: Sequence[str | Executor] | str) -> list[str | Executor]:
+    """The executors of a comparison, from names or one comma-separated string."""
+    if isinstance(executors, str):
+        executors = [e.strip() for e in executors.split(",") if e.strip()]
+    names = list(executors)
+    labels = [e if isinstance(e, str) else e.name for e in names]
+    if len(names) < 2:
+        raise ExecutorError(
+            f"a comparison needs at least two executors; got {len(names)} "
+            f"({', '.join(labels) or 'none'}). "
+            f"Choose from {', '.join(EXECUTOR_NAMES)}, e.g. executors=\"interpret,reference\"")
+    for label in labels:
+        if labels.count(label) > 1:
+            raise ExecutorError(f"executor {label!r} is listed twice in {labels}: each "
+                                "executor runs once")
+    return names
+
+
+def _check_tolerance(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or \
+            not np.isfinite(value) or value < 0:
+        raise ExecutorError(f"{name}={value!r}: a tolerance is a finite number >= 0")
 
 
 def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
-                    rtol: float | None = None, atol: float | None = None) -> Comparison:
+                    rtol: float | None = None, atol: float | None = None,
+                    equal_nan: bool = False) -> Comparison:
     tilings: dict[int, Tiling | None] = {k.index: tile(k) for k in prepared.capture}
-    usable = [r for r in results if r.unavailable is None]
+    usable = [r for r in results if r.status == "ran"]
     outputs = []
     for i, info in enumerate(prepared.output_info):
         ot = _output_tiling(info, tilings)
         pairs = tuple(_pair(a, b, i, ot, tilings.get(info.kernel) if info.kernel is not None
-                            else None, rtol, atol)
+                            else None, rtol, atol, equal_nan)
                       for a, b in itertools.combinations(usable, 2))
         shape, dtype = _shape_dtype(usable, i, prepared)
         outputs.append(OutputComparison(
@@ -189,7 +281,8 @@ def _output_tiling(info: OutputInfo, tilings: dict[int, Tiling | None]) -> Opera
 
 
 def _pair(ra: RunResult, rb: RunResult, i: int, ot: OperandTiling | None,
-          tiling: Tiling | None, rtol: float | None, atol: float | None) -> PairComparison:
+          tiling: Tiling | None, rtol: float | None, atol: float | None,
+          equal_nan: bool) -> PairComparison:
     if ra.outputs is None or rb.outputs is None:
         failed = ra if ra.outputs is None else rb
         empty = np.zeros((0,), bool)
@@ -197,13 +290,16 @@ def _pair(ra: RunResult, rb: RunResult, i: int, ot: OperandTiling | None,
                               False, 0.0, 0.0, empty.astype(float), empty, (), (),
                               error=f"{failed.executor} failed: {failed.error}")
     a, b = ra.outputs[i], rb.outputs[i]
-    return compare_arrays(a, b, ra.executor, rb.executor, ot, tiling, rtol=rtol, atol=atol)
+    return compare_arrays(a, b, ra.executor, rb.executor, ot, tiling, rtol=rtol, atol=atol,
+                          equal_nan=equal_nan)
 
 
 def compare_arrays(a: np.ndarray, b: np.ndarray, name_a: str = "a", name_b: str = "b",
                    ot: OperandTiling | None = None, tiling: Tiling | None = None, *,
-                   rtol: float | None = None, atol: float | None = None) -> PairComparison:
-    """Compare two arrays; with an output tiling, name the mismatched blocks and programs."""
+                   rtol: float | None = None, atol: float | None = None,
+                   equal_nan: bool = False) -> PairComparison:
+    """Compare two arrays; with an output tiling, name the mismatched blocks and programs.
+    NaN equals NaN only with `equal_nan`."""
     a, b = np.asarray(a), np.asarray(b)
     wide_a, wide_b = _wide(a), _wide(b)
     rtol = default_rtol(b.dtype) if rtol is None else float(rtol)
@@ -212,10 +308,11 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, name_a: str = "a", name_b: str 
     atol = rtol * scale if atol is None else float(atol)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(wide_a - wide_b)
-        both_nan = np.isnan(wide_a) & np.isnan(wide_b)
+        both_nan = np.isnan(wide_a) & np.isnan(wide_b) if equal_nan else \
+            np.zeros(diff.shape, bool)
         same_inf = np.isinf(wide_a) & (wide_a == wide_b)
         diff = np.where(both_nan | same_inf, 0.0, diff)
-        diff = np.where(np.isnan(wide_a) ^ np.isnan(wide_b), np.inf, diff)
+        diff = np.where((np.isnan(wide_a) | np.isnan(wide_b)) & ~both_nan, np.inf, diff)
         close = (diff <= atol + rtol * np.abs(wide_b)) | both_nan | same_inf
         rel = diff / np.maximum(np.abs(wide_b), np.finfo(np.float64).tiny)
     mismatch = ~close

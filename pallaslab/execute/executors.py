@@ -17,6 +17,7 @@ parameter replaced, so library kernels that hard-code `interpret=False` run inte
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ from pallaslab.execute import diagnostics
 from pallaslab.execute.data import DEFAULT_SEED, concretize, concretize_for_kernels
 from pallaslab.execute.monitor import Cancelled, RunMonitor, total_programs
 from pallaslab.execute.result import OutputInfo, RunResult
+from pallaslab.execute.unwritten import unwritten_findings
 from pallaslab.model import Capture, Kernel, _jax, capture
 
 
@@ -98,21 +100,57 @@ class Executor(Protocol):
     def cannot_run(self, prepared: Prepared) -> str | None:
         """Why this executor cannot run these kernels (None: it can)."""
 
-    def execute(self, prepared: Prepared) -> RunResult: ...
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
+        """Run; `deadline` (time.monotonic()) stops the run at the next program start."""
 
 
 def run_with(executor: Executor, kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
-             kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED) -> RunResult:
+             kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED,
+             timeout: float | None = None) -> RunResult:
     prepared = prepare(kernel_or_fn, args, kwargs, seed=seed)
-    return execute(executor, prepared)
+    return execute(executor, prepared, timeout=timeout)
 
 
-def execute(executor: Executor, prepared: Prepared) -> RunResult:
+def execute(executor: Executor, prepared: Prepared, *, timeout: float | None = None
+            ) -> RunResult:
+    """Run `prepared` with `executor` within `timeout` seconds, never raising for what the
+    kernel or the executor does wrong: the result's `status` says ran / unavailable / failed /
+    timed-out. Interpreters run in a worker process that is killed at the time limit or on
+    Ctrl-C (a compiled XLA loop cannot be stopped inside this process); the result says when
+    a run had to stay in-process (then the limit is checked at each program start)."""
+    from pallaslab.execute import isolation
+
+    limit = isolation.time_limit(timeout)
     reason = executor.unavailable() or executor.cannot_run(prepared)
     if reason:
         return RunResult(executor.name, None, prepared.output_info, 0.0, 0.0,
                          unavailable=reason, inputs=_numpy(prepared.flat_args))
-    return executor.execute(prepared)
+    return with_unwritten_findings(isolation.run_isolated(executor, prepared, limit), prepared)
+
+
+def with_unwritten_findings(result: RunResult, prepared: Prepared) -> RunResult:
+    """The result with an `unwritten-output` finding for each output no program fully wrote."""
+    found = unwritten_findings(result, list(prepared.capture))
+    return dataclasses.replace(result, findings=(*result.findings, *found)) if found else result
+
+
+def execute_here(executor: Executor, prepared: Prepared, limit: float) -> RunResult:
+    """Run in this process; the time limit is checked at every program start, and any error
+    of the executor (an unsupported primitive, a tracing error) becomes a failed result."""
+    deadline = time.monotonic() + limit if math.isfinite(limit) else None
+    try:
+        result = executor.execute(prepared, deadline)
+    except ExecutorError as err:
+        result = _failed(executor.name, prepared, str(err))
+    except Exception as err:  # an executor failing must not abort the others
+        result = _failed(executor.name, prepared, f"{type(err).__name__}: "
+                                                  f"{diagnostics.short_error(str(err))}")
+    return result
+
+
+def _failed(name: str, prepared: Prepared, error: str) -> RunResult:
+    return RunResult(name, None, prepared.output_info, 0.0, 0.0, error=error,
+                     inputs=_numpy(prepared.flat_args))
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,6 +158,14 @@ def execute(executor: Executor, prepared: Prepared) -> RunResult:
 
 def _numpy(values: Sequence[Any]) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(v) for v in values)
+
+
+def _timed_out(name: str, prepared: Prepared, monitor: RunMonitor, seconds: float,
+               compile_time: float) -> RunResult:
+    return RunResult(name, None, prepared.output_info, seconds, compile_time,
+                     prints=monitor.prints, inputs=_numpy(prepared.flat_args),
+                     timed_out=f"{name} stopped by its time limit after {seconds:.1f} s, "
+                               f"while running {monitor.running()}")
 
 
 def _timed_jaxpr_run(name: str, prepared: Prepared, jaxpr: Any, monitor: RunMonitor,
@@ -141,6 +187,9 @@ def _timed_jaxpr_run(name: str, prepared: Prepared, jaxpr: Any, monitor: RunMoni
             outputs = _numpy(outs)
         except Exception as err:  # the interpreters report kernel bugs as runtime errors
             reset()
+            if monitor.timed_out:
+                return _timed_out(name, prepared, monitor, time.perf_counter() - t1,
+                                  compile_time)
             if monitor.cancelled or isinstance(err.__cause__, Cancelled) or \
                     "Cancelled: interrupted" in str(err):
                 raise KeyboardInterrupt(
@@ -167,9 +216,10 @@ class InterpretExecutor:
     def cannot_run(self, prepared: Prepared) -> str | None:
         return None
 
-    def execute(self, prepared: Prepared) -> RunResult:
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         cap = prepared.capture
-        monitor = RunMonitor(list(cap), desc=self.name, total=total_programs(list(cap)))
+        monitor = RunMonitor(list(cap), desc=self.name, total=total_programs(list(cap)),
+                             deadline=deadline)
         by_eqn = {id(k.handle.eqn): k for k in cap}
 
         def overrides(eqn: Any) -> dict[str, Any]:
@@ -218,12 +268,13 @@ class TpuInterpretExecutor:
             uninitialized_memory="nan", num_cores_or_threads=self.cores,
             grid_point_recorder=recorder)
 
-    def execute(self, prepared: Prepared) -> RunResult:
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         from jax.experimental.pallas import tpu as pltpu
 
         cap = prepared.capture
         kernels = list(cap)
-        monitor = RunMonitor(kernels, desc=self.name, total=total_programs(kernels))
+        monitor = RunMonitor(kernels, desc=self.name, total=total_programs(kernels),
+                             deadline=deadline)
         by_eqn = {id(k.handle.eqn): k for k in cap}
 
         def recorder_for(index: int) -> Callable[..., Any]:
@@ -270,12 +321,12 @@ class GpuInterpretExecutor:
                         "GPU interpret mode runs plgpu.kernel (Mosaic GPU mesh) kernels only")
         return None
 
-    def execute(self, prepared: Prepared) -> RunResult:
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         from jax.experimental.pallas import mosaic_gpu as plgpu
 
         # Rebinding the captured equation misses the interpreter's ordered effects: re-trace
         # the user's function with GPU interpret mode forced instead.
-        monitor = RunMonitor(list(prepared.capture), desc=self.name)
+        monitor = RunMonitor(list(prepared.capture), desc=self.name, deadline=deadline)
         t0 = time.perf_counter()
         with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams()):
             compiled = jax.jit(prepared.fn).lower(*prepared.args, **prepared.kwargs).compile()
@@ -335,7 +386,9 @@ class DeviceExecutor:
     def cannot_run(self, prepared: Prepared) -> str | None:
         return None
 
-    def execute(self, prepared: Prepared) -> RunResult:
+    isolated = False  # an accelerator belongs to one process: the notebook's
+
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         device = self.device()
         cap = prepared.capture
         jaxpr = _jax.rewrite_kernels(
@@ -367,7 +420,7 @@ class ReferenceExecutor:
     def cannot_run(self, prepared: Prepared) -> str | None:
         return None
 
-    def execute(self, prepared: Prepared) -> RunResult:
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         assert self.reference is not None
         t0 = time.perf_counter()
         compiled = jax.jit(self.reference).lower(*prepared.args, **prepared.kwargs).compile()
@@ -375,15 +428,46 @@ class ReferenceExecutor:
         t1 = time.perf_counter()
         outs = jax.block_until_ready(compiled(*prepared.args, **prepared.kwargs))
         wall = time.perf_counter() - t1
-        leaves = jax.tree.leaves(outs)
-        n = len(prepared.output_info)
-        if len(leaves) != n:
-            raise ExecutorError(
-                f"the reference {getattr(self.reference, '__name__', 'function')} returned "
-                f"{len(leaves)} array(s), but the kernel function returns {n}. Rule: a "
-                "reference has the kernel function's signature and outputs.")
-        return RunResult(self.name, _numpy(leaves), prepared.output_info, wall, compile_time,
+        leaves = _numpy(jax.tree.leaves(outs))
+        mismatch = reference_mismatch(getattr(self.reference, "__name__", "function"), leaves,
+                                      prepared)
+        if mismatch:
+            raise ExecutorError(mismatch)
+        return RunResult(self.name, leaves, prepared.output_info, wall, compile_time,
                          inputs=_numpy(prepared.flat_args))
+
+
+def reference_mismatch(name: str, leaves: Sequence[np.ndarray], prepared: Prepared
+                       ) -> str | None:
+    """Why a reference's outputs cannot be compared with the kernel function's (None: they
+    can). Rule: a reference returns what the kernel function returns, output for output, in
+    the same shapes and dtypes (a dtype difference is never compared at the looser
+    tolerance)."""
+    rule = ("Rule: a reference has the kernel function's signature and returns the same "
+            "outputs, in the same shapes and dtypes.")
+    avals = prepared.capture.handle.closed_jaxpr.out_avals
+    if len(leaves) != len(avals):
+        return (f"the reference {name} returned {len(leaves)} array(s), but the kernel "
+                f"function returns {len(avals)}. {rule}")
+    for info, leaf, aval in zip(prepared.output_info, leaves, avals, strict=True):
+        if tuple(leaf.shape) != tuple(aval.shape) or np.dtype(leaf.dtype) != np.dtype(aval.dtype):
+            cast = (" Cast the reference's output (e.g. .astype(...)) to compare them."
+                    if tuple(leaf.shape) == tuple(aval.shape) else "")
+            return (f"the reference {name} returned {_typed(leaf.dtype, leaf.shape)} for "
+                    f"{info.name}; the kernel returns {_typed(aval.dtype, aval.shape)}."
+                    f"{cast} {rule}")
+    return None
+
+
+def _typed(dtype: Any, shape: Sequence[int]) -> str:
+    """f32[8,128], as JAX prints array types."""
+    short = {"float": "f", "bfloat": "bf", "int": "s", "uint": "u", "complex": "c"}
+    name = np.dtype(dtype).name
+    for long, abbr in sorted(short.items(), key=lambda kv: -len(kv[0])):
+        if name.startswith(long) and name[len(long):].isdigit():
+            name = abbr + name[len(long):]
+            break
+    return f"{name}[{','.join(str(d) for d in shape)}]"
 
 
 class ExecutorError(PallasLabError, ValueError):

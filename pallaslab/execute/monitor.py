@@ -15,6 +15,7 @@ import io
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -28,11 +29,37 @@ class Cancelled(Exception):
     """Raised inside a host callback to stop an interrupted run."""
 
 
+class TimeLimit(Cancelled):
+    """Raised inside a host callback when the run's time limit has passed."""
+
+
+# Where an executor worker process publishes the program now running, for the parent to read
+# when it has to stop the run (see `pallaslab.execute.isolation`): [programs run, kernel,
+# launch, rank, program ids...]. None outside a worker.
+STATUS_SLOT: Any = None
+STATUS_MAX_RANK = 12
+
+
+def publish_status(programs_run: int, kernel: int, launch: int,
+                   program: tuple[int, ...] | None) -> None:
+    slot = STATUS_SLOT
+    if slot is None:
+        return
+    ids = program or ()
+    rank = min(len(ids), STATUS_MAX_RANK)
+    slot[1], slot[2], slot[3] = kernel, launch, rank if program is not None else -1
+    slot[4:4 + rank] = ids[:rank]
+    slot[0] = programs_run  # written last: a reader that sees the count sees its program
+
+
 class RunMonitor(io.TextIOBase):
-    def __init__(self, kernels: Sequence[Kernel], *, desc: str, total: int | None = None):
+    def __init__(self, kernels: Sequence[Kernel], *, desc: str, total: int | None = None,
+                 deadline: float | None = None):
         self.kernels = list(kernels)
         self.desc = desc
         self.total = total
+        self.deadline = deadline  # time.monotonic() after which the next program start stops
+        self.timed_out = False
         self.cancelled = False
         self.programs_run = 0
         self.kernel_now: int | None = None
@@ -43,6 +70,11 @@ class RunMonitor(io.TextIOBase):
         self._prints: list[ProgramPrint] = []
         self._lock = threading.Lock()
         self._bar: Any = None
+        self.last: tuple[int, tuple[int, ...] | None, int] | None = None  # newest program
+
+    def running(self) -> str:
+        """The program that was running last, in words (for time-limit messages)."""
+        return describe_program(self.kernels, self.last, self.programs_run)
 
     # -- reports from inside the run (host callbacks) ---------------------------------------
 
@@ -70,6 +102,9 @@ class RunMonitor(io.TextIOBase):
                core: int | None) -> None:
         if self.cancelled:
             raise Cancelled("interrupted")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.timed_out = self.cancelled = True
+            raise TimeLimit("time limit")
         where = (kernel, program, launch)
         with self._lock:
             self._flush_thread(threading.get_ident())
@@ -78,6 +113,8 @@ class RunMonitor(io.TextIOBase):
                 self._by_core[core] = where
             self.kernel_now = kernel
             self.programs_run += 1
+            self.last = where
+        publish_status(self.programs_run, kernel, launch, program)
         if self._bar is not None:
             self._bar.update(1)
 
@@ -134,6 +171,18 @@ class RunMonitor(io.TextIOBase):
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
+
+
+def describe_program(kernels: Sequence[Kernel],
+                     where: tuple[int, tuple[int, ...] | None, int] | None,
+                     programs_run: int) -> str:
+    if where is None:
+        return "before any program started (while tracing or compiling)"
+    kernel, program, launch = where
+    name = kernels[kernel].name if 0 <= kernel < len(kernels) else f"kernel {kernel}"
+    shown = f"program {program}" if program is not None else "a program"
+    again = f", launch {launch + 1}" if launch else ""
+    return f"{shown} of {name}{again} ({programs_run:,} program(s) started)"
 
 
 def _unravel(step: int, grid: Sequence[int]) -> tuple[int, ...]:

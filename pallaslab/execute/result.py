@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Literal
 
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
+
+RunStatus = Literal["ran", "unavailable", "failed", "timed-out"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +46,27 @@ class RunResult:
     error: str | None = None  # why the run failed (the interpreter's message, shortened)
     unavailable: str | None = None  # why the executor could not run at all
     inputs: tuple[np.ndarray, ...] = ()  # the flat concrete inputs it ran on
+    timed_out: str | None = None  # what was running when the time limit stopped the run
+    notes: tuple[str, ...] = ()  # how it ran, e.g. "in-process: the time limit is soft"
 
     @property
     def ok(self) -> bool:
         return self.outputs is not None
+
+    @property
+    def status(self) -> RunStatus:
+        """"ran", "unavailable" (cannot run here), "failed" (an error) or "timed-out"."""
+        if self.unavailable is not None:
+            return "unavailable"
+        if self.timed_out is not None:
+            return "timed-out"
+        return "ran" if self.outputs is not None else "failed"
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run did not produce outputs (None when it ran)."""
+        return self.unavailable or self.timed_out or (
+            None if self.outputs is not None else self.error or "no outputs")
 
     def prints_by_program(self, kernel: int = 0) -> Mapping[tuple[int, ...] | None, list[str]]:
         """kernel's printed lines, grouped by program (execution order kept)."""

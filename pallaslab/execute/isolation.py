@@ -1,0 +1,319 @@
+"""Runs executors in a worker process, so a time limit or Ctrl-C can always stop them.
+
+A compiled XLA loop (a program that spins inside `interpret=True`) cannot be interrupted
+from Python inside the process that runs it. So interpreters run in a worker process of our
+own (`python -m pallaslab.execute._worker`, in its own session so a terminal's Ctrl-C reaches
+only us): the user's function, its concrete arguments and the executor travel there with
+cloudpickle (functions defined in a notebook or a case file by value), the worker captures
+and runs them, and sends the `RunResult` back. While it runs, the worker publishes the
+program it is in to a small shared file; at the time limit, or on Ctrl-C, we kill the worker
+and say which program was running. The worker is reused between runs (its JAX stays warm)
+and replaced after a kill.
+
+What cannot travel (a function closing over something unpicklable, a lone captured
+`Kernel`) runs in this process instead, where the time limit is checked at each program
+start; the result's notes say so. The `device` executor always runs here: an accelerator
+belongs to the process that opened it.
+
+Time limit: `timeout=` seconds, else $PALLASLAB_TIMEOUT, else `DEFAULT_TIMEOUT` (300 s);
+`math.inf` turns it off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import math
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pallaslab.errors import PallasLabError
+from pallaslab.execute import monitor as monitor_module
+from pallaslab.execute.monitor import describe_program, progress
+from pallaslab.execute.result import RunResult
+from pallaslab.util.tempdir import session_subdir
+
+if TYPE_CHECKING:
+    from pallaslab.execute.executors import Executor, Prepared
+
+DEFAULT_TIMEOUT = 300.0  # seconds: a few minutes, enough for tpu-interpret on a big grid
+WORKER_START_TIMEOUT = 180.0  # importing JAX on a loaded 2-core machine can be slow
+POLL = 0.1  # seconds between checks of the worker, the clock and Ctrl-C
+# JAX options a notebook may have changed that change what a kernel computes.
+MIRRORED_CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
+                   "jax_numpy_dtype_promotion", "jax_default_prng_impl",
+                   "jax_threefry_partitionable")
+
+
+class TimeoutValueError(PallasLabError, ValueError):
+    """A time limit that is not a positive number of seconds."""
+
+
+def time_limit(timeout: float | None) -> float:
+    """The run's time limit in seconds (`math.inf`: none)."""
+    if timeout is None:
+        text = os.environ.get("PALLASLAB_TIMEOUT")
+        if not text:
+            return DEFAULT_TIMEOUT
+        try:
+            timeout = float(text)
+        except ValueError:
+            raise TimeoutValueError(f"PALLASLAB_TIMEOUT={text!r} is not a number of seconds") \
+                from None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+            math.isnan(timeout) or timeout <= 0:
+        raise TimeoutValueError(f"timeout={timeout!r}: a time limit is a positive number of "
+                                "seconds (math.inf for none)")
+    return float(timeout)
+
+
+def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunResult:
+    """Run in the worker when the work can travel there, else in this process."""
+    from pallaslab.execute.executors import execute_here
+
+    if not getattr(executor, "isolated", True):
+        return execute_here(executor, prepared, limit)
+    try:
+        request = _request(executor, prepared)
+    except Exception as err:
+        result = execute_here(executor, prepared, limit)
+        why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+        return _with_note(result, f"ran in the notebook's process ({why}): the time limit "
+                                  "is checked between programs only")
+    return _WORKERS.run(executor.name, prepared, request, limit)
+
+
+def _request(executor: Executor, prepared: Prepared) -> bytes:
+    import cloudpickle
+    import jax
+
+    from pallaslab.model import Kernel
+
+    if any(isinstance(a, Kernel) for a in (prepared.fn, *prepared.args)) or \
+            getattr(prepared.fn, "__name__", "") == "lone_kernel":
+        raise TypeError("a lone captured kernel cannot be sent to a worker")
+    for name, module in list(sys.modules.items()):
+        # Case files are imported under synthetic names a worker cannot import: send by value.
+        if name.startswith("_pallaslab_case_") and module is not None:
+            with contextlib.suppress(ValueError):
+                cloudpickle.register_pickle_by_value(module)
+    config = {name: _config_value(getattr(jax.config, name)) for name in MIRRORED_CONFIG
+              if hasattr(jax.config, name)}
+    work = cloudpickle.dumps({"executor": executor, "fn": prepared.fn, "args": prepared.args,
+                              "kwargs": prepared.kwargs})
+    # The outer layer is plain pickle: the worker sets its path and options before it
+    # rebuilds the user's objects (which may import the user's modules).
+    return pickle.dumps({"sys_path": list(sys.path), "config": config, "work": work})
+
+
+def _config_value(value: Any) -> Any:
+    # Enum-valued options (dtype promotion) are set back from their string value.
+    return getattr(value, "value", value)
+
+
+def _with_note(result: RunResult, note: str) -> RunResult:
+    import dataclasses
+
+    return dataclasses.replace(result, notes=(*result.notes, note))
+
+
+class _Worker:
+    """One worker process and its channel."""
+
+    def __init__(self) -> None:
+        directory = session_subdir("workers")
+        self.log_path = directory / f"worker-{os.getpid()}-{time.monotonic_ns()}.log"
+        self.status_path = directory / f"status-{os.getpid()}-{time.monotonic_ns()}.bin"
+        np.zeros(4 + monitor_module.STATUS_MAX_RANK, np.int64).tofile(self.status_path)
+        env = dict(os.environ)
+        env.setdefault("JAX_PLATFORMS", "cpu")  # interpreters run on the CPU
+        env["PALLASLAB_WORKER_STATUS"] = str(self.status_path)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in kill()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pallaslab.execute._worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
+            start_new_session=True)  # a terminal's Ctrl-C is ours to handle, not the worker's
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
+        self.recv_conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
+        self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def status(self) -> tuple[int, tuple[int, tuple[int, ...] | None, int] | None]:
+        try:
+            slot = np.fromfile(self.status_path, np.int64)
+        except OSError:
+            return 0, None
+        count, kernel, launch, rank = (int(v) for v in slot[:4])
+        if count == 0:
+            return 0, None
+        program = tuple(int(v) for v in slot[4:4 + rank]) if rank >= 0 else None
+        return count, (kernel, program, launch)
+
+    def reset_status(self) -> None:
+        np.zeros(4 + monitor_module.STATUS_MAX_RANK, np.int64).tofile(self.status_path)
+
+    def log_tail(self, lines: int = 6) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5)
+        for conn in (self.send_conn, self.recv_conn):
+            with contextlib.suppress(OSError):
+                conn.close()
+        with contextlib.suppress(OSError):
+            self._log.close()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+
+
+class _Workers:
+    """The process's one warm worker (started on first use, replaced when killed)."""
+
+    def __init__(self) -> None:
+        self._worker: _Worker | None = None
+        self._lock = threading.Lock()
+
+    def run(self, name: str, prepared: Prepared, request: bytes, limit: float) -> RunResult:
+        with self._lock:  # one run at a time per worker
+            worker = self._ready_worker()
+            if isinstance(worker, RunResult):
+                return _failed(name, prepared, worker.error or "")
+            worker.reset_status()
+            started = time.monotonic()
+            worker.send_conn.send_bytes(request)
+            try:
+                reply = self._wait(worker, name, prepared, started, limit)
+            except KeyboardInterrupt:
+                seconds = time.monotonic() - started
+                what = self._running(worker, prepared)
+                self._discard(worker)
+                raise KeyboardInterrupt(f"{name} run interrupted after {seconds:.1f} s, "
+                                        f"while running {what}") from None
+            return reply
+
+    def _wait(self, worker: _Worker, name: str, prepared: Prepared, started: float,
+              limit: float) -> RunResult:
+        bar = None
+        total = _total(prepared)
+        try:
+            while not worker.recv_conn.poll(POLL):
+                seconds = time.monotonic() - started
+                if not worker.alive():
+                    self._discard(worker)
+                    return _failed(name, prepared, _death(worker, name, prepared))
+                if seconds > limit:
+                    what = self._running(worker, prepared)
+                    self._discard(worker)
+                    return RunResult(name, None, prepared.output_info, seconds, 0.0,
+                                     inputs=_inputs(prepared),
+                                     timed_out=f"{name} stopped by its time limit of "
+                                               f"{limit:g} s, while running {what}")
+                count, _ = worker.status()
+                if bar is None and seconds > monitor_module.PROGRESS_DELAY and total:
+                    bar = progress(total, name)
+                if bar is not None and count > bar.n:
+                    bar.update(min(count, total or count) - bar.n)
+            data = worker.recv_conn.recv_bytes()
+        except (EOFError, OSError):
+            self._discard(worker)
+            return _failed(name, prepared, _death(worker, name, prepared))
+        finally:
+            if bar is not None:
+                bar.close()
+        reply = pickle.loads(data)
+        if isinstance(reply, dict):  # the worker could not rebuild or run the request
+            return _failed(name, prepared, reply["error"])
+        import dataclasses
+
+        return dataclasses.replace(reply, inputs=_inputs(prepared))
+
+    def _running(self, worker: _Worker, prepared: Prepared) -> str:
+        count, where = worker.status()
+        return describe_program(list(prepared.capture), where, count)
+
+    def _ready_worker(self) -> _Worker | RunResult:
+        worker = self._worker
+        if worker is not None and worker.alive():
+            return worker
+        worker = _Worker()
+        deadline = time.monotonic() + WORKER_START_TIMEOUT
+        try:
+            while not worker.recv_conn.poll(POLL):
+                if not worker.alive() or time.monotonic() > deadline:
+                    tail = worker.log_tail()
+                    worker.kill()
+                    return RunResult("worker", None, (), 0.0, 0.0, error=(
+                        "the executor worker process did not start" +
+                        (f": {tail}" if tail else "")))
+            worker.recv_conn.recv_bytes()  # "ready"
+        except KeyboardInterrupt:
+            worker.kill()
+            raise
+        self._worker = worker
+        return worker
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        if self._worker is worker:
+            self._worker = None
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._discard(self._worker)
+
+
+_WORKERS = _Workers()
+atexit.register(lambda: _WORKERS.close())
+
+
+def shutdown_worker() -> None:
+    """Stop the warm worker (it is also stopped when this process exits)."""
+    _WORKERS.close()
+
+
+def _total(prepared: Prepared) -> int | None:
+    from pallaslab.execute.monitor import total_programs
+
+    return total_programs(list(prepared.capture))
+
+
+def _inputs(prepared: Prepared) -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(v) for v in prepared.flat_args)
+
+
+def _failed(name: str, prepared: Prepared, error: str) -> RunResult:
+    return RunResult(name, None, prepared.output_info, 0.0, 0.0, error=error,
+                     inputs=_inputs(prepared))
+
+
+def _death(worker: _Worker, name: str, prepared: Prepared) -> str:
+    code = worker.proc.poll()
+    how = (f"was killed by signal {-code}" if code is not None and code < 0
+           else f"exited with status {code}")
+    if code == -signal.SIGKILL:
+        how += " (out of memory?)"
+    tail = worker.log_tail()
+    return f"the {name} worker process {how}" + (f"; its last output:\n{tail}" if tail else "")
+
