@@ -18,7 +18,7 @@ from pallaslab.model import Kernel, _jax
 
 # Finding codes the executors add to the analysis codes of design.md.
 EXECUTOR_CODES = ("data-race", "out-of-bounds-read", "output-revisit", "interpret-error",
-                  "interrupted")
+                  "interrupted", "unwritten-output", "debug-check-failed")
 
 _RACE = re.compile(
     r"RACE DETECTED\n\s+(?P<op>read|write) of \('(?P<space>\w+)', (?P<buf>\d+), \d+, \d+\)"
@@ -92,6 +92,28 @@ def race_findings(log: RaceLog, kernels: list[Kernel]) -> Iterator[Finding]:
             "differ along a parallel dimension must not write the same memory.",
             operand=origin, programs=programs,
         )
+
+
+def debug_check_findings(monitor: RunMonitor) -> Iterator[Finding]:
+    """One `debug-check-failed` finding per distinct failed `pl.debug_check` message, with
+    the programs (up to 8) where it failed."""
+    by_message: dict[tuple[int | None, str], list[tuple[int, ...]]] = {}
+    counts: dict[tuple[int | None, str], int] = {}
+    for where, message in monitor.failed_checks:
+        key = (where[0] if where else None, message)
+        counts[key] = counts.get(key, 0) + 1
+        programs = by_message.setdefault(key, [])
+        if where and where[1] is not None and where[1] not in programs and len(programs) < 8:
+            programs.append(where[1])
+    for (kernel_index, message), programs in by_message.items():
+        kernel = monitor.kernels[kernel_index] if kernel_index is not None else None
+        name = f"{kernel.name}: " if kernel else ""
+        shown = ", ".join(str(p) for p in programs) or "an unknown program"
+        n = counts[(kernel_index, message)]
+        yield Finding(
+            "debug-check-failed", "error",
+            f"{name}pl.debug_check failed {n:,} time(s), first in program(s) {shown}: "
+            f"{message}", programs=tuple(programs))
 
 
 def error_finding(message: str, kernels: list[Kernel], monitor: RunMonitor) -> Finding:

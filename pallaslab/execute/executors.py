@@ -61,7 +61,8 @@ def prepare(kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
     else:
         fn = kernel_or_fn
         args, kwargs = concretize_for_kernels(fn, tuple(args), kwargs, seed=seed)
-    cap = capture(fn, *args, **kwargs)
+    with _jax.debug_checks_enabled():  # kernels keep their pl.debug_checks for executors
+        cap = capture(fn, *args, **kwargs)
     return Prepared(fn, tuple(args), kwargs, cap, _output_info(cap))
 
 
@@ -199,7 +200,8 @@ def _timed_jaxpr_run(name: str, prepared: Prepared, jaxpr: Any, monitor: RunMoni
     wall = time.perf_counter() - t1
     if monitor.cancelled:
         raise KeyboardInterrupt(f"{name} run interrupted after {monitor.programs_run} program(s)")
-    findings = interpreter_findings() + findings
+    findings = interpreter_findings() + list(diagnostics.debug_check_findings(monitor)) + \
+        findings
     return RunResult(name, outputs, prepared.output_info, wall, compile_time,
                      prints=monitor.prints, findings=tuple(findings), error=error,
                      inputs=_numpy(flat))
@@ -227,8 +229,9 @@ class InterpretExecutor:
             kernel = by_eqn.get(id(eqn))
             if kernel is not None:
                 index = kernel.index
-                update |= _jax.instrument_program_entry(
-                    eqn, lambda: monitor.enter_next(index)) or {}
+                update |= _jax.instrument_kernel(
+                    eqn, on_entry=lambda: monitor.enter_next(index),
+                    on_check=monitor.check_failed) or {}
             return update
 
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
@@ -289,6 +292,7 @@ class TpuInterpretExecutor:
             update = {"interpret": self.params(recorder)}
             if kernel is not None:
                 update |= _jax.full_dimension_semantics_params(kernel) or {}
+                update |= _jax.instrument_kernel(eqn, on_check=monitor.check_failed) or {}
             return update
 
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)

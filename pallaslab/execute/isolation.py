@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import math
 import os
 import pickle
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -83,23 +85,57 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
     if not getattr(executor, "isolated", True):
         return execute_here(executor, prepared, limit)
     try:
-        request = _request(executor, prepared)
+        request = encode_request({"executor": executor, "fn": prepared.fn,
+                                  "args": prepared.args, "kwargs": prepared.kwargs})
     except Exception as err:
         result = execute_here(executor, prepared, limit)
-        why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
-        return _with_note(result, f"ran in the notebook's process ({why}): the time limit "
-                                  "is checked between programs only")
-    return _WORKERS.run(executor.name, prepared, request, limit)
+        return _with_note(result, f"ran in the notebook's process ({why_not_sent(err)}): the "
+                                  "time limit is checked between programs only")
+    name = executor.name
+    kernels = list(prepared.capture)
+    total = _total(prepared)
+    bar: Any = None
+
+    def watch(seconds: float, count: int) -> None:
+        nonlocal bar
+        if bar is None and seconds > monitor_module.PROGRESS_DELAY and total:
+            bar = progress(total, name)
+        if bar is not None and count > bar.n:
+            bar.update(min(count, total or count) - bar.n)
+
+    try:
+        done = call_worker(
+            request, limit, label=name,
+            running=lambda count, where: describe_program(kernels, where, count),
+            interrupted=lambda seconds, what: (f"{name} run interrupted after {seconds:.1f} s, "
+                                               f"while running {what}"),
+            watch=watch)
+    finally:
+        if bar is not None:
+            bar.close()
+    if done.failed is not None:
+        return _failed(name, prepared, done.failed)
+    if done.timed_out is not None:
+        return RunResult(name, None, prepared.output_info, done.seconds, 0.0,
+                         inputs=_inputs(prepared),
+                         timed_out=f"{name} stopped by its time limit of {limit:g} s, "
+                                   f"while running {done.timed_out}")
+    if isinstance(done.reply, dict):  # the worker could not rebuild or run the request
+        return _failed(name, prepared, done.reply["error"])
+    return dataclasses.replace(done.reply, inputs=_inputs(prepared))
 
 
-def _request(executor: Executor, prepared: Prepared) -> bytes:
+def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:
+    """A request for the worker: `work` (holding the user's "fn" and "args") travels by
+    cloudpickle; raises when it cannot (then the caller runs in this process)."""
     import cloudpickle
     import jax
 
     from pallaslab.model import Kernel
 
-    if any(isinstance(a, Kernel) for a in (prepared.fn, *prepared.args)) or \
-            getattr(prepared.fn, "__name__", "") == "lone_kernel":
+    fn, args = work["fn"], work["args"]
+    if any(isinstance(a, Kernel) for a in (fn, *args)) or \
+            getattr(fn, "__name__", "") == "lone_kernel":
         raise TypeError("a lone captured kernel cannot be sent to a worker")
     for name, module in list(sys.modules.items()):
         # Case files are imported under synthetic names a worker cannot import: send by value.
@@ -108,11 +144,15 @@ def _request(executor: Executor, prepared: Prepared) -> bytes:
                 cloudpickle.register_pickle_by_value(module)
     config = {name: _config_value(getattr(jax.config, name)) for name in MIRRORED_CONFIG
               if hasattr(jax.config, name)}
-    work = cloudpickle.dumps({"executor": executor, "fn": prepared.fn, "args": prepared.args,
-                              "kwargs": prepared.kwargs})
     # The outer layer is plain pickle: the worker sets its path and options before it
     # rebuilds the user's objects (which may import the user's modules).
-    return pickle.dumps({"sys_path": list(sys.path), "config": config, "work": work})
+    return pickle.dumps({"kind": kind, "sys_path": list(sys.path), "config": config,
+                         "work": cloudpickle.dumps(work)})
+
+
+def why_not_sent(err: BaseException) -> str:
+    """Why a request could not be made, in one short line."""
+    return f"{type(err).__name__}: {err}".splitlines()[0][:200]
 
 
 def _config_value(value: Any) -> Any:
@@ -121,8 +161,6 @@ def _config_value(value: Any) -> Any:
 
 
 def _with_note(result: RunResult, note: str) -> RunResult:
-    import dataclasses
-
     return dataclasses.replace(result, notes=(*result.notes, note))
 
 
@@ -188,6 +226,17 @@ class _Worker:
                     stream.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """How one request to the worker ended: exactly one of `reply`, `failed`, `timed_out`
+    says what happened (a Ctrl-C raises instead)."""
+
+    seconds: float
+    reply: Any = None  # the worker's answer, unpickled
+    failed: str | None = None  # the worker did not start, died or broke the channel: why
+    timed_out: str | None = None  # the time limit passed: what was running then
+
+
 class _Workers:
     """The process's one warm worker (started on first use, replaced when killed)."""
 
@@ -195,65 +244,51 @@ class _Workers:
         self._worker: _Worker | None = None
         self._lock = threading.Lock()
 
-    def run(self, name: str, prepared: Prepared, request: bytes, limit: float) -> RunResult:
-        with self._lock:  # one run at a time per worker
+    def call(self, request: bytes, limit: float, *, label: str,
+             running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
+             cancelled: Callable[[], bool] = lambda: False,
+             watch: Callable[[float, int], None] | None = None) -> Exchange:
+        """Send `request` and wait for the answer, polling the worker, the clock and Ctrl-C
+        every `POLL` seconds. At the time limit, or on Ctrl-C (a KeyboardInterrupt, or
+        `cancelled()` turning true), the worker is killed: it is replaced on the next call.
+
+        `running(count, where)` words what was running from the worker's status (programs
+        started, (kernel, program, launch)); `interrupted(seconds, what)` is the message of
+        the KeyboardInterrupt raised on Ctrl-C; `watch(seconds, count)` sees every poll."""
+        with self._lock:  # one request at a time per worker
             worker = self._ready_worker()
-            if isinstance(worker, RunResult):
-                return _failed(name, prepared, worker.error or "")
-            worker.reset_status()
+            if isinstance(worker, str):
+                return Exchange(0.0, failed=worker)
+            if watch is not None:
+                worker.reset_status()
             started = time.monotonic()
-            worker.send_conn.send_bytes(request)
             try:
-                reply = self._wait(worker, name, prepared, started, limit)
+                worker.send_conn.send_bytes(request)
+                while not worker.recv_conn.poll(POLL):
+                    seconds = time.monotonic() - started
+                    if cancelled():
+                        raise KeyboardInterrupt
+                    if not worker.alive():
+                        self._discard(worker)
+                        return Exchange(seconds, failed=_death(worker, label))
+                    if seconds > limit:
+                        what = running(*worker.status())
+                        self._discard(worker)
+                        return Exchange(seconds, timed_out=what)
+                    if watch is not None:
+                        watch(seconds, worker.status()[0])
+                data = worker.recv_conn.recv_bytes()
             except KeyboardInterrupt:
                 seconds = time.monotonic() - started
-                what = self._running(worker, prepared)
+                what = running(*worker.status())
                 self._discard(worker)
-                raise KeyboardInterrupt(f"{name} run interrupted after {seconds:.1f} s, "
-                                        f"while running {what}") from None
-            return reply
+                raise KeyboardInterrupt(interrupted(seconds, what)) from None
+            except (EOFError, OSError):
+                self._discard(worker)
+                return Exchange(time.monotonic() - started, failed=_death(worker, label))
+            return Exchange(time.monotonic() - started, reply=pickle.loads(data))
 
-    def _wait(self, worker: _Worker, name: str, prepared: Prepared, started: float,
-              limit: float) -> RunResult:
-        bar = None
-        total = _total(prepared)
-        try:
-            while not worker.recv_conn.poll(POLL):
-                seconds = time.monotonic() - started
-                if not worker.alive():
-                    self._discard(worker)
-                    return _failed(name, prepared, _death(worker, name, prepared))
-                if seconds > limit:
-                    what = self._running(worker, prepared)
-                    self._discard(worker)
-                    return RunResult(name, None, prepared.output_info, seconds, 0.0,
-                                     inputs=_inputs(prepared),
-                                     timed_out=f"{name} stopped by its time limit of "
-                                               f"{limit:g} s, while running {what}")
-                count, _ = worker.status()
-                if bar is None and seconds > monitor_module.PROGRESS_DELAY and total:
-                    bar = progress(total, name)
-                if bar is not None and count > bar.n:
-                    bar.update(min(count, total or count) - bar.n)
-            data = worker.recv_conn.recv_bytes()
-        except (EOFError, OSError):
-            self._discard(worker)
-            return _failed(name, prepared, _death(worker, name, prepared))
-        finally:
-            if bar is not None:
-                bar.close()
-        reply = pickle.loads(data)
-        if isinstance(reply, dict):  # the worker could not rebuild or run the request
-            return _failed(name, prepared, reply["error"])
-        import dataclasses
-
-        return dataclasses.replace(reply, inputs=_inputs(prepared))
-
-    def _running(self, worker: _Worker, prepared: Prepared) -> str:
-        count, where = worker.status()
-        return describe_program(list(prepared.capture), where, count)
-
-    def _ready_worker(self) -> _Worker | RunResult:
+    def _ready_worker(self) -> _Worker | str:
         worker = self._worker
         if worker is not None and worker.alive():
             return worker
@@ -264,9 +299,8 @@ class _Workers:
                 if not worker.alive() or time.monotonic() > deadline:
                     tail = worker.log_tail()
                     worker.kill()
-                    return RunResult("worker", None, (), 0.0, 0.0, error=(
-                        "the executor worker process did not start" +
-                        (f": {tail}" if tail else "")))
+                    return "the executor worker process did not start" + \
+                        (f": {tail}" if tail else "")
             worker.recv_conn.recv_bytes()  # "ready"
         except KeyboardInterrupt:
             worker.kill()
@@ -286,6 +320,15 @@ class _Workers:
 
 _WORKERS = _Workers()
 atexit.register(lambda: _WORKERS.close())
+
+
+def call_worker(request: bytes, limit: float, *, label: str,
+                running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
+                cancelled: Callable[[], bool] = lambda: False,
+                watch: Callable[[float, int], None] | None = None) -> Exchange:
+    """One request to the warm worker, within `limit` seconds (see `_Workers.call`)."""
+    return _WORKERS.call(request, limit, label=label, running=running,
+                         interrupted=interrupted, cancelled=cancelled, watch=watch)
 
 
 def shutdown_worker() -> None:
@@ -308,7 +351,7 @@ def _failed(name: str, prepared: Prepared, error: str) -> RunResult:
                      inputs=_inputs(prepared))
 
 
-def _death(worker: _Worker, name: str, prepared: Prepared) -> str:
+def _death(worker: _Worker, name: str) -> str:
     code = worker.proc.poll()
     how = (f"was killed by signal {-code}" if code is not None and code < 0
            else f"exited with status {code}")

@@ -71,6 +71,8 @@ class RunMonitor(io.TextIOBase):
         self._lock = threading.Lock()
         self._bar: Any = None
         self.last: tuple[int, tuple[int, ...] | None, int] | None = None  # newest program
+        self.failed_checks: list[tuple[tuple[int, tuple[int, ...] | None, int] | None, str]] \
+            = []
 
     def running(self) -> str:
         """The program that was running last, in words (for time-limit messages)."""
@@ -117,6 +119,12 @@ class RunMonitor(io.TextIOBase):
         publish_status(self.programs_run, kernel, launch, program)
         if self._bar is not None:
             self._bar.update(1)
+
+    def check_failed(self, message: str) -> None:
+        """A `pl.debug_check` failed in the program running on this thread."""
+        with self._lock:
+            where = self._by_thread.get(threading.get_ident()) or self._latest()
+            self.failed_checks.append((where, message))
 
     def program_on_core(self, core: int) -> tuple[int, tuple[int, ...] | None, int] | None:
         return self._by_core.get(core)

@@ -8,6 +8,7 @@ package, one module per responsibility: `base` (imports, version gate, handles),
 Checked against jax 0.12; other versions get a warning at import.
 """
 
+from pallaslab.model._jax.checks import debug_checks_enabled, instrument_kernel
 from pallaslab.model._jax.chips import (
     constant_index_maps,
     kernel_body_cost,
@@ -60,9 +61,11 @@ __all__ = [
     "aot_compile_stablehlo",
     "concrete_kernel_operands",
     "constant_index_maps",
+    "debug_checks_enabled",
     "eval_index_map_once",
     "find_kernels",
     "full_dimension_semantics_params",
+    "instrument_kernel",
     "instrument_program_entry",
     "is_pallas_call",
     "jaxpr_callable",
