@@ -53,6 +53,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in (*TPU_TARGETS, *GPU_TARGETS)}
 def get_target(target: str | Target) -> Target:
     if isinstance(target, Target):
         return target
+    if not isinstance(target, str):
+        raise UnknownTargetError(
+            f"target={target!r}: a target is one of {', '.join(TARGETS)} (a name such as "
+            "\"tpu-v5e\" or \"gpu-h100\"), to say which hardware to lower for")
     name = target if target.startswith(("tpu-", "gpu-")) else _guess_prefix(target)
     if name in TARGETS:
         return TARGETS[name]

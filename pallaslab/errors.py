@@ -24,6 +24,10 @@ class IndexMapError(PallasLabError, ValueError):
     """A BlockSpec index map returns the wrong number of values or non-integer values."""
 
 
+class X64Error(PallasLabError, ValueError):
+    """A 64-bit dtype used while JAX's 64-bit mode (jax_enable_x64) is off."""
+
+
 class KernelSelectionError(PallasLabError, IndexError):
     """A kernel was asked for by an index or name that the capture does not have."""
 

@@ -13,6 +13,7 @@ IPython would, evaluates the last line's callee and arguments once, calls it, an
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -36,6 +37,9 @@ class PallasMagics(Magics):
                    "interpret,reference=my_ref (my_ref: a function of the notebook with the "
                    "kernel call's signature); executors: interpret, tpu-interpret, "
                    "gpu-interpret, device, reference=NAME")
+    @argument("--timeout", default=None, metavar="SECONDS",
+              help="time limit of each --compare run (default 300 s, or $PALLASLAB_TIMEOUT); "
+                   "a run past it is stopped and reported as timed out")
     @argument("--gpu", action="store_true",
               help="compile Triton kernels for a100 and h100 and show shared memory, registers "
                    "and blocks per SM in the Memory tab")
@@ -52,18 +56,18 @@ class PallasMagics(Magics):
         shell = self.shell
         assert shell is not None
         source = shell.transform_cell(cell)
+        filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
         try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            # Let IPython report it exactly as it would for the plain cell.
-            shell.run_cell(cell, store_history=False)
-            return None
+            tree = ast.parse(source, filename=filename)
+        except SyntaxError as err:
+            # The cell fails as a plain cell would (IPython shows it as a syntax error), so
+            # Run All stops here.
+            raise err.with_traceback(None) from None
         if not tree.body:
             raise UsageError("%%pallas: the cell is empty; its last line must be the kernel "
                              "call to inspect, e.g. `matmul(x, y)`")
         *body, last = tree.body
         call, target = _last_call(last)
-        filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
         ns = shell.user_ns
         if body:
             module = ast.Module(body=body, type_ignores=[])
@@ -118,7 +122,20 @@ def _options(args: Any) -> dict[str, Any]:
     if args.gpu:
         extra["gpu"] = True
     return {"tab": tab, "chips": chips, "targets": targets, "kernel": kernel, "extra": extra,
-            "compare": _compare_option(args.compare)}
+            "compare": _compare_option(args.compare), "timeout": _timeout_option(args.timeout)}
+
+
+def _timeout_option(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise UsageError(f"%%pallas: --timeout {text}: a time limit is a positive number of "
+                         "seconds")
+    return value
 
 
 def _last_call(node: ast.stmt) -> tuple[ast.Call, list[ast.expr] | None]:
@@ -220,7 +237,7 @@ def _show(fn: Any, args: list[Any], kwargs: dict[str, Any], options: dict[str, A
             from pallaslab.views.compare import attach_comparison, user_call
 
             attach_comparison(wb, executors=compared[0], reference=options.get("reference"),
-                              call=user_call(fn, args, kwargs))
+                              call=user_call(fn, args, kwargs), timeout=options["timeout"])
     except PallasLabError as err:
         raise UsageError(f"%%pallas: {err}") from None
     display(wb)

@@ -144,9 +144,18 @@ def execute_here(executor: Executor, prepared: Prepared, limit: float) -> RunRes
     except ExecutorError as err:
         result = _failed(executor.name, prepared, str(err))
     except Exception as err:  # an executor failing must not abort the others
-        result = _failed(executor.name, prepared, f"{type(err).__name__}: "
-                                                  f"{diagnostics.short_error(str(err))}")
+        result = _failed(executor.name, prepared, _error_text(executor, err))
     return result
+
+
+def _error_text(executor: Executor, err: Exception) -> str:
+    text = str(err).strip()
+    # XLA wraps errors raised in host callbacks: their informative line is the last one.
+    line = diagnostics.short_error(text) if "Traceback" in text or "XlaRuntimeError" in \
+        type(err).__name__ else (text.splitlines() or [""])[0]
+    who = (f"the reference {getattr(executor.reference, '__name__', 'function')} raised "
+           if isinstance(executor, ReferenceExecutor) else "")
+    return f"{who}{type(err).__name__}: {line}"
 
 
 def _failed(name: str, prepared: Prepared, error: str) -> RunResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
-from pallaslab.errors import IndexMapError
+from pallaslab.errors import IndexMapError, X64Error
 from pallaslab.model._jax.base import (
     _CALL_ONCE,
     _CONTEXT_NAMES,
@@ -45,10 +46,15 @@ def trace(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Captu
     try:
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
     except ValueError as err:
-        translated = _translate_index_map_error(str(err))
+        translated = _translate_index_map_error(str(err)) or _x64_error(str(err))
         if translated is None:
             raise
         raise translated from err
+    except TypeError as err:
+        arity = _index_map_parameter_error(err)
+        if arity is None:
+            raise
+        raise arity from None
     flat_args = tuple(jax.tree.leaves((tuple(args), dict(kwargs))))
     return CaptureHandle(closed, flat_args)
 
@@ -69,6 +75,53 @@ def _translate_index_map_error(message: str) -> IndexMapError | None:
             "scalars (use `//` or `jnp.int32(...)`, not `/`)."
         )
     return None
+
+
+_WIDE = re.compile(r"\b(float64|int64|uint64|complex128)\b")
+
+
+def _x64_error(message: str) -> X64Error | None:
+    """A 64-bit dtype refused because JAX's 64-bit mode is off: say how to turn it on."""
+    if jax.config.jax_enable_x64 or not (m := _WIDE.search(message)):
+        return None
+    first = message.strip().splitlines()[0]
+    return X64Error(
+        f"a kernel uses {m[1]}, but JAX's 64-bit types are off (jax_enable_x64 is False), so "
+        f"JAX computes in 32 bits and the kernel's refs and values disagree: {first} Enable "
+        "them with jax.config.update('jax_enable_x64', True) before creating arrays, or use "
+        "32-bit dtypes.")
+
+
+def _index_map_parameter_error(err: TypeError) -> IndexMapError | None:
+    """An index map called with the wrong number of arguments, told as the rule it breaks
+    (Pallas calls it while converting a BlockSpec; its frame knows the operand and grid)."""
+    if "positional argument" not in str(err):
+        return None
+    tb = err.__traceback__
+    frame_locals = None
+    while tb is not None:
+        frame_code = tb.tb_frame.f_code
+        if frame_code.co_name == "to_block_mapping" and "pallas" in frame_code.co_filename:
+            frame_locals = tb.tb_frame.f_locals
+        tb = tb.tb_next
+    if frame_locals is None or "index_map_func" not in frame_locals:
+        return None
+    spec = frame_locals.get("self")
+    func = getattr(spec, "index_map", None) or frame_locals["index_map_func"]
+    func = inspect.unwrap(func)  # Pallas wraps it (twice) for equality checks
+    grid = tuple(frame_locals.get("grid") or ())
+    given = len(frame_locals.get("index_map_avals") or ())
+    code = getattr(func, "__code__", None)
+    where = (f" ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+             if code is not None else "")
+    takes = code.co_argcount if code is not None else "a different number of"
+    prefetch = given - len(grid)
+    return IndexMapError(
+        f"{frame_locals.get('origin', 'an operand')}: the index map "
+        f"{getattr(func, '__name__', 'function')}{where} takes {takes} parameter(s), but "
+        f"Pallas calls it with {given}: one per grid dimension (grid {grid}) plus one per "
+        f"scalar-prefetch operand ({prefetch}). Rule: an index map takes the program ids, "
+        f"then the scalar-prefetch refs. ({err})")
 
 
 def _short_block_shape(text: str) -> str:
