@@ -1,10 +1,21 @@
 """The executor worker process (see `pallaslab.execute.isolation`).
 
 Protocol over stdin/stdout as `multiprocessing.connection` frames: the worker sends b"ready",
-then answers each request (a pickle of {"sys_path", "config", "work": cloudpickle of
-{"executor", "fn", "args", "kwargs"}}) with a pickled `RunResult`, or {"error": str} when the
-request could not be rebuilt or prepared here. File descriptor 1 is redirected to the log
-(stderr) so that C-level prints cannot corrupt the channel.
+then answers each request, a pickled dict whose "kind" says what to do:
+
+- "execute" (or no kind): {"sys_path", "config", "work": cloudpickle of {"executor", "fn",
+  "args", "kwargs"}} -> a pickled `RunResult`, or {"error": str} when the request could not
+  be rebuilt or prepared here;
+- "open-stepper": the same, with "work" = cloudpickle of {"fn", "args", "kwargs", "kernel"
+  (index in the capture), "runner" (a key chosen by the parent), "name", "grid"}: captures
+  the function and keeps `program_runner(kernel)` under the key -> {"runner": key} or
+  {"error": str};
+- "run-program": {"runner", "ids", "scalars", "blocks", "scratch"} (numpy) -> {"outputs",
+  "scratch"} (numpy), {"missing": True} when this worker has no such runner (it was started
+  after the runner was opened, or dropped it), or {"error": str}.
+
+The worker keeps the `MAX_RUNNERS` most recently used stepper runners. File descriptor 1 is
+redirected to the log (stderr) so that C-level prints cannot corrupt the channel.
 """
 
 from __future__ import annotations
@@ -15,8 +26,13 @@ import os
 import pickle
 import sys
 import traceback
+from collections import OrderedDict
 from multiprocessing.connection import Connection
 from typing import Any
+
+MAX_RUNNERS = 8  # stepper runners kept (least recently used dropped first)
+_RUNNERS: OrderedDict[str, tuple[Any, dict[str, Any]]] = OrderedDict()  # key -> runner, config
+_CONFIG: dict[str, Any] = {}  # the JAX options as last set by a request
 
 
 def main() -> int:
@@ -46,21 +62,30 @@ def main() -> int:
 
 
 def handle(data: bytes) -> Any:
-    import jax
-
-    from pallaslab.execute.executors import execute_here, prepare
-
     try:
         request = pickle.loads(data)
+    except Exception as err:  # pragma: no cover - the parent sends plain pickles
+        return {"error": f"the request could not be read: {type(err).__name__}: {err}"}
+    kind = request.get("kind", "execute")
+    if kind == "run-program":
+        return run_program(request)
+    try:
         for path in request["sys_path"]:
             if path not in sys.path:
                 sys.path.append(path)
-        for name, value in request["config"].items():
-            jax.config.update(name, value)
+        _set_config(request["config"])
         work = pickle.loads(request["work"])
     except Exception as err:
         return {"error": "the function could not be rebuilt in the executor worker process: "
                          f"{type(err).__name__}: {err}"}
+    if kind == "open-stepper":
+        return open_stepper(work, request["config"])
+    return execute(work)
+
+
+def execute(work: dict[str, Any]) -> Any:
+    from pallaslab.execute.executors import execute_here, prepare
+
     executor = work["executor"]
     try:
         prepared = prepare(work["fn"], work["args"], work["kwargs"])
@@ -70,6 +95,58 @@ def handle(data: bytes) -> Any:
                          f"worker process: {last}"}
     result = execute_here(executor, prepared, math.inf)
     return dataclasses.replace(result, inputs=())  # the parent has them
+
+
+def open_stepper(work: dict[str, Any], config: dict[str, Any]) -> Any:
+    from pallaslab.model import _jax, capture
+
+    try:
+        kernel = capture(work["fn"], *work["args"], **work["kwargs"])[work["kernel"]]
+        if kernel.name != work["name"] or tuple(kernel.grid) != tuple(work["grid"]):
+            return {"error": f"the worker process captured kernel {kernel.name} with grid "
+                             f"{kernel.grid} where this process has {work['name']} with grid "
+                             f"{tuple(work['grid'])}"}
+        runner = _jax.program_runner(kernel)
+    except Exception as err:
+        last = traceback.format_exception_only(err)[-1].strip()
+        return {"error": f"capturing the function failed in the executor worker process: "
+                         f"{last}"}
+    key = work["runner"]
+    _RUNNERS[key] = (runner, dict(config))
+    while len(_RUNNERS) > MAX_RUNNERS:
+        _RUNNERS.popitem(last=False)
+    return {"runner": key}
+
+
+def run_program(request: dict[str, Any]) -> Any:
+    import numpy as np
+
+    found = _RUNNERS.get(request["runner"])
+    if found is None:
+        return {"missing": True}
+    _RUNNERS.move_to_end(request["runner"])
+    runner, config = found
+    try:
+        _set_config(config)
+        outs, scratch = runner.run(request["ids"], request["scalars"], request["blocks"],
+                                   request["scratch"])
+        return {"outputs": [np.asarray(x) for x in outs],
+                "scratch": [np.asarray(x) for x in scratch]}
+    except Exception as err:
+        last = traceback.format_exception_only(err)[-1].strip()
+        return {"error": last}
+
+
+def _set_config(config: dict[str, Any]) -> None:
+    import jax
+
+    for name, value in config.items():
+        if _CONFIG.get(name, _UNSET) != value:
+            jax.config.update(name, value)
+            _CONFIG[name] = value
+
+
+_UNSET = object()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ cloudpickle (functions defined in a notebook or a case file by value), the worke
 and runs them, and sends the `RunResult` back. While it runs, the worker publishes the
 program it is in to a small shared file; at the time limit, or on Ctrl-C, we kill the worker
 and say which program was running. The worker is reused between runs (its JAX stays warm)
-and replaced after a kill.
+and replaced after a kill. The stepper sends its programs to the same worker one at a time
+(`pallaslab.execute.stepper`); executor runs and stepper programs share one wait loop,
+`call_worker`, which polls the worker, the clock and Ctrl-C.
 
 What cannot travel (a function closing over something unpicklable, a lone captured
 `Kernel`) runs in this process instead, where the time limit is checked at each program
@@ -235,6 +237,7 @@ class Exchange:
     reply: Any = None  # the worker's answer, unpickled
     failed: str | None = None  # the worker did not start, died or broke the channel: why
     timed_out: str | None = None  # the time limit passed: what was running then
+    started: bool = True  # False: no worker could be started (`failed` says why)
 
 
 class _Workers:
@@ -258,7 +261,7 @@ class _Workers:
         with self._lock:  # one request at a time per worker
             worker = self._ready_worker()
             if isinstance(worker, str):
-                return Exchange(0.0, failed=worker)
+                return Exchange(0.0, failed=worker, started=False)
             if watch is not None:
                 worker.reset_status()
             started = time.monotonic()

@@ -12,24 +12,50 @@ The single-program function is compiled once (`jax.jit` of the kernel body, taki
 ids, scalar-prefetch values, blocks and scratch). History keeps, per step, only the blocks and
 scratch values that step changed (their previous contents), so `back()` is cheap and memory
 grows with the blocks touched, not with the arrays.
+
+Each program runs in the executor worker process (`pallaslab.execute.isolation`), so a program
+that spins inside a compiled loop can be stopped: at the time limit (`timeout=` seconds per
+program, else $PALLASLAB_TIMEOUT, else 300 s) the worker is killed and `StepTimeLimitError`
+raised; on Ctrl-C it is killed and `KeyboardInterrupt` raised. Either way the stepper stays
+where it was (the program that was stopped left no trace) and the next step opens the runner
+again in a fresh worker. Only `runner.run` travels: this process keeps the arrays, the history
+and the compiled runner it uses for `equations()`. A function that cannot be pickled runs its
+programs in this process instead, and `notes` says the time limit is not enforced there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
+import os
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
-from pallaslab.errors import UnavailableError
+from pallaslab.errors import PallasLabError, UnavailableError
+from pallaslab.execute import isolation
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.executors import prepare
+from pallaslab.execute.executors import Prepared, prepare
 from pallaslab.execute.monitor import Interruptible, progress
 from pallaslab.model import Kernel, _jax, select_kernel
 
 PROGRESS_MIN_STEPS = 64  # loops this long may show a progress bar (after its delay)
+
+
+class StepTimeLimitError(PallasLabError, TimeoutError):
+    """A program did not finish within the stepper's time limit (it was stopped)."""
+
+
+class StepFailedError(PallasLabError, RuntimeError):
+    """A program could not be run: it raised, or the worker process running it died."""
+
+
+class ProgramOutsideGridError(PallasLabError, IndexError):
+    """`goto` was given program ids that are not in the kernel's grid."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +91,9 @@ class Stepper:
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any],
                  kwargs: Mapping[str, Any] | None = None, *, kernel: int | str = 0,
-                 seed: int = DEFAULT_SEED):
+                 seed: int = DEFAULT_SEED, timeout: float | None = None):
+        self.time_limit = isolation.time_limit(timeout)  # seconds per program (inf: none)
+        self.notes: list[str] = []  # how the programs run, when it is not the usual way
         prepared = prepare(fn, args, kwargs, seed=seed)
         self.kernel: Kernel = select_kernel(prepared.capture, kernel)
         self.tiling: Tiling = _tiling_or_raise(self.kernel)
@@ -78,10 +106,31 @@ class Stepper:
                 "that runs zero times, or a mapped region such as shard_map), so it cannot be "
                 "stepped. Step a function that launches it directly.")
         self._runner = _jax.program_runner(self.kernel)
+        self._remote = self._remote_runner(prepared)
         self._ids = self.tiling.program_ids()
         self._init_state(operands)
         self._history: list[_Delta] = []
         self._last: tuple[int, dict[str, ProgramBlocks], tuple[np.ndarray, ...]] | None = None
+
+    def _remote_runner(self, prepared: Prepared) -> _RemoteRunner | None:
+        """The runner in the worker process (opened on first use), or None, with a note,
+        when the function cannot travel there."""
+        key = f"{os.getpid()}-{next(_KEYS)}"
+        try:
+            request = isolation.encode_request(
+                {"fn": prepared.fn, "args": prepared.args, "kwargs": prepared.kwargs,
+                 "kernel": self.kernel.index, "runner": key, "name": self.kernel.name,
+                 "grid": tuple(self.kernel.grid)}, kind="open-stepper")
+        except Exception as err:
+            self._run_here(isolation.why_not_sent(err))
+            return None
+        return _RemoteRunner(request, key, self.kernel.name)
+
+    def _run_here(self, why: str) -> None:
+        self._remote = None
+        self.notes.append(f"programs run in this process ({why}): the time limit of "
+                          f"{self.time_limit:g} s is not enforced for a single program, and "
+                          "only a restart of the Python kernel stops one that never ends")
 
     # -- state ----------------------------------------------------------------------------
 
@@ -166,9 +215,10 @@ class Stepper:
         self._last = None
         return self.program
 
-    def goto(self, program_ids: Sequence[int]) -> tuple[int, ...] | None:
-        """Run or undo programs until `program_ids` is the last program run."""
-        target = self.tiling.step_of(tuple(int(i) for i in program_ids)) + 1
+    def goto(self, program_ids: Sequence[int] | int) -> tuple[int, ...] | None:
+        """Run or undo programs until `program_ids` is the last program run (an int for a
+        1-D grid)."""
+        target = self._step_of(program_ids) + 1
         if target < self.position:
             return self.back(self.position - target)
         return self.step(target - self.position)
@@ -181,6 +231,23 @@ class Stepper:
 
     def reset(self) -> None:
         self.back(self.position)
+
+    def _step_of(self, program_ids: Sequence[int] | int) -> int:
+        grid = tuple(self.tiling.grid)
+        try:
+            ids = (operator.index(program_ids),) if not isinstance(program_ids, Sequence) \
+                else tuple(operator.index(i) for i in program_ids)
+        except TypeError:
+            ids = None
+        if ids is None or len(ids) != len(grid):
+            example = (f"goto({grid[0] - 1})" if len(grid) == 1 else
+                       f"goto({tuple(g - 1 for g in grid)})")
+            raise ProgramOutsideGridError(
+                f"goto({program_ids!r}): kernel {self.kernel.name} has the {len(grid)}-D grid "
+                f"{grid}; give one program id per grid dimension, e.g. {example}")
+        if not all(0 <= i < g for i, g in zip(ids, grid, strict=True)):
+            raise ProgramOutsideGridError(f"program {ids} is outside the grid {grid}")
+        return self.tiling.step_of(ids)
 
     def _loop(self, n: int, stop: Callable[[], bool]) -> bool:
         bar = progress(n, f"stepping {self.kernel.name}") if n >= PROGRESS_MIN_STEPS else None
@@ -206,7 +273,7 @@ class Stepper:
         regions = [self._region(j, step) for j in range(len(self._arrays))]
         read = [self._arrays[j][regions[j]].copy() for j in range(len(self._arrays))]
         blocks = tuple(_squeeze(b, r.squeezed[j]) for j, b in enumerate(read))
-        outs, scratch = r.run(self._ids[step], self._scalars, blocks, self._scratch)
+        outs, scratch = self._run_program(step, blocks)
         changed = []
         written = []
         for j, (old, new) in enumerate(zip(read, outs, strict=True)):
@@ -227,6 +294,32 @@ class Stepper:
                               self.tiling.operands[origin].block_indices[step]),
                 tuple(int(s) for s in self._starts[j][step]), read[j], written[j])
             for j, origin in enumerate(self._origins)}, before)
+
+    def _run_program(self, step: int, blocks: tuple[np.ndarray, ...]
+                     ) -> tuple[Sequence[Any], Sequence[Any]]:
+        ids = self._ids[step]
+        remote = self._remote
+        if remote is not None:
+            try:
+                return remote.run(self.tiling.program_at(step), ids, self._scalars, blocks,
+                                  self._scratch, self.time_limit, self._stop_after)
+            except _CannotOpen as err:
+                self._run_here(str(err))
+        return self._runner.run(ids, self._scalars, blocks, self._scratch)
+
+    def _stop_after(self, program: tuple[int, ...], seconds: float | None) -> str:
+        """What is said when `program` is stopped (`seconds` None: by its time limit)."""
+        before = self.program
+        where = ("before any program" if before is None else f"after program {before}")
+        if seconds is not None:
+            return (f"stepping {self.kernel.name} interrupted while running program {program} "
+                    f"of {self.kernel.name} after {seconds:.1f} s (the stepper stays {where})")
+        return (f"stepping {self.kernel.name}: program {program} did not finish within the "
+                f"time limit of {self.time_limit:g} s and was stopped (its worker process was "
+                f"killed); the stepper stays {where}. A program that never ends often loops on "
+                "a condition that never turns false; if it just needs longer, raise the limit "
+                "with pallaslab.step(..., timeout=SECONDS) or $PALLASLAB_TIMEOUT "
+                "(math.inf for none).")
 
     # -- what the user looks at --------------------------------------------------------------
 
@@ -260,10 +353,25 @@ class Stepper:
         if not self._history:
             raise IndexError("no program has run yet: call step() first")
         if self._last is None or self._last[0] != self.position - 1:
-            self.back(1)  # re-run the last program to recover what it read
-            self._run_one()
+            self._rerun_last()
         assert self._last is not None
         return self._last
+
+    def _rerun_last(self) -> None:
+        """Re-run the last program to recover what it read; if that fails (a time limit,
+        Ctrl-C), the stepper is left exactly as it was."""
+        delta = self._history[-1]
+        after = [(j, region, self._arrays[j][region].copy()) for j, region, _ in delta.blocks]
+        scratch_after = self._scratch
+        self.back(1)
+        try:
+            self._run_one()
+        except BaseException:
+            for j, region, new in after:
+                self._arrays[j][region] = new
+            self._scratch = scratch_after
+            self._history.append(delta)
+            raise
 
     def _unpadded(self, j: int) -> np.ndarray:
         x = self._arrays[j]
@@ -301,7 +409,78 @@ def _tiling_or_raise(kernel: Kernel) -> Tiling:
     return t
 
 
+_KEYS = itertools.count()
+
+
+class _CannotOpen(Exception):
+    """The runner cannot be opened in the worker process (the message says why)."""
+
+
+class _RemoteRunner:
+    """A kernel's one-program runner in the worker process (`ProgramRunner.run` there).
+
+    The worker keeps it under a key; a worker started later (after a kill) does not have it
+    and says so, and the runner is opened again there before the program runs."""
+
+    def __init__(self, open_request: bytes, key: str, name: str):
+        self.open_request = open_request
+        self.key = key
+        self.name = name
+
+    def run(self, program: tuple[int, ...], ids: np.ndarray, scalars: Sequence[np.ndarray],
+            blocks: Sequence[np.ndarray], scratch: Sequence[np.ndarray], limit: float,
+            message: Callable[[tuple[int, ...], float | None], str]
+            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        request = pickle.dumps({"kind": "run-program", "runner": self.key, "ids": ids,
+                                "scalars": tuple(scalars), "blocks": tuple(blocks),
+                                "scratch": tuple(scratch)}, protocol=pickle.HIGHEST_PROTOCOL)
+        for _ in range(2):
+            reply = self._call(request, program, limit, message)
+            if "missing" not in reply:
+                break
+            self._open(program, limit, message)
+        if "error" in reply:
+            raise StepFailedError(f"stepping {self.name}: program {program} failed: "
+                                  f"{reply['error']}")
+        return reply["outputs"], reply["scratch"]
+
+    def _open(self, program: tuple[int, ...], limit: float,
+              message: Callable[[tuple[int, ...], float | None], str]) -> None:
+        try:
+            reply = self._call(self.open_request, program, limit, message, opening=True)
+        except StepFailedError as err:
+            raise _CannotOpen(str(err)) from None
+        if "error" in reply:
+            raise _CannotOpen(f"the worker process could not open it: {reply['error']}")
+
+    def _call(self, request: bytes, program: tuple[int, ...], limit: float,
+              message: Callable[[tuple[int, ...], float | None], str],
+              opening: bool = False) -> dict[str, Any]:
+        with Interruptible() as flag:
+            done = isolation.call_worker(
+                request, limit, label=f"stepping {self.name}",
+                running=lambda count, where: f"program {program}",
+                interrupted=lambda seconds, what: message(program, seconds),
+                cancelled=lambda: flag.cancelled)
+        if not done.started:
+            raise _CannotOpen(done.failed or "no worker process")
+        if done.failed is not None:
+            raise StepFailedError(f"stepping {self.name}: program {program} could not run: "
+                                  f"{done.failed}")
+        if done.timed_out is not None:
+            what = message(program, None)
+            if opening:
+                what = (f"stepping {self.name}: capturing the function in the worker process "
+                        f"(to run program {program}) took longer than the time limit of "
+                        f"{limit:g} s; raise it with pallaslab.step(..., timeout=SECONDS)")
+            raise StepTimeLimitError(what)
+        reply = done.reply
+        assert isinstance(reply, dict)
+        return reply
+
+
 def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
-         seed: int = DEFAULT_SEED, **kwargs: Any) -> Stepper:
-    """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet."""
-    return Stepper(fn, args, kwargs, kernel=kernel, seed=seed)
+         seed: int = DEFAULT_SEED, timeout: float | None = None, **kwargs: Any) -> Stepper:
+    """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet. Each program
+    runs within `timeout` seconds (default $PALLASLAB_TIMEOUT, else 300 s)."""
+    return Stepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)
