@@ -509,15 +509,19 @@ def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None =
 
 def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any, executor: str | Executor =
         "interpret", reference: Callable[..., Any] | None = None, seed: int = DEFAULT_SEED,
-        **kwargs: Any) -> RunResult:
+        timeout: float | None = None, **kwargs: Any) -> RunResult:
     """Run `fn(*args, **kwargs)` (or a captured `Kernel` on its operands) with one executor.
 
-    Abstract arguments get seeded random data (see `pallaslab.execute.data`). An executor
-    that cannot run here returns a result with `unavailable` set; `device` raises
-    `UnavailableError` only when asked for explicitly through `require_device()`.
+    Abstract arguments get seeded random data (see `pallaslab.execute.data`). The result's
+    `status` says whether it ran, was unavailable here, failed, or was stopped by the time
+    limit (`timeout` seconds; see `pallaslab.execute.isolation`); nothing the kernel does
+    wrong raises.
     """
-    return run_with(get_executor(executor, reference=reference), kernel_or_fn, args, kwargs,
-                    seed=seed)
+    from pallaslab.execute.isolation import time_limit
+
+    chosen = get_executor(executor, reference=reference)
+    time_limit(timeout)  # a bad limit is an error before anything runs
+    return run_with(chosen, kernel_or_fn, args, kwargs, seed=seed, timeout=timeout)
 
 
 def require_device() -> Any:
