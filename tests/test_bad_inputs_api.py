@@ -237,3 +237,24 @@ def test_one_dimensional_goto_takes_an_int():
     st = pallaslab.step(bk.copy, X)
     assert st.goto(1) == (1,)
     assert st.goto((3,)) == (3,)
+
+
+def test_ctrl_c_stops_a_spinning_run_and_names_what_was_running():
+    import faulthandler
+    import os
+    import signal
+    import threading
+
+    faulthandler.dump_traceback_later(240, exit=True)  # a hang fails the test, not the suite
+    timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt) as info:
+            pallaslab.compare(bk.spins_in_program_1, X, executors="interpret,reference",
+                              reference=lambda x: x, timeout=200)
+    finally:
+        timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
+    assert re.search(r"interpret run interrupted after [\d.]+ s, while running program \(1,\) "
+                     r"of _spin_kernel", str(info.value)), str(info.value)
+    assert pallaslab.run(bk.copy, X).status == "ran"  # and the process goes on
