@@ -17,6 +17,7 @@ from pallaslab.analysis import chips as chip_facts
 from pallaslab.analysis.findings import Finding
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Capture, Kernel, capture, select_kernel
+from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views.base import View, html_fragment
 from pallaslab.views.context import KernelContext
@@ -99,7 +100,7 @@ class Workbench:
             return view
         if not t.available(ctx):
             raise WorkbenchError(f"the {t.title} view is not available for kernel "
-                                 f"{ctx.kernel.name!r}{_why(ctx)}")
+                                 f"{visible(repr(ctx.kernel.name))}{_why(ctx, t)}")
         return _cached_view(self, t.name, index)
 
     def grid(self, kernel: int | str = 0) -> View:
@@ -129,8 +130,8 @@ class Workbench:
         return "\n\n".join(parts)
 
     def __repr__(self) -> str:
-        names = ", ".join(k.name for k in self.kernels)
-        return (f"<Workbench {self.capture.function_name}: {len(self.contexts)} kernel(s) "
+        names = ", ".join(visible(k.name) for k in self.kernels)
+        return (f"<Workbench {visible(self.capture.function_name)}: {len(self.contexts)} kernel(s) "
                 f"[{names}], {len(self.findings)} finding(s)>")
 
     def to_html(self) -> str:
@@ -215,11 +216,44 @@ def _header_html(ctx: KernelContext) -> str:
             f"{len(ctx.findings)} finding(s) · </span>{status}")
 
 
-def _why(ctx: KernelContext) -> str:
+def _why(ctx: KernelContext, t: Tab) -> str:
+    reason = unavailable_reason(ctx, t)
+    return f": {reason}" if reason else ""
+
+
+def unavailable_reason(ctx: KernelContext, t: Tab) -> str | None:
+    """Why tab `t` is not available for a kernel, in the tab's own terms (None: no known
+    reason). Each tab has its own condition (`Tab.available`); this names it."""
+    from pallaslab.analysis.occupancy import applies
     from pallaslab.analysis.tiling import tiling_unavailable_reason
 
-    reason = tiling_unavailable_reason(ctx.kernel)
-    return f": {reason}" if reason else ""
+    k = ctx.kernel
+    if t.name == "compare":
+        return ("no comparison has been run for it: wb.compare(executors=\"interpret,reference\""
+                ", reference=my_ref) runs one (or `%%pallas --compare interpret,reference=my_ref`)")
+    if t.name == "lowering":
+        return "the capture holds no handle to lower the kernel again"
+    if t.name not in ("grid", "memory", "pipeline", "step"):
+        return None  # a tab registered elsewhere: its own condition, unknown here
+    if k.kind != "pallas_call":
+        return tiling_unavailable_reason(k)  # mesh kernels have no BlockSpecs to tile
+    backend = visible(str(k.backend))
+    if t.name == "memory":
+        return None if applies(k) or k.backend == "triton" else (
+            f"it is a {backend} kernel: the Memory view shows TPU VMEM/SMEM occupancy and "
+            "Triton resources")
+    if t.name == "pipeline" and not applies(k):
+        return f"it is a {backend} kernel: the Pipeline view models the TPU software pipeline"
+    if t.name == "step":
+        from pallaslab.views.step import LOOP_CONTEXTS
+
+        if ctx.capture is None:
+            return "the kernel was shown without its capture, so there is no call to run"
+        loops = [c for c in k.context if any(loop in c.lower() for loop in LOOP_CONTEXTS)]
+        if loops and tiling_unavailable_reason(k) is None:
+            return (f"it runs inside {visible(' > '.join(k.context))}, where the call may not "
+                    "launch it once: step its first launch with pallaslab.step(fn, *args)")
+    return tiling_unavailable_reason(k)
 
 
 def _tab_name(name: str) -> str:

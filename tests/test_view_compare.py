@@ -156,3 +156,176 @@ def test_opening_a_program_steps_to_it_and_selects_it_in_the_grid(wrong):
     blocks = step.stepper.blocks()
     np.testing.assert_array_equal(blocks["outputs"].written, 2 * x[192:])
     assert blocks["args[0]"].block_index == (3, 0)
+
+
+# --- honest verdicts: each executor's status, the verdict line, the runs' findings ----------
+
+TIMED_OUT = ("reference stopped by its time limit of 5 s, while running program (2,) of "
+             "scale_kernel after 5.0 s")
+
+
+def _variant(comparison, *, results=None, pairs_close=None):
+    """`comparison` with some run results replaced (and, when fewer than two ran, no pairs)."""
+    import dataclasses
+
+    from pallaslab.execute import Comparison
+
+    results = tuple(results or comparison.results)
+    ran = [r for r in results if r.status == "ran"]
+    outputs = comparison.outputs
+    if len(ran) < 2:
+        outputs = tuple(dataclasses.replace(o, pairs=()) for o in outputs)
+    elif pairs_close:
+        outputs = tuple(dataclasses.replace(o, pairs=tuple(
+            dataclasses.replace(p, allclose=True, mismatched_elements=0, mismatched_blocks=(),
+                                programs=(), mismatch=np.zeros_like(p.mismatch))
+            for p in o.pairs)) for o in outputs)
+    return Comparison(comparison.executors, results, outputs, comparison.kernels)
+
+
+@pytest.fixture(scope="module")
+def timed_out(wrong):
+    import dataclasses
+
+    _, view, _ = wrong
+    c = view.comparison
+    ref = dataclasses.replace(c.result("reference"), outputs=None, timed_out=TIMED_OUT,
+                              notes=("ran in a worker process, killed at the limit",))
+    return _variant(c, results=(c.result("interpret"), ref))
+
+
+def _view_of(wb, comparison):
+    from pallaslab.views.compare import CompareView
+
+    return CompareView(wb.context(0), comparison)
+
+
+def test_an_incomplete_comparison_says_incomplete_and_why_never_mismatch(wrong, timed_out):
+    wb, _, _ = wrong
+    view = _view_of(wb, timed_out)
+    assert not timed_out.complete and not timed_out.allclose
+    text = view.to_text()
+    head = text.splitlines()[0]
+    assert head.startswith("Compare interpret, reference for kernel 0 scale_kernel: "
+                           "INCOMPLETE: only 1 of 2 executor(s) ran")
+    assert "MISMATCH" not in text
+    assert "    interpret: ran in " in text
+    assert f"    reference: timed-out: {TIMED_OUT}" in text
+    assert "      note: ran in a worker process, killed at the limit" in text
+    assert "nothing compared: fewer than two executors ran" in text
+    html = view.to_html()
+    assert 'data-outcome="incomplete"' in html and "INCOMPLETE: only 1 of 2" in html
+    assert "mismatch</span>" not in html
+    assert "<td>reference</td><td>timed-out</td><td>-</td>" in html.replace(' class="num"', "")
+    assert TIMED_OUT in html
+    p = view.payload()
+    assert (p["complete"], p["allclose"], p["passed"], p["outcome"]) == (
+        False, False, False, "incomplete")
+    assert p["verdict"] == timed_out.verdict()
+    runs = {r["executor"]: r for r in p["runs"]}
+    assert runs["reference"]["status"] == "timed-out"
+    assert runs["reference"]["reason"] == runs["reference"]["timed_out"] == TIMED_OUT
+    assert runs["reference"]["notes"] == ["ran in a worker process, killed at the limit"]
+    assert runs["interpret"]["status"] == "ran" and runs["interpret"]["reason"] is None
+
+
+def test_an_unavailable_executor_is_named_with_its_reason(wrong):
+    import dataclasses
+
+    wb, view, _ = wrong
+    c = view.comparison
+    why = "no TPU or GPU is attached (jax.devices() lists only cpu)"
+    dev = dataclasses.replace(c.result("reference"), executor="device", outputs=None,
+                              unavailable=why)
+    c2 = _variant(c, results=(c.result("interpret"), dev))
+    v = _view_of(wb, c2)
+    assert f"    device: unavailable: {why}" in v.to_text()
+    assert "<td>device</td><td>unavailable</td>" in v.to_html()
+    assert {r["executor"]: r["status"] for r in v.payload()["runs"]} == {
+        "interpret": "ran", "device": "unavailable"}
+
+
+def test_run_findings_are_shown_and_all_close_with_errors_is_not_a_pass(wrong):
+    import dataclasses
+
+    from pallaslab.analysis.findings import Finding
+
+    wb, view, _ = wrong
+    c = view.comparison
+    unwritten = Finding("unwritten-output", "error",
+                        "outputs: 1,024 element(s) were written by no program (block (3, 0))",
+                        operand="outputs", programs=(), blocks=((3, 0),))
+    race = Finding("data-race", "error", "programs (0,) and (1,) write outputs block (0, 0)",
+                   operand="outputs", programs=((0,), (1,)))
+    interp = dataclasses.replace(c.result("interpret"), findings=(unwritten, race))
+    c2 = _variant(c, results=(interp, c.result("reference")), pairs_close=True)
+    assert c2.allclose and not c2.passed
+    v = _view_of(wb, c2)
+    text = v.to_text()
+    assert text.splitlines()[0].endswith(
+        ": all close, but the runs found errors: data-race, unwritten-output")
+    assert ("    interpret: error unwritten-output (outputs): outputs: 1,024 element(s) were "
+            "written by no program (block (3, 0))") in text
+    assert "interpret: error data-race (outputs)" in text
+    html = v.to_html()
+    assert 'data-outcome="errors"' in html and "<code>unwritten-output</code>" in html
+    assert "<code>data-race</code>" in html
+    p = v.payload()
+    assert (p["allclose"], p["passed"], p["outcome"]) == (True, False, "errors")
+    assert [(f["executor"], f["code"], f["operand"]) for f in p["findings"]] == [
+        ("interpret", "unwritten-output", "outputs"), ("interpret", "data-race", "outputs")]
+    assert p["findings"][1]["programs"] == [[0], [1]]
+
+
+def test_a_mismatch_and_a_pass_keep_their_verdicts(wrong):
+    wb, view, _ = wrong
+    p = view.payload()
+    assert (p["outcome"], p["verdict"], p["complete"]) == ("mismatch", "MISMATCH", True)
+    assert 'data-outcome="mismatch"' in view.to_html()
+    ok = _view_of(wb, _variant(view.comparison, pairs_close=True))
+    assert ok.payload()["outcome"] == "pass"
+    assert ok.to_text().splitlines()[0].endswith(": all close")
+    assert '<span class="pl-ok pl-cmp-verdict" data-outcome="pass">all close</span>' in \
+        ok.to_html()
+
+
+def test_verdict_strings_in_the_payload_are_shown_visibly(wrong, timed_out):
+    import dataclasses
+
+    wb, _, _ = wrong
+    bidi = "stopped \u202eevil\x1b[2J"
+    ref = dataclasses.replace(timed_out.result("reference"), timed_out=bidi, notes=(bidi,))
+    c2 = _variant(timed_out, results=(timed_out.result("interpret"), ref))
+    v = _view_of(wb, c2)
+    p = v.payload()
+    runs = {r["executor"]: r for r in p["runs"]}
+    for s in (runs["reference"]["reason"], runs["reference"]["notes"][0], p["verdict"]):
+        assert "\u202e" not in s and "\x1b" not in s and "<U+202E>" in s
+    assert "\u202e" not in v.to_text() and "\u202e" not in v.to_html()
+
+
+def test_timeout_reaches_the_comparison(monkeypatch):
+    import inspect
+
+    import pallaslab.execute as execute
+
+    for fn in (attach_comparison, compare_workbench):
+        assert inspect.signature(fn).parameters["timeout"].default is None
+    seen = []
+    real = execute.compare
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("timeout"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(execute, "compare", spy)
+    fn, args = CATALOG["elementwise_2d_add"].case()
+    wb = pallaslab.inspect(fn, *args)
+    view = compare_workbench(wb, executors="interpret,reference",
+                             reference=lambda x, y: x + y, timeout=120)
+    assert seen == [120] and view.comparison.complete
+    attach_comparison(wb, executors=("interpret", "reference"),
+                      reference=lambda x, y: x + y, timeout=60.5)
+    wb.view("compare", executors=("interpret", "reference"), reference=lambda x, y: x + y,
+            timeout=30)
+    assert seen == [120, 60.5, 30]

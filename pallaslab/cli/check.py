@@ -49,10 +49,12 @@ class KernelVerdict:
     target: str | None
     errors: int  # error findings + a failed lowering
     problems: tuple[Problem, ...]  # what is shown (errors; also warnings with --warnings)
+    warnings: tuple[str, ...] = ()  # the codes of every warning (findings and lowering)
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "index": self.index, "name": self.name,
                 "target": self.target, "ok": not self.errors, "errors": self.errors,
+                "warnings": list(self.warnings),
                 "problems": [dataclasses.asdict(p) for p in self.problems]}
 
 
@@ -118,14 +120,16 @@ def _check(spec: str, cap: Capture, target: str | None, args: argparse.Namespace
     for insp in inspect_capture(cap, backend=backend, chips=chips):
         problems = [Problem(f.severity, f.code, f.message) for f in insp.findings
                     if args.warnings or f.severity == "error"]
+        warnings = [f.code for f in insp.findings if f.severity == "warning"]
         failed = len(insp.errors)
         if lowered is not None:
             kl = lowered[insp.kernel.index]
             problems += [Problem(d.severity, d.code, d.message) for d in kl.diagnostics
                          if args.warnings or d.severity == "error"]
+            warnings += [d.code for d in kl.diagnostics if d.severity == "warning"]
             failed += 0 if kl.ok else max(1, len(kl.errors))
         verdicts.append(KernelVerdict(spec, insp.kernel.index, insp.kernel.name, target,
-                                      failed, tuple(problems)))
+                                      failed, tuple(problems), tuple(warnings)))
     return verdicts
 
 
@@ -135,10 +139,17 @@ def _render(verdicts: list[KernelVerdict]) -> None:
         label = f"{safe(v.case)} [{v.index}] {safe(v.name)}"
         if v.target:
             label += f" on {v.target}"
-        out.print(f"{'[bold red]FAIL[/]' if v.errors else '[green]ok[/]'}  {label}")
+        counted = f" ({len(v.warnings)} warning(s))" if v.warnings else ""
+        verdict = "[bold red]FAIL[/]" if v.errors else f"[green]ok[/]{counted}"
+        out.print(f"{verdict}  {label}")
         for p in v.problems:
             out.print(f"      [{SEVERITY_STYLE.get(p.severity, 'cyan')}]{safe(p.code)}[/]: "
                       f"{safe(p.message)}")
+        listed = {p.code for p in v.problems if p.severity == "warning"}
+        unlisted = [c for c in dict.fromkeys(v.warnings) if c not in listed]
+        if unlisted:  # without --warnings: the codes on one line, so an "ok" is not silent
+            out.print(f"      [yellow]warnings[/]: {safe(', '.join(unlisted))} "
+                      "[dim](--warnings shows them)[/]")
 
 
 def _lower(cap: Capture, target: str, compile: bool):

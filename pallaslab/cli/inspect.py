@@ -50,7 +50,8 @@ def render(insp: KernelInspection, out) -> None:
     context = f"  [dim]inside {safe(' > '.join(data['context']))}[/]" if data["context"] else ""
     out.print(f"[bold]kernel {insp.kernel.index}: {safe(data['name'])}[/]  "
               f"[dim]{safe(where)}[/]{context}")
-    out.print(f"  grid {grid} = {data['programs'] or '?'} programs   semantics: {semantics}   "
+    programs = "?" if data["programs"] is None else f"{data['programs']:,}"
+    out.print(f"  grid {grid} = {programs} programs   semantics: {semantics}   "
               f"backend: {data['backend'] or 'unspecified'}")
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for col in ("operand", "role", "shape", "dtype", "block", "memory", "bufs", "fetches",

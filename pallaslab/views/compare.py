@@ -5,7 +5,11 @@ and per pair of executors: the error |a - b| over the array as a heatmap (float3
 arrays of more than two dimensions are reduced to their last two by max; past `HEAT_SIDE` cells
 a side each cell is the max over its elements), the mismatch mask (uint8 buffer, same cells),
 the block boundaries, and every mismatched block with the grid programs that wrote it. A table
-gives max abs/rel error, ULP distance and allclose per pair.
+gives max abs/rel error, ULP distance and allclose per pair. Above it, the comparison's own
+verdict (`Comparison.verdict()`: all close / MISMATCH / errors found / INCOMPLETE when fewer
+than two executors ran, never a mismatch or a pass), each executor's status (ran /
+unavailable / failed / timed-out, with the reason and the run's notes) and what the runs found
+(`unwritten-output`, `data-race`, `debug-check-failed`, ...).
 
 The live widget sets `selection = {"action": "open", "program": [...], "nonce": ...}` when the
 user opens a program: `CompareView.open` runs the kernel's stepper to that program (the Step
@@ -89,6 +93,19 @@ class CompareRun(TypedDict):
     wall_time: float
     error: str | None
     unavailable: str | None
+    status: str  # "ran", "unavailable", "failed" or "timed-out"
+    reason: str | None  # why it did not run (None when it ran)
+    timed_out: str | None  # what was running when the time limit stopped it
+    notes: list[str]  # how it ran, e.g. "in-process: the time limit is soft"
+
+
+class CompareFinding(TypedDict):
+    executor: str  # the run that reported it
+    code: str  # e.g. "unwritten-output", "data-race", "debug-check-failed"
+    severity: str
+    message: str
+    operand: str | None
+    programs: list[list[int]]
 
 
 class ComparePayload(TypedDict):
@@ -99,7 +116,12 @@ class ComparePayload(TypedDict):
     programs: int
     executors: list[str]
     runs: list[CompareRun]
-    allclose: bool
+    allclose: bool  # complete and every pair agrees (False when incomplete)
+    complete: bool  # at least two executors ran
+    passed: bool  # all close and no run reported an error finding
+    outcome: str  # "pass", "mismatch", "errors" or "incomplete"
+    verdict: str  # Comparison.verdict(): one line, why when not a pass
+    findings: list[CompareFinding]  # what the runs found (races, unwritten output, ...)
     outputs: list[CompareOutput]
     selected: list[int]  # [output, pair] shown first: the first pair with a mismatch
     opened: list[int] | None  # the program last opened in the stepper
@@ -131,10 +153,35 @@ def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | Non
         programs=tiling.programs if tiling is not None else 0,
         executors=list(comparison.executors),
         runs=[CompareRun(executor=r.executor, ok=r.ok, wall_time=float(r.wall_time),
-                         error=r.error, unavailable=r.unavailable) for r in comparison.results],
-        allclose=comparison.allclose, outputs=outputs, selected=selected or [0, 0],
+                         error=r.error, unavailable=r.unavailable, status=r.status,
+                         reason=r.reason, timed_out=r.timed_out, notes=list(r.notes))
+              for r in comparison.results],
+        allclose=comparison.allclose, complete=comparison.complete, passed=comparison.passed,
+        outcome=outcome(comparison), verdict=comparison.verdict(),
+        findings=[CompareFinding(executor=r.executor, code=f.code, severity=f.severity,
+                                 message=f.message, operand=f.operand,
+                                 programs=[list(q) for q in f.programs])
+                  for r in comparison.results for f in r.findings],
+        outputs=outputs, selected=selected or [0, 0],
         opened=list(opened) if opened is not None else None, interactive=interactive,
         revision=revision, error=error, tables=[memoryview(t) for t in tables]))
+
+
+def outcome(comparison: Comparison) -> str:
+    """The verdict's kind: "incomplete" (fewer than two executors ran), "mismatch", "errors"
+    (all close, but a run found an error such as a race or unwritten output) or "pass"."""
+    if not comparison.complete:
+        return "incomplete"
+    if not comparison.allclose:
+        return "mismatch"
+    return "pass" if comparison.passed else "errors"
+
+
+def run_status(r: Any) -> str:
+    """One executor's status as text: "ran in 0.12 s" or "timed-out: why"."""
+    if r.status == "ran":
+        return f"ran in {r.wall_time:.3g} s"
+    return f"{r.status}: {r.reason}"
 
 
 def _output_tiling(comparison: Comparison, out: OutputComparison, info: Any,
@@ -234,32 +281,36 @@ def _num(x: float | None) -> str:
 
 
 def attach_comparison(wb: Any, comparison: Comparison | None = None, *,
-                      executors: Sequence[str] | None = None,
+                      executors: Sequence[str] | str | None = None,
                       reference: Callable[..., Any] | None = None, call: Call | None = None,
-                      **options: Any) -> Comparison:
+                      timeout: float | None = None, **options: Any) -> Comparison:
     """Compare the workbench's call under `executors` (or attach a ready `comparison`): its
     Compare tab shows it and its Step tab can run to the mismatches. `call` is the user's own
-    `(fn, args, kwargs)` when known (the magic); else the captured function is re-run."""
+    `(fn, args, kwargs)` when known (the magic); else the captured function is re-run. Each
+    run has a time limit of `timeout` seconds (None: the default, see
+    `pallaslab.execute.isolation`)."""
     from pallaslab.views.session import attach_workbench
 
     s = attach_workbench(wb)
     if call is not None:
         s.call = call
-    return _set_comparison(s, comparison, executors=executors, reference=reference, **options)
+    return _set_comparison(s, comparison, executors=executors, reference=reference,
+                           timeout=timeout, **options)
 
 
 def _set_comparison(s: Session, comparison: Comparison | None = None, *,
-                    executors: Sequence[str] | None = None,
-                    reference: Callable[..., Any] | None = None, **options: Any
-                    ) -> Comparison:
+                    executors: Sequence[str] | str | None = None,
+                    reference: Callable[..., Any] | None = None,
+                    timeout: float | None = None, **options: Any) -> Comparison:
     from pallaslab.execute import compare
 
     if comparison is None:
         fn, args, kwargs = s.call_args()
-        chosen = tuple(executors or (("interpret", "reference") if reference is not None
-                                     else ("interpret", "tpu-interpret")))
-        comparison = compare(fn, *args, executors=chosen, reference=reference, **options,
-                             **kwargs)
+        chosen: Sequence[str] | str = executors or (
+            ("interpret", "reference") if reference is not None
+            else ("interpret", "tpu-interpret"))
+        comparison = compare(fn, *args, executors=chosen, reference=reference, timeout=timeout,
+                             **options, **kwargs)
     s.comparison = comparison
     for view in (*s.compare_views.values(), *s.step_views.values()):
         view._refresh()
@@ -283,12 +334,12 @@ def user_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, 
     return None
 
 
-def compare_workbench(wb: Any, executors: Sequence[str] | None = None,
+def compare_workbench(wb: Any, executors: Sequence[str] | str | None = None,
                       reference: Callable[..., Any] | None = None, kernel: int | str = 0,
-                      **options: Any) -> View:
+                      timeout: float | None = None, **options: Any) -> View:
     """`wb.compare(executors=..., reference=...)`: run the comparison, return the Compare view
-    of one kernel (options: `rtol`, `atol`, `seed`)."""
-    attach_comparison(wb, executors=executors, reference=reference, **options)
+    of one kernel (options: `rtol`, `atol`, `seed`, `equal_nan`; `timeout` seconds per run)."""
+    attach_comparison(wb, executors=executors, reference=reference, timeout=timeout, **options)
     view: View = wb.view("compare", kernel)
     return view
 
@@ -356,10 +407,17 @@ class CompareView(InteractiveView):
     def to_text(self) -> str:
         c = self.comparison
         lines = [f"Compare {', '.join(c.executors)} for kernel {self.ctx.kernel.index} "
-                 f"{self.ctx.kernel.name}: {'all close' if c.allclose else 'MISMATCH'}"]
+                 f"{self.ctx.kernel.name}: {c.verdict()}", "  executors:"]
         for r in c.results:
-            if not r.ok:
-                lines.append(f"  {r.executor}: {r.unavailable or r.error}")
+            lines.append(f"    {r.executor}: {run_status(r)}")
+            lines += [f"      note: {n}" for n in r.notes]
+        if c.findings:
+            lines.append("  findings of the runs:")
+            lines += [f"    {r.executor}: {f.severity} {f.code}"
+                      + (f" ({f.operand})" if f.operand else "") + f": {f.message}"
+                      for r in c.results for f in r.findings]
+        if not c.complete:
+            lines.append("  nothing compared: fewer than two executors ran")
         for out in c.outputs:
             lines.append(f"  {out.origin} {out.dtype}{list(out.shape)}"
                          + (f" blocks {list(out.block_shape)}" if out.block_shape else ""))
@@ -380,14 +438,26 @@ class CompareView(InteractiveView):
     def to_html(self) -> str:
         c = self.comparison
         k = self.ctx.kernel
-        verdict = ('<span class="pl-ok">all close</span>' if c.allclose
-                   else '<span class="pl-cmp-bad">mismatch</span>')
+        kind = outcome(c)
+        verdict = (f'<span class="{"pl-ok" if kind == "pass" else "pl-cmp-bad"} pl-cmp-verdict" '
+                   f'data-outcome="{kind}">{esc(c.verdict())}</span>')
         parts = [f'<h3 class="pl-title">Compare <code>{esc(k.name)}</code> '
                  f'<span class="pl-dim">{esc(", ".join(c.executors))}</span> {verdict}</h3>']
-        failed = [r for r in c.results if not r.ok]
-        if failed:
-            parts.append("".join(f'<p class="pl-finding pl-warning">{esc(r.executor)}: '
-                                 f"{esc(r.unavailable or r.error)}</p>" for r in failed))
+        parts.append(_html.table(
+            ("executor", "status", "time (s)", "reason / notes"),
+            [(r.executor, r.status, f"{r.wall_time:.3g}" if r.status == "ran" else "-",
+              "; ".join([r.reason or "", *r.notes]).strip("; ") or "-") for r in c.results],
+            numeric=(2,)).replace('class="pl-table"', 'class="pl-table pl-cmp-runs"', 1))
+        if c.findings:
+            parts.append('<h4 class="pl-cmp-h">Findings of the runs</h4><ul class="pl-findings">'
+                         + "".join(
+                             f'<li class="pl-finding pl-{esc(f.severity)}"><span class="pl-badge">'
+                             f'{esc(f.severity)}</span> <code>{esc(f.code)}</code> '
+                             f'<span class="pl-dim">{esc(r.executor)}</span> {esc(f.message)}</li>'
+                             for r in c.results for f in r.findings) + "</ul>")
+        if not c.complete:
+            parts.append('<p class="pl-finding pl-warning">Nothing compared: fewer than two '
+                         "executors ran.</p>")
         rows = []
         blocks = []
         for out in c.outputs:
@@ -459,14 +529,16 @@ def _available(ctx: KernelContext) -> bool:
     return ctx.capture is not None and session(ctx.capture).comparison is not None
 
 
-def _build(ctx: KernelContext, *, executors: Sequence[str] | None = None,
-           reference: Callable[..., Any] | None = None, **options: Any) -> CompareView:
+def _build(ctx: KernelContext, *, executors: Sequence[str] | str | None = None,
+           reference: Callable[..., Any] | None = None, timeout: float | None = None,
+           **options: Any) -> CompareView:
     """The Compare view of a kernel; with `executors` / `reference` (for a workbench that
-    passes view options on), compare first."""
+    passes view options on: `wb.compare(executors=..., timeout=...)`), compare first."""
     assert ctx.capture is not None
     s = session(ctx.capture)
     if executors is not None or reference is not None:
-        _set_comparison(s, executors=executors, reference=reference, **options)
+        _set_comparison(s, executors=executors, reference=reference, timeout=timeout,
+                        **options)
     view = s.compare_views.get(ctx.kernel.index)
     if view is None or view.ctx is not ctx:
         view = s.compare_views[ctx.kernel.index] = CompareView(ctx)

@@ -114,3 +114,78 @@ def _json(payload):
     from pallaslab.views.report import encode_buffers
 
     return json.loads(json.dumps(encode_buffers(payload)))
+
+
+def test_step_view_of_a_grid_with_no_programs_says_there_is_nothing_to_step(page):
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from kernels import scale_kernel
+
+    def fn(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(scale_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(0,), in_specs=[spec], out_specs=spec)(x)
+
+    wb = pallaslab.inspect(fn, jnp.ones((16, 128), jnp.float32))
+    step = wb.step()
+    mount(page, "step.js", dict(step._payload(live=True)))
+    text = page.locator(".pl-step").inner_text()
+    assert "0 / 0 programs run" in text
+    assert "press ▶" not in text
+    assert page.locator(".pl-step-empty").inner_text() == (
+        "The grid (0,) has no programs: there is nothing to step.")
+    for action in ("reset", "back", "step", "play", "goto"):
+        assert page.locator(f"button.pl-step-{action}").is_disabled(), action
+    assert page.locator("canvas.pl-step-gridcanvas").count() == 0
+
+
+def test_compare_widget_shows_statuses_verdict_and_findings(page, wrong):
+    import dataclasses
+
+    from pallaslab.analysis.findings import Finding
+    from pallaslab.execute import Comparison
+    from pallaslab.views.compare import CompareView
+
+    wb, view = wrong
+    # a real incomplete comparison: no accelerator here, so `device` cannot run
+    fn, args = CATALOG["shifted_block_wrong"].case()
+    wb2 = pallaslab.inspect(fn, *args)
+    incomplete = compare_workbench(wb2, executors="interpret,device")
+    assert not incomplete.comparison.complete
+    mount(page, "compare.js", dict(incomplete._payload(live=True)))
+    verdict = page.locator(".pl-cmp-verdict")
+    assert verdict.get_attribute("data-outcome") == "incomplete"
+    assert verdict.inner_text().startswith("INCOMPLETE: only 1 of 2 executor(s) ran")
+    assert "mismatch" not in page.locator(".pl-head").inner_text().lower()
+    runs = page.locator("tr.pl-cmp-run")
+    assert runs.evaluate_all("rs => rs.map(r => [r.dataset.executor, r.dataset.status])") == [
+        ["interpret", "ran"], ["device", "unavailable"]]
+    reason = incomplete.comparison.result("device").reason
+    assert reason and page.locator("tr.pl-cmp-run[data-executor=device] .pl-cmp-reason"
+                                   ).inner_text() == reason
+    assert page.locator(".pl-cmp-incomplete").count() == 1
+    assert page.locator("tr.pl-cmp-row").count() == 0  # nothing compared, no pair rows
+
+    # all close, but a run found unwritten output and a race: errors, not a pass
+    c = view.comparison
+    unwritten = Finding("unwritten-output", "error",
+                        "outputs: 8 element(s) written by no program", operand="outputs")
+    race = Finding("data-race", "error", "programs (0,) and (1,) race", operand="outputs")
+    interp = dataclasses.replace(c.result("interpret"), findings=(unwritten, race),
+                                 notes=("in-process: the time limit is soft",))
+    close = tuple(dataclasses.replace(o, pairs=tuple(dataclasses.replace(
+        p, allclose=True, mismatched_elements=0, mismatched_blocks=(), programs=())
+        for p in o.pairs)) for o in c.outputs)
+    both = (interp, c.result("reference"))
+    errors = CompareView(wb.context(0), Comparison(c.executors, both, close, c.kernels))
+    mount(page, "compare.js", dict(errors._payload(live=True)))
+    verdict = page.locator(".pl-cmp-verdict")
+    assert verdict.get_attribute("data-outcome") == "errors"
+    assert verdict.inner_text() == (
+        "all close, but the runs found errors: data-race, unwritten-output")
+    codes = page.locator(".pl-cmp-findings li").evaluate_all(
+        "ls => ls.map(l => [l.dataset.executor, l.dataset.code])")
+    assert codes == [["interpret", "unwritten-output"], ["interpret", "data-race"]]
+    assert "in-process: the time limit is soft" in page.locator(
+        "tr.pl-cmp-run[data-executor=interpret] .pl-cmp-reason").inner_text()

@@ -243,3 +243,50 @@ def test_a_program_pointed_at_in_the_pipeline_lights_up_in_the_grid(page):
     page.evaluate("""() => window.dispatchEvent(new CustomEvent('pallaslab:program', {detail:
         {kernel: 'other', index: 3, step: 9, program: [1, 1, 1], source: 'pipeline'}}))""")
     assert page.locator(".pl-grid").get_attribute("data-hover") == "5"
+
+
+def _empty_grid_workbench():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from kernels import add_kernel
+
+    def fn(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              name="empty", grid=(0,), in_specs=[spec, spec],
+                              out_specs=spec)(x, x)
+
+    return pallaslab.Workbench(pallaslab.capture(fn, jax.ShapeDtypeStruct((16, 128),
+                                                                          jnp.float32)))
+
+
+def test_a_grid_with_no_programs_says_so(page):
+    wb = _empty_grid_workbench()
+    mount(page, "grid.js", wb.grid().payload())  # the page fixture fails on any page error
+    root = page.locator(".pl-grid")
+    assert root.get_attribute("data-programs") == "0"
+    assert "no programs" in page.locator(".pl-grid .pl-empty-grid").inner_text()
+    assert page.locator(".pl-grid .pl-finding code", has_text="empty-grid").count() == 1
+    assert page.locator("canvas[data-role=grid]").count() == 0
+    # a selection pushed from Python (another view) is ignored, not a crash
+    page.evaluate("window.model.set('selection', {step: 0, program: [0]})")
+    assert page.evaluate("window.cleanup(), document.querySelector('.pl-grid')") is None
+
+
+def test_the_report_of_a_grid_with_no_programs_mounts_every_tab(page, tmp_path):
+    wb = _empty_grid_workbench()
+    path = tmp_path / "empty.html"
+    path.write_text(wb.report(title="empty"), encoding="utf-8")
+    page.allowed.add(path.as_uri())
+    page.goto(path.as_uri())
+    page.wait_for_selector("#pl-root[data-ready=true]", timeout=20000)
+    first = page.locator("section.pl-kernel").first
+    tabs = first.locator(".pl-tabs button").evaluate_all("(bs) => bs.map((b) => b.dataset.tab)")
+    assert {"overview", "grid", "pipeline"} <= set(tabs)
+    for tab in tabs:
+        first.locator(f".pl-tabs button[data-tab={tab}]").click()
+        first.locator(f".pl-pane[data-tab={tab}] > *").first.wait_for(timeout=10000)
+    first.locator(".pl-tabs button[data-tab=grid]").click()
+    assert "no programs" in first.locator(".pl-pane[data-tab=grid] .pl-empty-grid").inner_text()
+    assert page.errors == []

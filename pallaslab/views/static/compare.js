@@ -5,6 +5,9 @@
  * outlined; click a block to see the programs that wrote it and open one in the stepper (the
  * widget sets `selection = {action: "open", program, nonce}`; Python runs the Step tab to it and
  * selects it in the Grid tab). A table gives max abs/rel error, ULP and allclose per pair.
+ * The verdict is the comparison's own (pass / MISMATCH / errors found / INCOMPLETE when fewer
+ * than two executors ran), with each executor's status (ran / unavailable / failed /
+ * timed-out, and why) and what the runs found (unwritten output, races, ...).
  * Plain ES module (anywidget `render`), no dependencies; user-derived text via textContent only.
  */
 
@@ -19,9 +22,14 @@
  *   block: number[] | null, rows: number, cols: number, shape2: number[], factor: number[],
  *   note: string | null, pairs: ComparePair[]}} CompareOutput
  * @typedef {{executor: string, ok: boolean, wall_time: number, error: string | null,
- *   unavailable: string | null}} CompareRun
+ *   unavailable: string | null, status?: string, reason?: string | null,
+ *   timed_out?: string | null, notes?: string[]}} CompareRun
+ * @typedef {{executor: string, code: string, severity: string, message: string,
+ *   operand: string | null, programs: number[][]}} CompareFinding
  * @typedef {{version: number, kernel: string, index: number, grid: number[], programs: number,
- *   executors: string[], runs: CompareRun[], allclose: boolean, outputs: CompareOutput[],
+ *   executors: string[], runs: CompareRun[], allclose: boolean, complete?: boolean,
+ *   passed?: boolean, outcome?: string, verdict?: string, findings?: CompareFinding[],
+ *   outputs: CompareOutput[],
  *   selected: number[], opened: number[] | null, interactive: boolean, revision: number,
  *   error: string | null, tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} ComparePayload
  * @typedef {{get(key: string): any, set(key: string, value: any): void,
@@ -148,12 +156,16 @@ function render({ model, el }) {
     const head = h("div", "pl-head");
     const title = h("span", "pl-title");
     title.append("Compare ", h("code", "", p.kernel));
-    head.append(title, h("span", "pl-dim", p.executors.join(" · ")),
-      h("span", p.allclose ? "pl-ok pl-cmp-verdict" : "pl-cmp-bad pl-cmp-verdict", p.allclose ? "all close" : "mismatch"));
+    const outcome = p.outcome || (p.allclose ? "pass" : "mismatch");
+    const verdict = h("span", outcome === "pass" ? "pl-ok pl-cmp-verdict" : "pl-cmp-bad pl-cmp-verdict",
+      p.verdict || (p.allclose ? "all close" : "MISMATCH"));
+    verdict.dataset.outcome = outcome;
+    head.append(title, h("span", "pl-dim", p.executors.join(" · ")), verdict);
     root.append(head);
-    for (const r of p.runs) {
-      if (!r.ok) root.append(h("p", "pl-finding pl-warning", `${r.executor}: ${r.unavailable || r.error || "failed"}`));
-    }
+    root.dataset.outcome = outcome;
+    root.append(runsTable(p));
+    if (p.findings && p.findings.length) root.append(findingsList(p.findings));
+    if (p.complete === false) root.append(h("p", "pl-finding pl-warning pl-cmp-incomplete", "Nothing compared: fewer than two executors ran."));
     if (p.error) root.append(h("p", "pl-finding pl-error", p.error));
 
     // ---- the table of pairs ----
@@ -189,6 +201,42 @@ function render({ model, el }) {
     if (p.opened) {
       root.append(h("p", "pl-cmp-opened", `program ${tuple(p.opened)} opened in the Step tab and selected in the Grid tab`));
     }
+  }
+
+  /**
+   * Each executor: its status (ran / unavailable / failed / timed-out), time, why and notes.
+   * @param {ComparePayload} p
+   */
+  function runsTable(p) {
+    const table = h("table", "pl-table pl-cmp-runs");
+    const hr = h("tr");
+    ["executor", "status", "time (s)", "reason / notes"].forEach((c, i) => hr.append(h("th", i === 2 ? "num" : "", c)));
+    table.append(hr);
+    for (const r of p.runs) {
+      const status = r.status || (r.ok ? "ran" : r.unavailable ? "unavailable" : "failed");
+      const tr = h("tr", "pl-cmp-run");
+      tr.dataset.executor = r.executor;
+      tr.dataset.status = status;
+      const reason = r.reason !== undefined ? r.reason : (r.unavailable || r.error);
+      const why = [reason || "", ...(r.notes || [])].filter((x) => x).join("; ");
+      tr.append(h("td", "pl-mono", r.executor), h("td", status === "ran" ? "pl-ok" : "pl-cmp-bad", status),
+        h("td", "num", status === "ran" ? sci(r.wall_time) : "-"), h("td", "pl-cmp-reason", why || "-"));
+      table.append(tr);
+    }
+    return table;
+  }
+
+  /** @param {CompareFinding[]} findings */
+  function findingsList(findings) {
+    const ul = h("ul", "pl-findings pl-cmp-findings");
+    for (const f of findings) {
+      const li = h("li", `pl-finding pl-${f.severity}`);
+      li.dataset.code = f.code;
+      li.dataset.executor = f.executor;
+      li.append(h("span", "pl-badge", f.severity), " ", h("code", "", f.code), " ", h("span", "pl-dim", f.executor), " ", f.message);
+      ul.append(li);
+    }
+    return ul;
   }
 
   /**

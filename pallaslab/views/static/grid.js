@@ -427,6 +427,9 @@ function render({ model, el }) {
     (payload.semantics ? ` · ${payload.semantics.join(", ")}` : "") +
     (payload.source ? ` · ${payload.source}` : "")));
   root.appendChild(head);
+  root.dataset.programs = String(t.programs);
+
+  if (!(t.programs > 0)) return renderEmpty();
 
   const bar = h("div", "pl-toolbar");
   root.appendChild(bar);
@@ -1117,6 +1120,30 @@ function render({ model, el }) {
   drawFindings();
   drawAll();
   return () => { cleanups.forEach((f) => f()); root.remove(); };
+
+  /**
+   * A grid with no programs (a zero dimension): nothing to lay out, step or play. Say so, and
+   * list the findings (`empty-grid`, output left unwritten).
+   * @returns {() => void}
+   */
+  function renderEmpty() {
+    root.append(h("p", "pl-dim pl-empty-grid",
+      `no programs: grid ${tuple(payload.grid)} has a zero dimension, so the kernel body never runs and no block is copied`));
+    const box = h("div", "pl-panel pl-findings-box");
+    box.append(h("h4", "", "findings"));
+    if (!payload.findings.length) box.append(h("p", "pl-ok", "No findings."));
+    else {
+      const ul = h("ul", "pl-findings");
+      for (const f of payload.findings) {
+        const li = h("li", `pl-finding pl-${f.severity}`);
+        li.append(h("span", "pl-badge", f.severity), " ", h("code", "", f.code), " ", f.message);
+        ul.append(li);
+      }
+      box.append(ul);
+    }
+    root.append(box);
+    return () => root.remove();
+  }
 }
 
 export default { render };

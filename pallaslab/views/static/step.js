@@ -189,9 +189,9 @@ function render({ model, el }) {
     input.placeholder = p.grid.map(() => "0").join(", ");
     input.value = gotoText;
     input.size = Math.max(6, p.grid.length * 4);
-    input.disabled = !p.interactive;
+    input.disabled = !p.interactive || !(p.programs > 0);
     input.addEventListener("input", () => { gotoText = input.value; });
-    const go = button("go to", "goto", "run or undo up to this program", true, () => {
+    const go = button("go to", "goto", p.programs > 0 ? "run or undo up to this program" : "the grid has no programs", p.programs > 0, () => {
       const ids = parseProgram(input.value, p.grid);
       if (!ids) { input.classList.add("pl-invalid"); return; }
       send({ action: "goto", program: ids });
@@ -208,10 +208,14 @@ function render({ model, el }) {
 
     const body = h("div", "pl-step-body");
     root.append(body);
-    body.append(gridPanel(p, colors));
+    if (p.programs > 0) body.append(gridPanel(p, colors));
     const blocks = h("div", "pl-step-blocks");
     body.append(blocks);
-    if (!p.blocks.length) blocks.append(h("p", "pl-dim", p.position ? "" : "No program has run yet: press ▶ to run the first."));
+    if (!(p.programs > 0)) {
+      blocks.append(h("p", "pl-dim pl-step-empty", `The grid ${tuple(p.grid)} has no programs: there is nothing to step.`));
+    } else if (!p.blocks.length && !p.position) {
+      blocks.append(h("p", "pl-dim", "No program has run yet: press ▶ to run the first."));
+    }
     for (const b of p.blocks) blocks.append(blockPanel(p, b, colors));
 
     // ---- equations ----
