@@ -263,3 +263,29 @@ def test_missing_triton_shows_the_install_message(monkeypatch, tmp_path):
     assert 'pip install "pallaslab[gpu]"' in section["error"]
     assert 'pip install &quot;pallaslab[gpu]&quot;' in view.to_html()
     assert "needs the Python package 'triton'" in view.to_text()
+
+
+def test_what_if_zero_grid_axis_is_an_error_row_naming_candidate_and_rule():
+    # 4096 // 8192 = 0: a grid axis of zero launches nothing; it must not rank as "best"
+    candidates = [(8192, 128, 128), (128, 128, 128)]
+    view = workbench("matmul_f32").memory(what_if=(make_matmul, candidates))
+    w = view.payload()["what_if"]
+    assert [r["block_sizes"] for r in w["rows"]] == ["(128, 128, 128)", "(8192, 128, 128)"]
+    bad = w["rows"][1]
+    assert bad["fits"] is False and bad["chips"] == []
+    assert "(8192, 128, 128)" in bad["error"] and "(0, 32, 32)" in bad["error"]
+    assert "grid axis 0 is zero" in bad["error"] and "at least 1" in bad["error"]
+    assert w["best"] == 0
+    assert "grid axis 0 is zero" in view.to_text() and "grid axis 0 is zero" in view.to_html()
+
+
+def test_what_if_analysis_failure_is_an_error_row(monkeypatch):
+    import pallaslab.analysis.whatif as whatif
+
+    def broken(*a, **kw):
+        raise IndexError("index 0 is out of bounds for axis 0 with size 0")
+
+    monkeypatch.setattr(whatif, "tile", broken)
+    view = workbench("matmul_f32").memory(what_if=(make_matmul, [(128, 128, 128)]))
+    row = view.payload()["what_if"]["rows"][0]
+    assert "(128, 128, 128)" in row["error"] and "IndexError" in row["error"]

@@ -105,6 +105,23 @@ def _row(make: Callable[[Any], Sequence[Any]], candidate: Any, chips: tuple[str,
     except Exception as err:  # a candidate Pallas itself rejects is a row, not a crash
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         return WhatIfRow(candidate, "?", None, None, None, (), error=first)
+    empty = [i for i, g in enumerate(k.grid) if isinstance(g, int) and g == 0]
+    if empty:
+        grid = "(" + ", ".join("?" if g is None else str(g) for g in k.grid) + ")"
+        return WhatIfRow(candidate, k.name, 0, None, None, (), error=(
+            f"block sizes {candidate!r} give kernel {k.name!r} the grid {grid}: grid axis "
+            f"{', '.join(map(str, empty))} is zero, so no program runs and the output is never "
+            "written (rule: every grid axis must be at least 1; a block larger than its array "
+            "dimension makes dimension // block zero)"))
+    try:
+        return _judge(k, candidate, chips)
+    except Exception as err:  # an analysis that cannot judge it is a row naming why, not a crash
+        return WhatIfRow(candidate, k.name, k.programs, None, None, (), error=(
+            f"block sizes {candidate!r}: kernel {k.name!r} could not be analysed: "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")))
+
+
+def _judge(k: Any, candidate: Any, chips: tuple[str, ...]) -> WhatIfRow:
     t = tile(k)
     fetches = hbm = None
     if t is not None:
