@@ -329,3 +329,50 @@ def test_compile_on_request_adds_the_compilers_passes():
     names = [s["name"] for s in low["stages"]]
     assert names[:2] == ["jaxpr", "mosaic"] and "mosaic:post-apply-vector-layout" in names
     assert "compiled" in view.to_text().splitlines()[0]
+
+
+# --- no ANSI colour anywhere; the jaxpr stage linked to Python (issue 10, item 5) ------------
+
+
+def coloured_jaxpr(kernel) -> str:
+    """The kernel's jaxpr as JAX prints it inside Jupyter (a ZMQ shell turns colour on)."""
+    params = kernel.handle.eqn.params
+    jaxpr = params["jaxpr"]
+    return str(jaxpr.pretty_print(source_info=True, name_stack=False, use_color=True))
+
+
+def test_coloured_jaxpr_stage_has_no_escapes_and_links_python_lines():
+    wb = workbench("matmul_f32")
+    k = wb.kernels[0]
+    text = coloured_jaxpr(k)
+    assert "\x1b[" in text  # what Jupyter users get from JAX
+    plain = lowering.lower(k, target="tpu-v5e").kernels[0]
+    coloured = KernelLowering(name=plain.name, index=plain.index, backend=plain.backend,
+                              ok=plain.ok, stages=(Stage("jaxpr", text), *plain.stages[1:]),
+                              diagnostics=plain.diagnostics, resources=plain.resources)
+    p = lv.lowering_payload(k, {"tpu-v5e": coloured}, "tpu-v5e", stage="jaxpr")
+    stage = next(s for s in p["lowerings"]["tpu-v5e"]["stages"] if s["name"] == "jaxpr")
+    assert stage["text"] and "\x1b" not in stage["text"] and "<U+001B>" not in stage["text"]
+    assert "# " not in stage["text"]  # the location comments became the map
+    rows = triples(stage)
+    assert rows, "the jaxpr stage says 'no Python locations'"
+    files = p["files"]
+    assert {files[f]["path"] for _, f, _ in rows} == {KERNELS_PY}
+    assert line_of("acc_ref[...] += jnp.dot") in {py for _, _, py in rows}
+    assert "\x1b" not in json.dumps(encode_buffers(p))
+    # the view cleans what it lowers (and what the disk cache hands back) for text and HTML
+    view = wb.lowering()
+    view._results["tpu-v5e"] = lv.clean_lowering(coloured)
+    assert "\x1b" not in view.to_text() and "\x1b" not in view.to_html()
+
+
+def test_step_equations_cut_inside_a_colour_sequence_leave_no_escape():
+    from pallaslab.views.step import MAX_TEXT, equation_entry
+
+    eqn = type("Eqn", (), {})()
+    # a long coloured equation whose cut at MAX_TEXT falls inside an escape sequence
+    text = "a" * (MAX_TEXT - 3) + "\x1b[35m:f32[8,128]\x1b[39m = add b c"
+    eqn.index, eqn.primitive, eqn.text, eqn.source, eqn.outputs = 0, "add", text, None, ()
+    entry = equation_entry(eqn)
+    assert "\x1b" not in entry["text"] and "[35m" not in entry["text"]
+    assert entry["text"].startswith("aaa")

@@ -23,7 +23,7 @@ import numpy as np
 
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
-from pallaslab.util.text import visible
+from pallaslab.util.text import strip_ansi, visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import InteractiveView
@@ -32,6 +32,7 @@ from pallaslab.views.registry import register_tab
 
 if TYPE_CHECKING:
     from lowering import KernelLowering
+    from lowering.result import Stage
 
 PAYLOAD_VERSION = 1
 STAGE_TEXT_CAP = 200_000  # characters of one stage sent to the browser (cut at a line end)
@@ -139,6 +140,7 @@ def lowering_payload(
     """
     from lowering import TARGETS
 
+    results = {t: clean_lowering(r) for t, r in results.items()}
     shown = results.get(target)
     if stage is None or shown is None or stage not in shown.stage_names:
         stage = default_stage(shown) if shown is not None else None
@@ -165,6 +167,31 @@ def lowering_payload(
                  for t in TARGETS.values()],
         interactive=interactive, lowerings=lowerings, files=files, sources=sources, error=error,
         revision=revision))
+
+
+def clean_lowering(r: KernelLowering) -> KernelLowering:
+    """`r` with no ANSI colour in any stage (JAX colours jaxprs it prints inside Jupyter, and
+    a coloured jaxpr hides its `# file.py:LINE` comments from the source map): colour is
+    removed and a jaxpr stage without locations gets them from its comments. Lowerings from
+    the disk cache made before this existed are cleaned the same way."""
+    if not any("\x1b" in s.text for s in r.stages):
+        return r
+    import dataclasses
+
+    return dataclasses.replace(r, stages=tuple(clean_stage(s) for s in r.stages))
+
+
+def clean_stage(s: Stage) -> Stage:
+    import dataclasses
+
+    from lowering.irtext import jaxpr_with_sources
+
+    if "\x1b" not in s.text:
+        return s
+    text, sources = strip_ansi(s.text), s.source_lines
+    if s.name == "jaxpr" and not sources:
+        text, sources = jaxpr_with_sources(text)
+    return dataclasses.replace(s, text=text, source_lines=tuple(sources))
 
 
 def _target_lowering(target: str, r: KernelLowering, send: set[tuple[str, str]],
@@ -321,8 +348,8 @@ class LoweringView(InteractiveView):
         want_compile = self.compile if compile is None else compile
         have = self._results.get(name)
         if have is None or (want_compile and not have.compiled):
-            self._results[name] = lower_kernel(self.ctx.kernel, get_target(name),
-                                               compile=want_compile)
+            self._results[name] = clean_lowering(lower_kernel(
+                self.ctx.kernel, get_target(name), compile=want_compile))
         return self._results[name]
 
     @property

@@ -24,7 +24,7 @@ import numpy as np
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
-from pallaslab.util.text import visible
+from pallaslab.util.text import strip_ansi, visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.arrays import downsample, to_2d
@@ -145,7 +145,8 @@ def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray]) -> StepBl
 
 
 def equation_entry(e: EquationValue) -> StepEquation:
-    return StepEquation(index=e.index, primitive=e.primitive, text=_cap(e.text),
+    # colour first: cutting a coloured jaxpr line can split an escape sequence in two
+    return StepEquation(index=e.index, primitive=e.primitive, text=_cap(strip_ansi(e.text)),
                         source=_short(e.source), values=[summarize(v) for v in e.outputs])
 
 
