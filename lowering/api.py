@@ -48,12 +48,18 @@ def lower_kernel(kernel: Kernel, target: Target, *, compile: bool = False,
                  vmem_exact: bool = False, use_cache: bool = True) -> KernelLowering:
     options = {"compile": compile, "vmem_exact": vmem_exact}
     key = cache.cache_key(kernel, target.name, options) if use_cache else None
-    if key is not None and (hit := cache.load(key)) is not None:
+    if key is not None and (hit := cache.load(key)) is not None and not _stale(hit):
         return dataclasses.replace(hit, index=kernel.index, cached=True)
     result = _lower_uncached(kernel, target, compile, vmem_exact)
     if key is not None:
         cache.store(key, result)
     return result
+
+
+def _stale(hit: KernelLowering) -> bool:
+    """A TPU compile cached before its VMEM/SMEM buffers were read from the module."""
+    return (hit.compiled and hit.ok and hit.backend == "mosaic-tpu"
+            and hit.resources.vmem_bytes is None)
 
 
 def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
@@ -97,13 +103,18 @@ def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact
     out = tpu_compile.compile_tpu(kernel.name, target, cross.hlo)
     stages.extend(out.stages)
     diags.extend(out.diagnostics)
-    vmem = None
+    vmem = smem = None
+    if out.ok and out.stages:
+        # what the compiled module declares (the last pass: the compiler's tiled layouts);
+        # without the compiler's internal scratch, so vmem_exact's bisection replaces it
+        declared = tpu_compile.module_buffers(out.stages[-1].text)
+        vmem, smem = declared.vmem_bytes, declared.smem_bytes
     if vmem_exact and out.ok:
-        vmem = _vmem_exact(kernel, target, diags)
+        vmem = _vmem_exact(kernel, target, diags) or vmem
     elif not out.ok:
         vmem = next((d.get("needed_bytes") for d in out.diagnostics if d.code == "vmem-oom"),
                     None)
-    return out.ok, True, Resources(vmem_bytes=vmem)
+    return out.ok, True, Resources(vmem_bytes=vmem, smem_bytes=smem)
 
 
 def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic]) -> int | None:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -188,3 +189,71 @@ def find_vmem_need(kernel_name: str, target: Target, capacity: int,
                     continue
         probe = (lo + hi) // 2
     return VmemNeed(hi * 1024, count, ())
+
+
+# `%x_ref: i32 {llo.type = memref<128x128xbf16, #xir.tiled<(8,128)(2,1),[1,1]>,
+#  #xir.memory_space<vmem, tc>>}` in the compiled module's main function signature.
+_BUFFER = re.compile(r"llo\.type = memref<(?:(?P<shape>\d+(?:x\d+)*)x)?"
+                     r"(?P<dtype>[a-z]+)(?P<bits>\d+)"
+                     r"(?:, #xir\.tiled<\((?P<tile>[\d,]+)\)[^>]*>)?"
+                     r", #xir\.memory_space<(?P<space>\w+)")
+_ATTR = r"\b{}\s*=\s*(\d+)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffers:
+    """The kernel's VMEM/SMEM buffers as the compiled module declares them (bytes, in the
+    compiler's tiled layout): pipelined blocks twice (double-buffered), scratch and scalar
+    prefetch once. The compiler's own internal scratch is not declared there, so VMEM is a
+    lower bound of what `vmem_exact` measures."""
+
+    vmem_bytes: int | None
+    smem_bytes: int | None
+
+
+def module_buffers(text: str) -> Buffers:
+    """VMEM and SMEM bytes from the main function's signature of a compiled Mosaic module
+    (the `post-finalize-llo` dump); None where the module does not say."""
+    start = text.find("func.func")
+    while start >= 0:
+        end = text.find("{\n", start)
+        sig = text[start: end if end > 0 else len(text)]
+        if "window_params" in sig or "xir.main" in sig:
+            break
+        start = text.find("func.func", start + 1)
+    else:
+        return Buffers(None, None)
+    head = sig.split(" attributes ", 1)
+    attrs = head[1] if len(head) > 1 else ""
+    prefetch = _int_attr(attrs, "scalar_prefetch")
+    scratch = _int_attr(attrs, "scratch_operands")
+    windows = attrs.count("transform_indices") if "window_params" in attrs else None
+    buffers = list(_BUFFER.finditer(head[0]))
+    if not buffers or windows is None:
+        return Buffers(None, None)
+    params = attrs.split("window_params", 1)[1]
+    synchronous = [m.group(0) for m in re.finditer(r"\{[^{}]*\}", params)]
+    vmem = smem = 0
+    n = len(buffers)
+    for i, m in enumerate(buffers):
+        dims = [int(d) for d in m["shape"].split("x")] if m["shape"] else []
+        if m["tile"]:
+            tile = [int(t) for t in m["tile"].split(",") if t]
+            for j, t in enumerate(tile, start=len(dims) - len(tile)):
+                if 0 <= j < len(dims) and t > 0:
+                    dims[j] = -(-dims[j] // t) * t
+        size = math.prod(dims) * max(1, int(m["bits"]) // 8)
+        w = i - prefetch
+        copies = 1
+        if prefetch <= i < n - scratch and 0 <= w < windows:
+            copies = 1 if w < len(synchronous) and "synchronous" in synchronous[w] else 2
+        if m["space"] == "vmem":
+            vmem += copies * size
+        elif m["space"] == "smem":
+            smem += copies * size
+    return Buffers(vmem, smem)
+
+
+def _int_attr(attrs: str, name: str) -> int:
+    m = re.search(_ATTR.format(name), attrs)
+    return int(m.group(1)) if m else 0

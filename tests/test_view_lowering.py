@@ -376,3 +376,64 @@ def test_step_equations_cut_inside_a_colour_sequence_leave_no_escape():
     entry = equation_entry(eqn)
     assert "\x1b" not in entry["text"] and "[35m" not in entry["text"]
     assert entry["text"].startswith("aaa")
+
+
+# --- resources after a libtpu compile (issue 10, item 9) -------------------------------------
+
+
+@needs_libtpu
+@pytest.mark.tpu_compiler
+def test_libtpu_compile_fills_vmem_and_smem_and_says_where_from():
+    # matmul_f32: 128^3 f32 blocks, 2 x 3 blocks of 64 KiB + the 64 KiB accumulator = 448 KiB,
+    # exactly what --vmem-exact measures (design.md); no SMEM buffers
+    view = workbench("matmul_f32").lowering()
+    view.select(compile=True)
+    low = view.payload()["lowerings"]["tpu-v5e"]
+    assert low["compiled"] and low["ok"]
+    assert low["resources"]["vmem_bytes"] == 448 * 1024
+    assert low["resources"]["smem_bytes"] == 0
+    assert low["resource_notes"]["vmem_bytes"].startswith("libtpu: buffers of the compiled")
+    assert "VMEM 448.0 KiB (libtpu: buffers" in view.to_text()
+    assert "libtpu: buffers of the compiled module" in view.to_html()
+    # scalar prefetch lives in SMEM: 6 int32 indices in the compiler's 128-wide tiling
+    fn, args = CATALOG["scalar_prefetch_gather"].case()[:2]
+    (k,) = lowering.lower(fn, *args, target="tpu-v5e", compile=True).kernels
+    assert k.resources.smem_bytes == 128 * 4
+    assert k.resources.vmem_bytes == 2 * 2 * 8 * 128 * 4
+
+
+def test_compile_that_says_nothing_about_vmem_shows_the_estimate_labelled():
+    wb = workbench("matmul_f32")
+    k = wb.kernels[0]
+    plain = lowering.lower(k, target="tpu-v5e").kernels[0]
+    silent = KernelLowering(name=plain.name, index=plain.index, backend="mosaic-tpu", ok=True,
+                            stages=plain.stages, diagnostics=(), resources=Resources(),
+                            compiled=True)
+    p = lv.lowering_payload(k, {"tpu-v5e": silent}, "tpu-v5e")
+    low = p["lowerings"]["tpu-v5e"]
+    assert low["resources"]["vmem_bytes"] == 448 * 1024
+    assert low["resource_notes"]["vmem_bytes"].startswith("estimate: ")
+    # not compiled: nothing to report, no label
+    p = lv.lowering_payload(k, {"tpu-v5e": plain}, "tpu-v5e")
+    assert p["lowerings"]["tpu-v5e"]["resources"]["vmem_bytes"] is None
+    assert p["lowerings"]["tpu-v5e"]["resource_notes"] == {}
+
+
+def test_module_buffers_reads_the_compiled_signature():
+    from lowering.tpu_compile import module_buffers
+
+    sig = ('func.func @k(%arg0: i32 {llo.type = i32}, %idx: i32 {llo.type = memref<6xi32, '
+           '#xir.tiled<(128),[1]>, #xir.memory_space<smem, tc>>}, %x: i32 {llo.type = '
+           'memref<20x130xbf16, #xir.tiled<(16,128)(2,1),[1,1]>, #xir.memory_space<vmem, tc>>}'
+           ', %o: i32 {llo.type = memref<8x128xf32, #xir.tiled<(8,128),[1,1]>, '
+           '#xir.memory_space<vmem, tc>>}, %s: i32 {llo.type = memref<8x128xf32, '
+           '#xir.tiled<(8,128),[1,1]>, #xir.memory_space<vmem, tc>>}) attributes '
+           '{iteration_bounds = array<i64: 6>, scalar_prefetch = 1 : i64, scratch_operands = '
+           '1 : i64, window_params = [{transform_indices = @t0, window_bounds = array<i64: 20, '
+           '130>}, {pipeline_mode = #tpu.pipeline_mode<synchronous>, transform_indices = @t1}]'
+           ', xir.main} {\n  return\n}\n')
+    b = module_buffers(sig)
+    # x: 32 x 256 bf16 padded, double-buffered; o: synchronous (one buffer); s: scratch once
+    assert b.vmem_bytes == 2 * 32 * 256 * 2 + 8 * 128 * 4 + 8 * 128 * 4
+    assert b.smem_bytes == 128 * 4
+    assert module_buffers("module {}").vmem_bytes is None

@@ -74,6 +74,7 @@ class TargetLowering(TypedDict):
     cached: bool
     diagnostics: list[DiagnosticPayload]
     resources: dict[str, int | None]
+    resource_notes: dict[str, str]  # where a resource figure comes from, per resource
     stages: list[StagePayload]
 
 
@@ -158,7 +159,7 @@ def lowering_payload(
         if i == 0 or size <= left:
             send.add((t, name))
             left -= size
-    lowerings = {t: _target_lowering(t, r, send, file_ids) for t, r in results.items()}
+    lowerings = {t: _target_lowering(t, r, send, file_ids, kernel) for t, r in results.items()}
     return visible_payload(LoweringPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         source=_short(kernel.source), target=target, stage=stage,
@@ -194,13 +195,52 @@ def clean_stage(s: Stage) -> Stage:
     return dataclasses.replace(s, text=text, source_lines=tuple(sources))
 
 
+def resource_figures(kernel: Kernel | None, target: str, r: KernelLowering
+                     ) -> tuple[dict[str, int | None], dict[str, str]]:
+    """The resources of a lowering and where each figure comes from. A TPU compile gives VMEM
+    and SMEM from the buffers its compiled module declares; `vmem_exact` measures VMEM; a
+    compile that says nothing about VMEM gets the occupancy model's figure, labelled an
+    estimate."""
+    res = r.resources.to_json()
+    notes: dict[str, str] = {}
+    codes = {d.code for d in r.diagnostics}
+    if r.backend == "triton" and r.compiled:
+        notes.update({k: "triton compile" for k in ("smem_bytes", "registers", "spills")
+                      if res.get(k) is not None})
+    if r.backend != "mosaic-tpu" or not r.compiled:
+        return res, notes
+    if res.get("vmem_bytes") is not None:
+        notes["vmem_bytes"] = (
+            "measured: the smallest vmem_limit_bytes libtpu accepts" if "vmem-exact" in codes
+            else "libtpu: needed, from its VMEM OOM error" if not r.ok
+            else "libtpu: buffers of the compiled module (blocks double-buffered, without "
+                 "compiler scratch)")
+    elif kernel is not None:
+        from lowering import TARGETS
+        from pallaslab.analysis.occupancy import applies, occupancy
+
+        chip = getattr(TARGETS.get(target), "chip", None)
+        if chip and applies(kernel):
+            try:
+                res["vmem_bytes"] = occupancy(kernel, chip).bytes
+                notes["vmem_bytes"] = ("estimate: pallaslab's occupancy model (the compiler "
+                                       "did not say)")
+            except Exception:  # an estimate is a nicety; the table says "-" without it
+                pass
+    if res.get("smem_bytes") is not None and r.ok:
+        notes["smem_bytes"] = "libtpu: buffers of the compiled module"
+    return res, notes
+
+
 def _target_lowering(target: str, r: KernelLowering, send: set[tuple[str, str]],
-                     file_ids: Mapping[str, int]) -> TargetLowering:
+                     file_ids: Mapping[str, int], kernel: Kernel | None = None
+                     ) -> TargetLowering:
+    resources, notes = resource_figures(kernel, target, r)
     return TargetLowering(
         target=target, backend=r.backend, ok=r.ok, compiled=r.compiled, cached=r.cached,
         diagnostics=[DiagnosticPayload(severity=d.severity, code=d.code, message=d.message,
                                        operand=d.operand) for d in r.diagnostics],
-        resources=r.resources.to_json(),
+        resources=resources, resource_notes=notes,
         stages=[_stage(s.name, s.text, s.source_lines, (target, s.name) in send, file_ids)
                 for s in r.stages])
 
@@ -417,8 +457,10 @@ class LoweringView(InteractiveView):
                     for d in r.diagnostics]
             if not r.diagnostics:
                 out.append("  no diagnostics")
+            res, notes = resource_figures(k, target, r)
             out.append("  resources: " + ", ".join(
-                f"{label} {fmt(getattr(r.resources, field))}"
+                f"{label} {fmt(res.get(field))}"
+                + (f" ({notes[field]})" if field in notes else "")
                 for field, label, fmt in RESOURCES))
             out.append(textwrap.fill(", ".join(
                 f"{s.name} ({_nlines(s.text):,} lines)" for s in r.stages) or "none",
@@ -437,7 +479,7 @@ class LoweringView(InteractiveView):
             parts.append(
                 f'<section class="pl-lowering-static" data-target="{esc(target)}">'
                 f'<h4>{esc(target)} <span class="pl-dim">{esc(r.backend)} · {esc(state)}'
-                f"</span></h4>" + diagnostics_html(r) + resources_html(r)
+                f"</span></h4>" + diagnostics_html(r) + resources_html(r, k, target)
                 + "".join(_stage_details(s.name, s.text, budget) for s in r.stages)
                 + "</section>")
         if self.error:
@@ -480,9 +522,11 @@ def diagnostics_html(r: KernelLowering) -> str:
     return f'<ul class="pl-findings">{items}</ul>'
 
 
-def resources_html(r: KernelLowering) -> str:
-    rows = [(label, fmt(getattr(r.resources, field))) for field, label, fmt in RESOURCES]
-    return _html.table(("resource", "value"), rows, numeric=(1,))
+def resources_html(r: KernelLowering, kernel: Kernel | None = None, target: str = "") -> str:
+    res, notes = resource_figures(kernel, target, r)
+    rows = [(label, fmt(res.get(field)), notes.get(field, "")) for field, label, fmt
+            in RESOURCES]
+    return _html.table(("resource", "value", "source"), rows, numeric=(1,))
 
 
 def _stage_details(name: str, text: str, budget: list[int]) -> str:

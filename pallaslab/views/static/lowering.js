@@ -16,7 +16,8 @@
 /** @typedef {{severity: string, code: string, message: string, operand: string | null}} Diag */
 /**
  * @typedef {{target: string, backend: string, ok: boolean, compiled: boolean, cached: boolean,
- *   diagnostics: Diag[], resources: Record<string, number | null>, stages: StagePayload[]}}
+ *   diagnostics: Diag[], resources: Record<string, number | null>,
+ *   resource_notes?: Record<string, string>, stages: StagePayload[]}}
  *   TargetLowering
  */
 /**
@@ -311,6 +312,11 @@ function render({ model, el }) {
       const tr = h("tr");
       tr.dataset.resource = key;
       tr.append(h("th", "", label), h("td", "num", fmt(low.resources[key])));
+      // where the figure comes from: the compiler, a measurement, or our estimate
+      const note = (low.resource_notes || {})[key];
+      const src = h("td", "pl-dim pl-res-source", note ? note.split(":")[0] : "");
+      if (note) { src.title = note; tr.dataset.source = note.split(":")[0]; }
+      tr.append(src);
       res.append(tr);
     }
     top.append(diags, res);
