@@ -437,3 +437,47 @@ def test_module_buffers_reads_the_compiled_signature():
     assert b.vmem_bytes == 2 * 32 * 256 * 2 + 8 * 128 * 4 + 8 * 128 * 4
     assert b.smem_bytes == 128 * 4
     assert module_buffers("module {}").vmem_bytes is None
+
+
+# --- every request gets one answer (issue 10, item 8) -----------------------------------------
+
+
+def test_reselecting_the_shown_target_is_answered_not_left_pending():
+    pytest.importorskip("anywidget")
+    view = workbench("elementwise_1d").lowering()
+    w = view.widget
+    assert w.payload["target"] == "tpu-v5e" and w.payload["answered"] is None
+    revision = w.payload["revision"]
+    # the shown target asked for again: nothing to lower, but the widget waits for an answer
+    w.selection = {"target": "tpu-v5e", "stage": None, "request": "s-1"}
+    assert w.payload["answered"] == "s-1" and w.payload["revision"] == revision + 1
+    assert w.payload["target"] == "tpu-v5e" and w.payload["error"] is None
+    # a compile asked for twice: the second has nothing to do and is answered too
+    w.selection = {"target": "tpu-v5e", "stage": "mosaic", "request": "s-2"}
+    assert w.payload["answered"] == "s-2"
+    # another target then the shown one again, as fast as a user clicks: both answered, in order
+    w.selection = {"target": "gpu-h100", "stage": None, "request": "s-3"}
+    assert (w.payload["answered"], w.payload["target"]) == ("s-3", "gpu-h100")
+    w.selection = {"target": "tpu-v5e", "stage": None, "request": "s-4"}
+    assert (w.payload["answered"], w.payload["target"]) == ("s-4", "tpu-v5e")
+    # the same request delivered twice is answered once
+    revision = w.payload["revision"]
+    w.selection = {"target": "tpu-v5e", "stage": None, "request": "s-4", "ir_line": 1}
+    assert w.payload["revision"] == revision
+
+
+def test_a_failed_request_answers_with_its_error(monkeypatch):
+    pytest.importorskip("anywidget")
+    view = workbench("elementwise_1d").lowering()
+    w = view.widget
+
+    def boom(*a, **kw):
+        raise RuntimeError("the compiler worker went away")
+
+    monkeypatch.setattr(view, "result", boom)
+    with pytest.raises(RuntimeError):  # a bug of ours is still raised (the kernel logs it) ...
+        w.selection = {"target": "gpu-h100", "stage": None, "request": "f-1"}
+    # ... after the widget got an answer that says what failed
+    assert w.payload["answered"] == "f-1"
+    assert "lowering for gpu-h100 failed: RuntimeError: the compiler worker went away" in \
+        w.payload["error"]

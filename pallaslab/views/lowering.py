@@ -104,6 +104,7 @@ class LoweringPayload(TypedDict):
     sources: list[SourceChunk]
     error: str | None  # why the last lowering asked for did not happen (e.g. missing libtpu)
     revision: int  # bumped by every answer to the widget, so a repeated answer still arrives
+    answered: str | None  # the widget's `selection.request` this payload answers
 
 
 # --- the pure payload -------------------------------------------------------------------------
@@ -132,6 +133,7 @@ def lowering_payload(
     budget: int = STATIC_BUDGET,
     error: str | None = None,
     revision: int = 0,
+    answered: str | None = None,
 ) -> LoweringPayload:
     """Everything the lowering widget shows, from a kernel and its lowerings per target (pure,
     apart from reading the kernel's Python source through `linecache`).
@@ -167,7 +169,7 @@ def lowering_payload(
         targets=[TargetEntry(name=t.name, platform=t.platform, lowered=t.name in results)
                  for t in TARGETS.values()],
         interactive=interactive, lowerings=lowerings, files=files, sources=sources, error=error,
-        revision=revision))
+        revision=revision, answered=answered))
 
 
 def clean_lowering(r: KernelLowering) -> KernelLowering:
@@ -376,6 +378,7 @@ class LoweringView(InteractiveView):
         self._results: dict[str, KernelLowering] = {}
         self._sent: set[tuple[str, str]] = set()
         self._revision = 0
+        self._answered: str | None = None  # the last widget request answered
 
     # --- data ---------------------------------------------------------------------------
 
@@ -420,7 +423,8 @@ class LoweringView(InteractiveView):
     def _payload(self, *, live: bool) -> LoweringPayload:
         p = lowering_payload(self.ctx.kernel, self.results, self.target, stage=self.stage,
                              interactive=live, budget=LIVE_BUDGET if live else STATIC_BUDGET,
-                             error=self.error, revision=self._revision)
+                             error=self.error, revision=self._revision,
+                             answered=self._answered if live else None)
         self.stage = p["stage"]
         if live:
             self._sent = {(t, s["name"]) for t, low in p["lowerings"].items()
@@ -428,20 +432,37 @@ class LoweringView(InteractiveView):
         return p
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
+        """The widget asks for a target, a stage's text or a compile. Every request
+        (`selection.request`, a fresh id each time) gets exactly one answer — a payload with
+        `answered` set to it — even when there is nothing new to lower (the target shown
+        re-selected, a compile already done) or the lowering fails (the answer carries the
+        error), so the widget never waits for ever."""
         sel = change["new"] or {}
+        request = sel.get("request")
         target = sel.get("target") or self.target
         stage = sel.get("stage")
         have = self._results.get(target)
         compile = bool(sel.get("compile")) and not (have is not None and have.compiled)
-        if target != self.target or compile or (
-                stage is not None and (target, stage) not in self._sent):
-            try:
+        work = target != self.target or compile or (
+            stage is not None and (target, stage) not in self._sent)
+        if request is not None:
+            if request == self._answered:
+                return
+            self._answered = str(request)
+        if not work and request is None:
+            return
+        try:
+            if work:
                 self.select(target, stage, compile=True if compile else None)
-            except Exception as err:  # a bug must not leave the widget waiting forever
-                self.error = f"lowering for {target} failed: {type(err).__name__}: {err}"
+            else:  # nothing to lower: answer with what is there
+                self.stage = stage or self.stage
                 self._revision += 1
-                self.widget.payload = self._payload(live=True)
-                raise
+                self._push()
+        except Exception as err:  # a bug must not leave the widget waiting forever
+            self.error = f"lowering for {target} failed: {type(err).__name__}: {err}"
+            self._revision += 1
+            self.widget.payload = self._payload(live=True)
+            raise
 
     # --- static forms -------------------------------------------------------------------
 

@@ -26,7 +26,7 @@
  *   targets: {name: string, platform: string, lowered: boolean}[], interactive: boolean,
  *   lowerings: Record<string, TargetLowering>, files: {path: string, name: string}[],
  *   sources: {file: number, start: number, lines: string[]}[], error: string | null,
- *   revision: number}}
+ *   revision: number, answered?: string | null}}
  *   LoweringPayload
  */
 /**
@@ -187,18 +187,32 @@ function render({ model, el }) {
   /**
    * What is shown (`target`, `stage`), what is selected (`irLine` or `pyKey`, picked `from`
    * which side), and the target Python was asked to lower and has not answered yet.
+   * `request` is the id of the last question put to Python: every question gets exactly one
+   * answer (a payload whose `answered` is that id), so `pending` ends with the answer to the
+   * latest question, never with an older one, and a question always differs from the last.
    * @type {{target: string, stage: string | null, irLine: number | null, pyKey: string | null,
-   *   from: "ir" | "py" | null, pending: string | null, asked: Set<string>}}
+   *   from: "ir" | "py" | null, pending: string | null, asked: Set<string>,
+   *   request: string | null}}
    */
   const state = { target: "", stage: null, irLine: null, pyKey: null, from: null, pending: null,
-    asked: new Set() };
+    asked: new Set(), request: null };
+  const session = Math.random().toString(36).slice(2, 8);
+  let requests = 0;
   /** @type {LineMap | null} */
   let lines = null;
 
-  /** Tell Python (and anyone reading `selection`) what is selected. @param {Record<string, any>} [extra] */
-  const sync = (extra = {}) => {
+  /**
+   * Tell Python (and anyone reading `selection`) what is selected; `ask` puts a question
+   * (a fresh request id) that Python answers with a payload.
+   * @param {Record<string, any>} [extra] @param {boolean} [ask]
+   */
+  const sync = (extra = {}, ask = true) => {
     /** @type {Record<string, any>} */
     const sel = { target: state.pending || state.target, stage: state.stage, ...extra };
+    if (ask && model.get("payload").interactive) {
+      state.request = `${session}-${++requests}`;
+      sel.request = state.request;
+    }
     if (state.irLine !== null) sel.ir_line = state.irLine;
     if (state.pyKey !== null) {
       const p = /** @type {LoweringPayload} */ (model.get("payload"));
@@ -213,12 +227,15 @@ function render({ model, el }) {
   /** A payload arrived (or the view starts): show what it shows. */
   const adopt = () => {
     const p = /** @type {LoweringPayload} */ (model.get("payload"));
+    // an answer to an older question while a newer one is out: keep waiting for that one
+    if (state.pending && state.request && p.answered !== state.request && p.answered) { build(); return; }
     if (state.target !== p.target || state.stage !== p.stage) {
       state.irLine = null; state.pyKey = null; state.from = null;
     }
     state.target = p.target;
     state.stage = p.stage;
     state.pending = null;
+    root.dataset.answered = p.answered || "";
     build();
   };
 
@@ -438,7 +455,7 @@ function render({ model, el }) {
     state.pyKey = keys.length ? keys[0] : null;
     state.from = "ir";
     applyHighlights(true);
-    sync();
+    sync({}, false);
   };
   /** @param {string} key */
   const selectPy = (key) => {
@@ -446,7 +463,7 @@ function render({ model, el }) {
     state.irLine = null;
     state.from = "py";
     applyHighlights(true);
-    sync();
+    sync({}, false);
   };
 
   /** Light the selected line and its counterparts. @param {boolean} scroll */
@@ -502,6 +519,8 @@ function render({ model, el }) {
       build();
       return;
     }
+    // the target shown, nothing asked: no question to wait for
+    if (target === state.target && !state.pending && target in p.lowerings) { build(); return; }
     // Python lowers (or just re-sends) and answers with a new payload (see `adopt`).
     state.pending = target;
     state.stage = null;
@@ -512,8 +531,8 @@ function render({ model, el }) {
   /** @param {string} name */
   const pickStage = (name) => {
     state.stage = name;
-    build();
-    sync();
+    build(); // asks Python for the stage's text if it was not sent
+    sync({}, false);
   };
 
   const onPayload = () => { adopt(); };
