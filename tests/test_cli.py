@@ -12,7 +12,7 @@ from kernels import CATALOG
 from pallaslab.cli import main
 
 CASES = "tests/kernels.py"
-OPERAND_KEYS = {"origin", "role", "shape", "dtype", "block_shape", "memory_space",
+OPERAND_KEYS = {"origin", "param", "role", "shape", "dtype", "block_shape", "memory_space",
                 "buffer_count", "fetches", "hbm_bytes"}
 FINDING_KEYS = {"code", "severity", "message", "operand", "programs"}
 

@@ -120,8 +120,8 @@ def test_grid_text_and_html():
     view = pallaslab.inspect(fn, *args).grid()
     text = view.to_text()
     assert "Grid of kernel 0 matmul_kernel: 4 x 3 x 2 = 24 programs" in text
-    assert ("outputs      output  float32[512, 384] block (128, 128)  fetches 12  revisits 12"
-            in text)
+    assert ("o_ref (outputs)      output  float32[512, 384] block (128, 128)  fetches 12  "
+            "revisits 12" in text)
     html = view.to_html()
     assert "<svg" in html and "matmul_kernel" in html
     assert "<script" not in html  # static HTML runs nowhere

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pallaslab.analysis.findings import Finding, Rules, find
@@ -68,6 +70,7 @@ def _operand_json(insp: KernelInspection, op: Any) -> dict[str, Any]:
     ot = insp.tiling.operands.get(op.origin) if insp.tiling is not None else None
     return {
         "origin": op.origin,
+        "param": op.param,
         "role": op.role,
         "shape": list(op.shape),
         "dtype": str(op.dtype),
@@ -79,6 +82,77 @@ def _operand_json(insp: KernelInspection, op: Any) -> dict[str, Any]:
         "scalar_prefetch": op.scalar_prefetch,
         "aliased_with": op.aliased_with,
     }
+
+
+def caller_names(cap: Capture | None, kernel: Kernel,
+                 arg_names: Sequence[str] | None) -> dict[str, str]:
+    """Input origin -> the caller's expression for it ("x", "w.T"), for inputs that are one of
+    the call's arguments unchanged. Best effort: empty whenever the match is not certain.
+
+    `arg_names` holds one expression per argument of the call, as the `%%pallas` magic reads
+    them from the cell. Arguments holding no array were bound before tracing, so literal
+    expressions (`128`, `True`) are dropped when the counts differ; an argument that is a pytree
+    of several arrays names none of them.
+    """
+    if cap is None or not arg_names:
+        return {}
+    positions = cap.argument_positions(kernel)
+    if not positions:
+        return {}
+    flat = cap.argument_names()
+    n_flat = len(cap.handle.flat_args) if cap.handle is not None else 0
+    names = [str(n) for n in arg_names]
+    groups = _argument_groups(flat, n_flat)
+    if len(groups) != len(names):
+        names = [n for n in names if not _is_literal(n)]
+    if len(groups) != len(names):
+        return {}
+    leaf_name: dict[int, str] = {}
+    for group, name in zip(groups, names, strict=True):
+        if len(group) == 1:
+            leaf_name[group[0]] = name
+    return {origin: leaf_name[pos] for origin, pos in positions.items() if pos in leaf_name}
+
+
+_ROOT = re.compile(r"^(args\[\d+\]|[^\[.]+)")
+
+
+def _argument_groups(flat: Sequence[str] | None, n_flat: int) -> list[list[int]]:
+    """Flat argument positions grouped by the call argument they belong to (pytree leaves of
+    one argument share its name's root: "p['a']", "p['b']")."""
+    if flat is None or len(flat) != n_flat:
+        return [[i] for i in range(n_flat)]
+    groups: list[list[int]] = []
+    last = None
+    for i, name in enumerate(flat):
+        m = _ROOT.match(name)
+        root = m.group(1) if m else name
+        if groups and root == last:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        last = root
+    return groups
+
+
+def _is_literal(text: str) -> bool:
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def operand_labels(kernel: Kernel, callers: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Origin -> the name views show: "x_ref (args[0])", "x_ref (args[0] = x)" when the
+    caller's expression is known, the origin alone when the kernel has no parameter names."""
+    callers = callers or {}
+    out = {}
+    for op in kernel.operands:
+        inner = f"{op.origin} = {callers[op.origin]}" if op.origin in callers else op.origin
+        out[op.origin] = f"{op.param} ({inner})" if op.param else (
+            f"{op.origin} ({callers[op.origin]})" if op.origin in callers else op.origin)
+    return out
 
 
 def _short_source(source: str | None) -> str | None:

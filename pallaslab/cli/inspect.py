@@ -60,7 +60,8 @@ def render(insp: KernelInspection, out) -> None:
                          else "left")
     for op in data["operands"]:
         table.add_row(
-            safe(op["origin"]), op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
+            safe(f"{op['param']} ({op['origin']})" if op["param"] else op["origin"]),
+            op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
             _shape(op["shape"]), op["dtype"],
             _shape(op["block_shape"]) if op["block_shape"] is not None else "-",
             safe(op["memory_space"]), _num(op["buffer_count"]), _num(op["fetches"]),

@@ -48,6 +48,7 @@ class Operand:
     buffer_count: int | None = None  # pipeline buffers (`pl.Buffered(n)`); 2 when unspecified
     scalar_prefetch: bool = False
     aliased_with: str | None = None  # origin of the input/output sharing its buffer
+    param: str | None = None  # the kernel function's own parameter name: "x_ref", "acc_ref"
 
     @property
     def block_shape(self) -> tuple[int | None, ...] | None:
@@ -203,6 +204,24 @@ class Capture(Sequence[Kernel]):
 
     def __getitem__(self, i):
         return self.kernels[i]
+
+    def argument_positions(self, kernel: Kernel) -> dict[str, int]:
+        """Input origin -> position among the call's flat array arguments, for the kernel's
+        inputs that are one of those arguments unchanged (empty when not known)."""
+        if self.handle is None or kernel.handle is None:
+            return {}
+        from pallaslab.model._jax.kernels import argument_positions
+
+        return argument_positions(self.handle.closed_jaxpr, kernel)
+
+    def argument_names(self) -> tuple[str, ...] | None:
+        """The traced call's own names for its flat array arguments ("x", "p['a']",
+        "args[0]"), or None."""
+        if self.handle is None:
+            return None
+        info = getattr(self.handle.closed_jaxpr.jaxpr, "debug_info", None)
+        names = getattr(info, "arg_names", None)
+        return tuple(str(n) for n in names) if names is not None else None
 
     def check_invariants(self) -> None:
         assert [k.index for k in self.kernels] == list(range(len(self.kernels)))

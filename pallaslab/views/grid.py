@@ -11,11 +11,13 @@ elementwise kernel then costs a few hundred bytes instead of megabytes. Identica
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
+from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
 from pallaslab.model import Kernel, Operand
 from pallaslab.util.text import visible
@@ -36,6 +38,8 @@ class IndexColumn(TypedDict):
 
 class GridOperand(TypedDict):
     origin: str
+    param: str | None  # the kernel function's parameter name ("x_ref")
+    label: str  # what the widget shows: "x_ref (args[0])", "x_ref (args[0] = x)"
     role: str
     dtype: str
     memory_space: str
@@ -77,8 +81,13 @@ class GridPayload(TypedDict):
     tables: list[memoryview]  # int32 columns, little-endian
 
 
-def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...]) -> GridPayload:
-    """Everything the grid widget draws, from a kernel, its tiling and its findings (pure)."""
+def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
+                 callers: Mapping[str, str] | None = None) -> GridPayload:
+    """Everything the grid widget draws, from a kernel, its tiling and its findings (pure).
+
+    `callers`: input origin -> the caller's expression for it, shown in the labels.
+    """
+    labels = operand_labels(kernel, callers)
     ids = tiling.program_ids().astype(np.int64)
     tables: list[np.ndarray] = []
     seen: dict[bytes, int] = {}
@@ -96,7 +105,7 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...]) 
                 seen[key] = len(tables)
                 tables.append(col)
             columns.append(IndexColumn(affine=None, table=seen[key]))
-        operands.append(_operand(ot, kernel.operand(ot.origin), columns))
+        operands.append(_operand(ot, kernel.operand(ot.origin), columns, labels[ot.origin]))
     rank = len(tiling.grid)
     return visible_payload(GridPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
@@ -128,7 +137,8 @@ def affine_fit(col: np.ndarray, ids: np.ndarray, grid: tuple[int, ...]) -> list[
     return [b, *coeffs]
 
 
-def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn]) -> GridOperand:
+def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn],
+             label: str) -> GridOperand:
     bi = ot.block_indices
     # starts = index * scale - offset; recover scale/offset per dim from the tiling itself.
     scale, offset = [], []
@@ -139,7 +149,8 @@ def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn]) -> Grid
     lo = bi.min(axis=0) if len(bi) else np.zeros(bi.shape[1], np.int32)
     hi = bi.max(axis=0) if len(bi) else np.zeros(bi.shape[1], np.int32)
     return GridOperand(
-        origin=ot.origin, role=ot.role, dtype=str(op.dtype), memory_space=op.memory_space,
+        origin=ot.origin, param=op.param, label=label, role=ot.role, dtype=str(op.dtype),
+        memory_space=op.memory_space,
         windowed=ot.windowed, shape=list(ot.shape),
         block_shape=list(op.block_shape or ot.extent),
         extent=[int(e) for e in ot.extent], scale=scale, offset=offset, index=columns,
@@ -168,7 +179,11 @@ def kernel_grid_payload(ctx: KernelContext) -> GridPayload:
     k, tiling = ctx.kernel, ctx.tiling
     if tiling is None:
         raise ValueError(f"kernel {k.name!r} has no grid tiling: {tiling_unavailable_reason(k)}")
-    return grid_payload(k, tiling, ctx.findings)
+    return grid_payload(k, tiling, ctx.findings, _callers(ctx))
+
+
+def _callers(ctx: KernelContext) -> dict[str, str]:
+    return caller_names(ctx.capture, ctx.kernel, ctx.options.get("arg_names"))
 
 
 def _short(source: str | None) -> str | None:
@@ -203,11 +218,12 @@ class GridView(View):
         assert tiling is not None
         lines = [f"Grid of kernel {k.index} {k.name}: {_grid_text(k.grid)} = {tiling.programs:,} "
                  f"programs; semantics: {', '.join(k.dimension_semantics or ()) or '-'}"]
+        labels = operand_labels(k, _callers(self.ctx))
         for ot in tiling.operands.values():
             op = k.operand(ot.origin)
             fetches = "-" if ot.fetches is None else f"{ot.fetches:,}"
             revisits = "-" if ot.fetches is None else f"{tiling.programs - ot.fetches:,}"
-            lines.append(f"  {ot.origin:<12} {ot.role:<7} {op.dtype}{list(op.shape)} "
+            lines.append(f"  {labels[ot.origin]:<20} {ot.role:<7} {op.dtype}{list(op.shape)} "
                          f"block {_html.shape(op.block_shape)}  fetches {fetches}  "
                          f"revisits {revisits}  hbm {_html.num(ot.hbm_bytes)} B")
         lines += [f"  {f.severity} {f.code}: {f.message}" for f in self.ctx.findings]
@@ -221,9 +237,10 @@ class GridView(View):
         head = (f'<h3 class="pl-title">Grid <code>{esc(k.name)}</code> '
                 f'<span class="pl-dim">{esc(_grid_text(k.grid))} = {tiling.programs:,} programs'
                 f"</span></h3>")
+        labels = operand_labels(k, _callers(self.ctx))
         maps = [_static_program_grid(tiling)]
-        maps += [_static_operand(ot) for ot in tiling.operands.values()]
-        rows = [(ot.origin, ot.role, _html.shape(k.operand(ot.origin).block_shape),
+        maps += [_static_operand(ot, labels[ot.origin]) for ot in tiling.operands.values()]
+        rows = [(labels[ot.origin], ot.role, _html.shape(k.operand(ot.origin).block_shape),
                  _html.num(ot.fetches),
                  _html.num(None if ot.fetches is None else tiling.programs - ot.fetches),
                  _html.num(ot.hbm_bytes)) for ot in tiling.operands.values()]
@@ -276,7 +293,7 @@ def _static_program_grid(tiling: Tiling) -> str:
     return _svg(cells, rows, cols, "programs (shade: operands fetching at that step)")
 
 
-def _static_operand(ot: OperandTiling) -> str:
+def _static_operand(ot: OperandTiling, name: str) -> str:
     """An operand's blocks in its last two dimensions, shaded by fetch count."""
     bi = ot.block_indices
     if bi.shape[1] == 0 or not len(bi):
@@ -296,7 +313,7 @@ def _static_operand(ot: OperandTiling) -> str:
     top = int(counts.max(initial=0))
     cells = [(r, c, _heat(int(counts[r, c]), top), f"block ({r}, {c}): {int(counts[r, c])} "
               "fetch(es)") for r in range(nb[0]) for c in range(nb[1])]
-    label = f"{ot.origin} ({ot.role}) blocks, shade: fetches"
+    label = f"{name}: {ot.role} blocks, shade: copies"
     return _svg(cells, nb[0], nb[1], label)
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from pallaslab.analysis.inspection import KernelInspection, kernel_json
+from pallaslab.analysis.inspection import (
+    KernelInspection,
+    caller_names,
+    kernel_json,
+    operand_labels,
+)
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -20,7 +26,9 @@ class OverviewPayload(TypedDict):
     note: str | None  # why there is no grid view, when there is none
 
 
-def overview_payload(insp: KernelInspection, note: str | None = None) -> OverviewPayload:
+def overview_payload(insp: KernelInspection, note: str | None = None,
+                     callers: Mapping[str, str] | None = None) -> OverviewPayload:
+    """`callers`: input origin -> the caller's expression for it (see `caller_names`)."""
     k = insp.kernel
     cost = None
     if k.cost_estimate is not None:
@@ -31,9 +39,13 @@ def overview_payload(insp: KernelInspection, note: str | None = None) -> Overvie
     params = {backend: {name: repr(value) for name, value in fields.items()
                         if value is not None and value is not False}
               for backend, fields in k.compiler_params.items()}
+    kernel = kernel_json(insp)
+    labels = operand_labels(k, callers)
+    for op in kernel["operands"]:
+        op["label"] = labels[op["origin"]]  # "x_ref (args[0] = x)": what the views show
+        op["argument"] = (callers or {}).get(op["origin"])
     return visible_payload(OverviewPayload(
-        kernel={**kernel_json(insp), "index": k.index}, compiler_params=params, cost=cost,
-        note=note))
+        kernel={**kernel, "index": k.index}, compiler_params=params, cost=cost, note=note))
 
 
 class OverviewView(View):
@@ -48,7 +60,9 @@ class OverviewView(View):
     def _payload(self) -> OverviewPayload:
         from pallaslab.analysis.tiling import tiling_unavailable_reason
 
-        return overview_payload(self.ctx.inspection, tiling_unavailable_reason(self.ctx.kernel))
+        ctx = self.ctx
+        callers = caller_names(ctx.capture, ctx.kernel, ctx.options.get("arg_names"))
+        return overview_payload(ctx.inspection, tiling_unavailable_reason(ctx.kernel), callers)
 
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
@@ -61,7 +75,7 @@ class OverviewView(View):
                  f"{', '.join(k['dimension_semantics'] or []) or '-'}; backend: "
                  f"{k['backend'] or 'unspecified'}"]
         for op in k["operands"]:
-            lines.append(f"  {op['origin']:<12} {op['role']:<7} {op['dtype']}{op['shape']} "
+            lines.append(f"  {op['label']:<12} {op['role']:<7} {op['dtype']}{op['shape']} "
                          f"block {_html.shape(op['block_shape'])} {op['memory_space']} "
                          f"fetches {_html.num(op['fetches'])}")
         lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in k["findings"]]
@@ -81,7 +95,7 @@ class OverviewView(View):
         ops = _html.table(
             ("operand", "role", "shape", "dtype", "block", "memory", "buffers", "fetches",
              "HBM bytes"),
-            [(o["origin"], o["role"], _html.shape(o["shape"]), o["dtype"],
+            [(o["label"], o["role"], _html.shape(o["shape"]), o["dtype"],
               _html.shape(o["block_shape"]), o["memory_space"], _html.num(o["buffer_count"]),
               _html.num(o["fetches"]), _html.num(o["hbm_bytes"])) for o in k["operands"]],
             numeric=(6, 7, 8))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
@@ -60,6 +61,8 @@ class HeatMap(TypedDict):
 
 class StepBlock(TypedDict):
     origin: str
+    param: str | None  # the kernel function's parameter name ("x_ref")
+    label: str  # "x_ref (args[0])", "x_ref (args[0] = x)": how the views name it
     role: str
     dtype: str
     block_index: list[int]
@@ -107,14 +110,18 @@ def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
                  blocks: Mapping[str, ProgramBlocks] | None = None,
                  equations: Sequence[EquationValue] | None = None,
                  mismatch_steps: Sequence[int] = (), has_comparison: bool = False,
-                 interactive: bool = False, revision: int = 0, error: str | None = None
-                 ) -> StepPayload:
-    """Everything the step widget shows, from the stepper's state (pure)."""
+                 interactive: bool = False, revision: int = 0, error: str | None = None,
+                 callers: Mapping[str, str] | None = None) -> StepPayload:
+    """Everything the step widget shows, from the stepper's state (pure).
+
+    `callers`: input origin -> the caller's expression for it, shown in the labels.
+    """
     tables: list[np.ndarray] = []
+    labels = operand_labels(kernel, callers)
     step = position - 1 if position > 0 else None
     out_blocks = []
     if step is not None and blocks:
-        out_blocks = [_block(b, kernel, tables) for b in blocks.values()]
+        out_blocks = [_block(b, kernel, tables, labels[b.origin]) for b in blocks.values()]
     eqs = list(equations or ())
     return visible_payload(StepPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
@@ -128,7 +135,8 @@ def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
     ))
 
 
-def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray]) -> StepBlock:
+def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray], label: str
+           ) -> StepBlock:
     op = kernel.operand(b.origin)
     before2, heat = block_heat(b.read)
     after2, _ = block_heat(b.written)
@@ -136,7 +144,7 @@ def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray]) -> StepBl
     finite = both[np.isfinite(both)]
     tables += [before2.astype("<f4").ravel(), after2.astype("<f4").ravel()]
     return StepBlock(
-        origin=b.origin, role=op.role, dtype=str(b.read.dtype),
+        origin=b.origin, param=op.param, label=label, role=op.role, dtype=str(b.read.dtype),
         block_index=list(b.block_index), start=list(b.start), block_shape=list(b.read.shape),
         changed=b.changed, heat=heat, before=len(tables) - 2, after=len(tables) - 1,
         lo=float(finite.min()) if finite.size else None,
@@ -309,7 +317,9 @@ class StepView(InteractiveView):
         return step_payload(self.ctx.kernel, self.tiling, position=position, blocks=blocks,
                             equations=equations, mismatch_steps=self.mismatch_steps(),
                             has_comparison=bool(s and s.comparison is not None),
-                            interactive=live, revision=self._revision, error=error)
+                            interactive=live, revision=self._revision, error=error,
+                            callers=caller_names(self.ctx.capture, self.ctx.kernel,
+                                                 self.ctx.options.get("arg_names")))
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         sel = dict(change["new"] or {})
@@ -333,9 +343,11 @@ class StepView(InteractiveView):
         elif p["program"] is None:
             lines.append("  no program has run yet: wb.step().step() runs the first")
         for b in p["blocks"]:
+            # the origin leads (columns line up); the names people know follow
             lines.append(f"  {b['origin']:<12} block {tuple(b['block_index'])} "
                          f"{'changed' if b['changed'] else 'unchanged'}: "
-                         f"{b['summary_before']} -> {b['summary_after']}")
+                         f"{b['summary_before']} -> {b['summary_after']}"
+                         + (f"  [{b['label']}]" if b["label"] != b["origin"] else ""))
         for e in p["equations"]:
             lines.append(f"  [{e['index']}] {e['text']}  ({e['source'] or '?'}) = "
                          + "; ".join(e["values"]))
@@ -361,7 +373,7 @@ class StepView(InteractiveView):
         if p["blocks"]:
             parts.append(_html.table(
                 ("operand", "role", "block", "changed", "as read", "as written"),
-                [(b["origin"], b["role"], str(tuple(b["block_index"])),
+                [(b["label"], b["role"], str(tuple(b["block_index"])),
                   "yes" if b["changed"] else "no", b["summary_before"], b["summary_after"])
                  for b in p["blocks"]]))
         if p["equations"]:

@@ -290,3 +290,23 @@ def test_the_report_of_a_grid_with_no_programs_mounts_every_tab(page, tmp_path):
     first.locator(".pl-tabs button[data-tab=grid]").click()
     assert "no programs" in first.locator(".pl-pane[data-tab=grid] .pl-empty-grid").inner_text()
     assert page.errors == []
+
+
+def test_operands_are_labelled_by_parameter_and_origin(page):
+    """Issue 10 item 4: panels and the block table say "x_ref (args[0])"; with the caller's
+    expressions known, "x_ref (args[0] = x)"."""
+    from kernels import matmul, rand
+
+    from pallaslab.workbench import Workbench
+
+    wb = Workbench(pallaslab.capture(matmul, rand((512, 256)), rand((256, 384), seed=1)),
+                   options={"arg_names": ["x", "w.T"]})
+    mount(page, "grid.js", wb.grid().payload())
+    titles = page.locator(".pl-operand h4 .pl-label").all_inner_texts()
+    assert titles == ["x_ref (args[0] = x)", "y_ref (args[1] = w.T)", "o_ref (outputs)"]
+    cells = page.locator("table.pl-blocks tr[data-origin] td.pl-label").all_inner_texts()
+    assert cells == titles
+    mount(page, "overview.js", wb.overview().payload())
+    rows = page.locator("table.pl-table tr[data-origin] td:first-child").all_inner_texts()
+    assert rows == ["x_ref (args[0] = x)", "y_ref (args[1] = w.T)", "o_ref (outputs)",
+                    "acc_ref (scratch[0])"]

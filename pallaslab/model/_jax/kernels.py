@@ -71,7 +71,7 @@ def _pallas_call_kernel(
         num_dynamic_grid=n_dyn,
         prefetch_concrete=prefetch_values is not None,
     )
-    return Kernel(
+    kernel = Kernel(
         index=index,
         name=str(name),
         kind="pallas_call",
@@ -92,6 +92,29 @@ def _pallas_call_kernel(
         prefetch_values=tuple(prefetch_values) if prefetch_values is not None else (),
         handle=handle,
     )
+    return _with_params(kernel)
+
+
+def _with_params(kernel: Kernel) -> Kernel:
+    """The kernel with every operand's `param`: the kernel function's own parameter name.
+
+    The body's parameters come in Pallas's operand order (scalar prefetch, inputs, outputs,
+    scratch); `kernel_arg_names` maps the ones after the scalar prefetch.
+    """
+    from pallaslab.model._jax.stepper import kernel_arg_names  # stepper imports this module
+
+    eqn = kernel.handle.eqn
+    if eqn.primitive is PALLAS_CALL:
+        by_origin = {origin: name for name, origin in kernel_arg_names(kernel).items()}
+        names = eqn.params["jaxpr"].debug_info.arg_names or ()
+        prefetch = [op.origin for op in kernel.operands if op.scalar_prefetch]
+        by_origin.update(zip(prefetch, names[: len(prefetch)], strict=False))
+    else:  # mesh kernels: the body takes the inputs then the outputs
+        names = eqn.params["jaxprs"][0].debug_info.arg_names or ()
+        by_origin = dict(zip((op.origin for op in kernel.operands), names, strict=False))
+    operands = tuple(dataclasses.replace(op, param=str(by_origin[op.origin]))
+                     if by_origin.get(op.origin) else op for op in kernel.operands)
+    return dataclasses.replace(kernel, operands=operands)
 
 
 def _pallas_call_operands(gm: Any, aliases: tuple[tuple[int, int], ...]) -> tuple[Operand, ...]:
@@ -312,7 +335,7 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
         operands.append(Operand(origin=origin, role="output", shape=tuple(aval.shape),
                                 dtype=np.dtype(aval.dtype), memory_space=space))
     backend = _backend_of(compiler_params) or _mesh_backend(mesh)
-    return Kernel(
+    return _with_params(Kernel(
         index=index, name=str(name), kind="mesh", source=source, call_site=_call_site(eqn),
         context=found.context, grid=tuple(v for _, v in axes),
         grid_names=tuple(n for n, _ in axes), dynamic_grid_dims=(), vmapped_dims=(),
@@ -323,7 +346,50 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
         mesh=MeshInfo(type(mesh).__name__, axes),
         handle=KernelHandle(eqn=eqn, index_map_evaluator=None, num_dynamic_grid=0,
                             prefetch_concrete=False),
-    )
+    ))
+
+
+def argument_positions(closed_jaxpr: Any, kernel: Kernel) -> dict[str, int]:
+    """Kernel input origin -> position among the traced call's flat arguments, for inputs that
+    are one of those arguments unchanged (passed through `jit` and other call-once wrappers;
+    not sliced, transposed, batched by a loop or computed). Caller-facing names hang off this.
+    """
+    eqn = kernel.handle.eqn
+    target = id(eqn)
+    top = closed_jaxpr.jaxpr
+    found: dict[int, list[int | None]] = {}
+
+    def walk(jaxpr: Any, env: dict[Any, int]) -> bool:
+        for e in jaxpr.eqns:
+            if id(e) == target:
+                found[0] = [env.get(v) if isinstance(v, jax_core.Var) else None
+                            for v in e.invars]
+                return True
+            if e.primitive.name in _CALL_ONCE_NAMES:
+                subs = [v for v in e.params.values()
+                        if isinstance(v, jax_core.Jaxpr)]
+                if len(subs) == 1:
+                    sub = getattr(subs[0], "jaxpr", subs[0])
+                    inner = {sv: env[v] for v, sv in zip(e.invars, sub.invars, strict=False)
+                             if isinstance(v, jax_core.Var) and v in env}
+                    if walk(sub, inner):
+                        return True
+        return False
+
+    walk(top, {v: i for i, v in enumerate(top.invars)})
+    positions = found.get(0)
+    if positions is None:
+        return {}
+    if eqn.primitive is PALLAS_CALL:
+        skip = eqn.params["grid_mapping"].num_dynamic_grid_bounds
+        inputs = [op.origin for op in kernel.operands if op.role == "input"]
+    else:
+        skip, inputs = 0, [op.origin for op in kernel.inputs]
+    return {origin: pos for origin, pos in zip(inputs, positions[skip:], strict=False)
+            if pos is not None}
+
+
+_CALL_ONCE_NAMES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"})
 
 
 def _mesh_backend(mesh: Any) -> Any:

@@ -9,7 +9,8 @@
 
 /** @typedef {{affine: number[] | null, table: number | null}} IndexColumn */
 /**
- * @typedef {{origin: string, role: string, dtype: string, memory_space: string,
+ * @typedef {{origin: string, param?: string | null, label?: string, role: string,
+ *   dtype: string, memory_space: string,
  *   windowed: boolean, shape: number[], block_shape: (number | null)[], extent: number[],
  *   scale: number[], offset: number[], index: IndexColumn[], lo: number[], hi: number[],
  *   fetches: number | null, hbm_bytes: number | null}} GridOperand
@@ -576,7 +577,7 @@ function render({ model, el }) {
     const panel = h("div", "pl-panel pl-operand");
     panel.dataset.origin = op.origin;
     const title = h("h4");
-    title.append(h("span", "", op.origin), h("span", `pl-role pl-${op.role}`, op.role));
+    title.append(h("span", "pl-label", op.label || op.origin), h("span", `pl-role pl-${op.role}`, op.role));
     panel.append(title, h("div", "pl-axislabel",
       `${op.dtype}${tuple(op.shape)} · block ${tuple(op.block_shape.map((b) => (b === null ? "None" : b)))}`));
     const cv = canvasStack(panel, w, hh);
@@ -961,7 +962,7 @@ function render({ model, el }) {
         : fetch ? h("span", "pl-tag pl-fetch", op.role === "output" ? "write" : "fetch")
           : h("span", "pl-tag pl-revisit", "revisit");
       const td = h("td"); td.append(tag);
-      tr.append(h("td", "pl-mono", op.origin), h("td", "pl-mono pl-block", tuple(block)),
+      tr.append(h("td", "pl-mono pl-label", op.label || op.origin), h("td", "pl-mono pl-block", tuple(block)),
         h("td", "pl-mono pl-range", `[${ranges.join(", ")}]`), td);
       tr.dataset.block = block.join(",");
       tr.dataset.copy = !op.windowed ? "none" : fetch ? "fetch" : "revisit";

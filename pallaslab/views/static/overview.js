@@ -62,7 +62,8 @@ function render({ model, el }) {
   table.append(head);
   for (const o of k.operands) {
     const tr = h("tr");
-    const cells = [o.origin, o.role + (o.scalar_prefetch ? " (prefetch)" : ""), shape(o.shape), o.dtype,
+    tr.dataset.origin = o.origin;
+    const cells = [o.label || o.origin, o.role + (o.scalar_prefetch ? " (prefetch)" : ""), shape(o.shape), o.dtype,
       shape(o.block_shape), o.memory_space, num(o.buffer_count), num(o.fetches), num(o.hbm_bytes)];
     cells.forEach((c, i) => tr.append(h("td", i >= 6 ? "num" : i === 0 ? "pl-mono" : "", String(c))));
     table.append(tr);
