@@ -17,9 +17,11 @@ __all__ = ["Capture", "Kernel", "Operand", "PallasLabError", "Workbench", "__ver
 
 def load_ipython_extension(ipython: object) -> None:
     """`%load_ext pallaslab` registers the `%%pallas` cell magic (IPython imported only then)."""
+    from pallaslab.execute.isolation import prewarm_worker
     from pallaslab.magic import load_ipython_extension as load
 
     load(ipython)
+    prewarm_worker()  # runs go to a killable worker process: start it while the user types
 
 
 def __getattr__(name: str) -> object:

@@ -334,6 +334,16 @@ def call_worker(request: bytes, limit: float, *, label: str,
                          interrupted=interrupted, cancelled=cancelled, watch=watch)
 
 
+def prewarm_worker() -> None:
+    """Start the worker in the background, so a notebook's first run finds JAX warm there
+    (starting it costs a few seconds; a run that comes first simply waits for it)."""
+    def start() -> None:
+        with _WORKERS._lock:
+            _WORKERS._ready_worker()
+
+    threading.Thread(target=start, name="pallaslab-worker-start", daemon=True).start()
+
+
 def shutdown_worker() -> None:
     """Stop the warm worker (it is also stopped when this process exits)."""
     _WORKERS.close()
