@@ -38,17 +38,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def notebook(path: Path) -> None:
+def notebook(path: Path, cells: list[str] = CELLS) -> None:
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
-                     "outputs": [], "source": src} for i, src in enumerate(CELLS)],
+                     "outputs": [], "source": src} for i, src in enumerate(cells)],
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                       "name": "python3"}},
           "nbformat": 4, "nbformat_minor": 5}
     path.write_text(json.dumps(nb))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab(tmp_path_factory):
+    """One JupyterLab server for every Lab test of the session (test_lab_tabs.py too)."""
     root = tmp_path_factory.mktemp("lab")
     notebook(root / "e2e.ipynb")
     # no "official Jupyter news?" toast over the screenshots
@@ -90,17 +91,36 @@ def lab(tmp_path_factory):
         log.close()
 
 
-def test_pallas_cell_in_jupyterlab(page, lab, results_dir):
+def open_notebook(page, lab, name: str) -> None:
+    """Open `name` in Lab (only the Lab server reachable) and wait for its kernel."""
     base = lab["base"]
     page.unroute("**/*")
     page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
                else (page.requests_attempted.append(route.request.url), route.abort()))
-    page.goto(f"{base}/lab/tree/e2e.ipynb?token={lab['token']}")
+    page.goto(f"{base}/lab/tree/{name}?token={lab['token']}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60000)
     # the kernel must be up before running (the status bar says so)
     page.locator(".jp-StatusBar-TextItem", has_text="Idle").first.wait_for(timeout=60000)
+
+
+def run_all(page) -> None:
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+
+
+def set_theme(page, name: str) -> None:
+    """Switch JupyterLab's theme through its own Settings menu ("JupyterLab Dark"/"Light")."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Settings$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Theme$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{name}$")).click()
+    light = "false" if "Dark" in name else "true"
+    page.wait_for_selector(f"body[data-jp-theme-light={light}]", timeout=20000,
+                           state="attached")
+
+
+def test_pallas_cell_in_jupyterlab(page, lab, results_dir):
+    open_notebook(page, lab, "e2e.ipynb")
+    run_all(page)
     grid = page.locator(".jp-OutputArea .pl-grid canvas[data-role=grid]")
     try:
         grid.wait_for(timeout=90000)
@@ -128,10 +148,7 @@ def test_pallas_cell_in_jupyterlab(page, lab, results_dir):
     view.screenshot(path=str(results_dir / "grid-light.png"))
 
     # the dark theme, through JupyterLab's own command
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Settings$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Theme$")).hover()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^JupyterLab Dark$")).click()
-    page.wait_for_selector("body[data-jp-theme-light=false]", timeout=20000, state="attached")
+    set_theme(page, "JupyterLab Dark")
     page.wait_for_timeout(300)
     page.mouse.move(box["x"] + 1.5 * cell, box["y"] + 2.5 * cell)
     bg = page.evaluate("getComputedStyle(document.querySelector('.pl-grid'))"

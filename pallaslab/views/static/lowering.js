@@ -183,6 +183,11 @@ export function stageFor(low, keep) {
  */
 function render({ model, el }) {
   const root = h("div", "pallaslab pl-lowering");
+  // Inside a workbench tab (an ipywidgets flex box) the host element is sized by its content:
+  // let it take the box's width, so long IR lines scroll inside their pane instead.
+  el.style.minWidth = "0";
+  el.style.maxWidth = "100%";
+  el.style.flex = "1 1 100%";
   el.append(root);
   /**
    * What is shown (`target`, `stage`), what is selected (`irLine` or `pyKey`, picked `from`

@@ -154,6 +154,11 @@ function h(tag, cls, text) {
  */
 function render({ model, el }) {
   const root = h("div", "pallaslab pl-pipeline");
+  // Inside a workbench tab (an ipywidgets flex box) the host element is sized by its content:
+  // let it take the box's width instead, so the canvases can follow the notebook's width.
+  el.style.minWidth = "0";
+  el.style.maxWidth = "100%";
+  el.style.flex = "1 1 100%";
   el.append(root);
   /** @type {(() => void)[]} */
   const cleanups = [];
@@ -200,11 +205,15 @@ function render({ model, el }) {
   tip.hidden = true;
   root.append(title, facts, toolbar, body, info, tip);
 
+  /** Whether `colors` were read from the live theme (a detached element has no styles). */
+  let themed = false;
   function readColors() {
     const cs = getComputedStyle(root);
     colors = {};
+    themed = root.isConnected && cs.getPropertyValue("--pl-bg2").trim() !== "";
+    const fallback = { "--pl-bg": "#ffffff", "--pl-bg2": "#f4f5f7", "--pl-border": "#d0d7de", "--pl-fg": "#1f2328", "--pl-fg2": "#5b6470" };
     for (const v of ["--pl-accent", "--pl-info", "--pl-ok", "--pl-fg", "--pl-fg2", "--pl-hl", "--pl-error", "--pl-border", "--pl-bg2", "--pl-bg"]) {
-      colors[v] = cs.getPropertyValue(v).trim() || "#888";
+      colors[v] = cs.getPropertyValue(v).trim() || /** @type {Record<string, string>} */ (fallback)[v] || "#1a73e8";
     }
   }
 
@@ -257,7 +266,12 @@ function render({ model, el }) {
     layout();
   }
 
-  function width() { return Math.max(420, Math.floor((root.clientWidth || el.clientWidth || 900) - 4)); }
+  /**
+   * The canvases' width: the tracks box's, which CSS keeps out of the view's own intrinsic
+   * width (`contain: inline-size`), so drawing wider never makes the box wider (no feedback
+   * loop with the ResizeObserver below).
+   */
+  function width() { return Math.max(320, Math.floor(body.clientWidth || 0) || 900); }
 
   function layout() {
     const W = width();
@@ -274,6 +288,9 @@ function render({ model, el }) {
   }
 
   function drawAll() {
+    // drawn before the page attached the view (JupyterLab renders outputs detached first):
+    // the theme's colours are only readable now
+    if (!themed) readColors();
     tracks.forEach((_, i) => drawTrack(i));
     const t = tracks[0];
     if (t) span.textContent = `showing ${fmtTime(state.f0 * t.p.duration)} – ${fmtTime(state.f1 * t.p.duration)} of the model`;
@@ -560,8 +577,16 @@ function render({ model, el }) {
   observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
   cleanups.push(() => observer.disconnect());
   let lastW = 0;
-  const resize = new ResizeObserver(() => { const w = width(); if (w !== lastW) { lastW = w; layout(); } });
-  resize.observe(root);
+  let frame = 0;
+  const resize = new ResizeObserver(() => {
+    cancelAnimationFrame(frame);
+    frame = requestAnimationFrame(() => {
+      const w = width();
+      if (w !== lastW) { lastW = w; if (!themed) readColors(); layout(); }
+    });
+  });
+  resize.observe(body);
+  cleanups.push(() => cancelAnimationFrame(frame));
   cleanups.push(() => resize.disconnect());
   listen(window, "pl-theme", () => { readColors(); drawAll(); });
 
