@@ -85,7 +85,7 @@ def test_diagnostics_on_top_and_resources_beside(page):
     if err.operand:
         assert item.locator(".pl-operand").inner_text() == err.operand
     assert page.locator(".pl-status").inner_text().endswith("failed")
-    assert page.locator('.pl-resources tr[data-resource="vmem_bytes"] td').inner_text() == "-"
+    assert page.locator('.pl-resources tr[data-resource="vmem_bytes"] td.num').inner_text() == "-"
 
 
 def test_static_target_picker_offers_only_embedded_targets(page):
@@ -108,7 +108,9 @@ def test_live_target_pick_asks_python_and_shows_the_answer(page):
     v = view("elementwise_1d")
     mount(page, "lowering.js", v._payload(live=True))
     page.select_option("select.pl-target", "gpu-h100")
-    assert page.evaluate("window.model.saved.at(-1)") == {"target": "gpu-h100", "stage": None}
+    asked = page.evaluate("window.model.saved.at(-1)")
+    request = asked.pop("request")  # a fresh id per question: Python answers each one
+    assert asked == {"target": "gpu-h100", "stage": None} and request
     assert "lowering for gpu-h100" in page.locator(".pl-pending").inner_text()
     # what LoweringView does on that selection: lower and send a new payload
     answer = v.select("gpu-h100")._payload(live=True)
