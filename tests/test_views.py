@@ -230,3 +230,27 @@ def test_the_package_ships_the_widget_modules():
         assert "</script" not in text.lower()  # safe to inline in the report
         if name.endswith(".js"):
             assert text.startswith("// @ts-check")
+
+
+def test_outputs_are_copied_at_their_write_back_not_at_the_first_visit():
+    """Issue 10 item 10: the static program map counts an output's copy at the last step of
+    its run (the matmul's last k), and only outputs named by a parallel-write-conflict
+    finding get writer axes (separate writers even in consecutive steps)."""
+    from pallaslab.analysis.findings import write_back_mask
+
+    fn, args = CATALOG["matmul_f32"].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+    tiling = wb.context(0).tiling
+    out = tiling.operands["outputs"]
+    assert write_back_mask(out).tolist() == [k == 1 for *_, k in
+                                             (tiling.program_at(s) for s in range(24))]
+    assert write_back_mask(tiling.operands["args[0]"]) is tiling.operands["args[0]"].fetch_mask
+    html = wb.grid().to_html()
+    assert "program (0, 0, 0): step 0, 2 copies" in html
+    assert "program (0, 0, 1): step 1, 3 copies" in html
+    assert {o["origin"]: o["writer_axes"] for o in wb.grid().payload()["operands"]} == {
+        "args[0]": [], "args[1]": [], "outputs": []}
+    fn, args = CATALOG["racy_parallel_accumulate"].case()[:2]
+    racy = pallaslab.inspect(fn, *args).grid().payload()
+    assert {o["origin"]: o["writer_axes"] for o in racy["operands"]} == {
+        "args[0]": [], "outputs": [0]}

@@ -392,12 +392,10 @@ def revisited_runs(keys: np.ndarray, nkeys: int, fetch_mask: np.ndarray
 
 def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
     """Programs that may run concurrently writing the same output block."""
-    semantics = kernel.dimension_semantics or ("arbitrary",) * len(tiling.grid)
+    concurrent = concurrent_dims(kernel, len(tiling.grid), rules)
     if rules.gpu:
-        concurrent = list(range(len(tiling.grid)))
         why = "on GPU every program may run concurrently"
     else:
-        concurrent = [d for d, s in enumerate(semantics) if s in ("parallel", "core_parallel")]
         why = "grid dimension(s) {} are marked \"parallel\"".format(
             ", ".join(str(d) for d in concurrent))
     if not concurrent:
@@ -418,6 +416,27 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             "reduction dimensions \"arbitrary\").",
             operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
         )
+
+
+def concurrent_dims(kernel: Kernel, rank: int, rules: Rules) -> list[int]:
+    """Grid dimensions whose programs may run concurrently: every one on GPU, the "parallel"
+    ones on TPU. Programs differing along them are separate writers of an output block even
+    in consecutive steps; along the others, consecutive revisits are one write-back."""
+    if rules.gpu:
+        return list(range(rank))
+    semantics = kernel.dimension_semantics or ("arbitrary",) * rank
+    return [d for d, s in enumerate(semantics) if s in ("parallel", "core_parallel")]
+
+
+def write_back_mask(ot: OperandTiling) -> np.ndarray:
+    """(P,) bool: an output block is written back to HBM after this step (TPU pipeline): the
+    last step of each run of consecutive steps on the same block. Inputs: `fetch_mask`."""
+    if ot.role != "output":
+        return ot.fetch_mask
+    mask = np.empty_like(ot.fetch_mask)
+    mask[:-1] = ot.fetch_mask[1:]  # the next step starts another block
+    mask[-1:] = True  # the grid ends
+    return mask
 
 
 def coordinate_key(grid: tuple[int, ...], dims: list[int], start: int = 0,

@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from pallaslab.analysis.findings import Finding
+from pallaslab.analysis.findings import Finding, Rules, concurrent_dims, write_back_mask
 from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
 from pallaslab.model import Kernel, Operand
@@ -54,6 +54,10 @@ class GridOperand(TypedDict):
     hi: list[int]  # largest
     fetches: int | None
     hbm_bytes: int | None
+    # Outputs: grid dimensions along which programs are separate writers of a block even in
+    # consecutive steps (only when a parallel-write-conflict finding names the operand);
+    # along the others, a run of consecutive steps on one block is one write-back.
+    writer_axes: list[int]
 
 
 class GridFinding(TypedDict):
@@ -82,12 +86,16 @@ class GridPayload(TypedDict):
 
 
 def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
-                 callers: Mapping[str, str] | None = None) -> GridPayload:
+                 callers: Mapping[str, str] | None = None, *,
+                 backend: str | None = None) -> GridPayload:
     """Everything the grid widget draws, from a kernel, its tiling and its findings (pure).
 
-    `callers`: input origin -> the caller's expression for it, shown in the labels.
+    `callers`: input origin -> the caller's expression for it, shown in the labels; `backend`:
+    whose rules the findings followed ("tpu", "triton", ...; the kernel's own by default).
     """
     labels = operand_labels(kernel, callers)
+    concurrent = concurrent_dims(kernel, len(tiling.grid), Rules.for_kernel(kernel, backend))
+    racing = {f.operand for f in findings if f.code == "parallel-write-conflict"}
     ids = tiling.program_ids().astype(np.int64)
     tables: list[np.ndarray] = []
     seen: dict[bytes, int] = {}
@@ -105,7 +113,8 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
                 seen[key] = len(tables)
                 tables.append(col)
             columns.append(IndexColumn(affine=None, table=seen[key]))
-        operands.append(_operand(ot, kernel.operand(ot.origin), columns, labels[ot.origin]))
+        operands.append(_operand(ot, kernel.operand(ot.origin), columns, labels[ot.origin],
+                                 concurrent if ot.origin in racing else []))
     rank = len(tiling.grid)
     return visible_payload(GridPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
@@ -138,7 +147,7 @@ def affine_fit(col: np.ndarray, ids: np.ndarray, grid: tuple[int, ...]) -> list[
 
 
 def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn],
-             label: str) -> GridOperand:
+             label: str, writer_axes: list[int]) -> GridOperand:
     bi = ot.block_indices
     # starts = index * scale - offset; recover scale/offset per dim from the tiling itself.
     scale, offset = [], []
@@ -155,7 +164,7 @@ def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn],
         block_shape=list(op.block_shape or ot.extent),
         extent=[int(e) for e in ot.extent], scale=scale, offset=offset, index=columns,
         lo=[int(v) for v in lo], hi=[int(v) for v in hi], fetches=ot.fetches,
-        hbm_bytes=ot.hbm_bytes,
+        hbm_bytes=ot.hbm_bytes, writer_axes=list(writer_axes),
     )
 
 
@@ -179,7 +188,7 @@ def kernel_grid_payload(ctx: KernelContext) -> GridPayload:
     k, tiling = ctx.kernel, ctx.tiling
     if tiling is None:
         raise ValueError(f"kernel {k.name!r} has no grid tiling: {tiling_unavailable_reason(k)}")
-    return grid_payload(k, tiling, ctx.findings, _callers(ctx))
+    return grid_payload(k, tiling, ctx.findings, _callers(ctx), backend=ctx.backend)
 
 
 def _callers(ctx: KernelContext) -> dict[str, str]:
@@ -273,7 +282,8 @@ def _svg(cells: list[tuple[int, int, str, str]], rows: int, cols: int, label: st
 
 def _static_program_grid(tiling: Tiling) -> str:
     """Programs (first two grid dims shown as rows/columns of the last two; slice 0 of the rest),
-    shaded by how many operands fetch a block at that step (pale: everything revisited)."""
+    shaded by how many operands copy a block at that step: inputs fetched when their block
+    changes, outputs written back at the end of each run (pale: nothing copied)."""
     grid = tiling.grid
     rows, cols = (grid[-2], grid[-1]) if len(grid) >= 2 else (1, grid[0] if grid else 1)
     if rows > STATIC_MAX_CELLS or cols > STATIC_MAX_CELLS:
@@ -281,7 +291,8 @@ def _static_program_grid(tiling: Tiling) -> str:
                 "map; open the notebook or the report for the interactive view.</p>")
     fetching = np.zeros(tiling.programs, np.int64)
     for ot in tiling.operands.values():
-        fetching += ot.fetch_mask
+        if ot.windowed:
+            fetching += write_back_mask(ot)
     top = len(tiling.operands)
     cells = []
     for r in range(rows):
@@ -289,8 +300,8 @@ def _static_program_grid(tiling: Tiling) -> str:
             step = r * cols + c
             pid = tiling.program_at(step) if grid else ()
             n = int(fetching[step])
-            cells.append((r, c, _heat(n, top), f"program {pid}: step {step}, {n} fetch(es)"))
-    return _svg(cells, rows, cols, "programs (shade: operands fetching at that step)")
+            cells.append((r, c, _heat(n, top), f"program {pid}: step {step}, {n} copies"))
+    return _svg(cells, rows, cols, "programs (shade: operands copied at that step)")
 
 
 def _static_operand(ot: OperandTiling, name: str) -> str:

@@ -32,6 +32,15 @@ def shown_blocks(page):
         "[r.dataset.origin, [r.dataset.block, r.dataset.copy]]))")
 
 
+def expected_copy(ot, step, programs):
+    """The TPU pipeline's copy at a step: inputs are fetched when their block index changes;
+    outputs are written back at the last step of each run on a block."""
+    if ot.role != "output":
+        return "fetch" if ot.fetch_mask[step] else "revisit"
+    last = step == programs - 1 or ot.fetch_mask[step + 1]
+    return "write" if last else "revisit"
+
+
 def pixel(page, origin, x, y, layer=1):
     """RGBA of an operand panel's canvas (layer 0 base, 1 highlights) at CSS pixel (x, y)."""
     return page.evaluate(
@@ -55,7 +64,7 @@ def test_hover_lights_the_programs_blocks_in_every_operand(page):
     for origin, ot in tiling.operands.items():
         expected = ",".join(str(v) for v in ot.block_indices[step])
         assert blocks[origin][0] == expected, origin
-        assert blocks[origin][1] == ("fetch" if ot.fetch_mask[step] else "revisit")
+        assert blocks[origin][1] == expected_copy(ot, step, tiling.programs)
     # the highlighted block is drawn where the block is: args[1] block (1, 2) in a (256, 384)
     # array of (128, 128) blocks -> centre of the lower-right block is lit, upper-left is not
     panel = page.locator('.pl-operand[data-origin="args[1]"] canvas').nth(1).bounding_box()
@@ -80,7 +89,7 @@ def test_scrubber_walks_programs_in_execution_order_marking_fetches(page):
         assert program == f"program {tiling.program_at(step)}"
         for origin, ot in tiling.operands.items():
             assert blocks[origin] == [",".join(map(str, ot.block_indices[step])),
-                                      "fetch" if ot.fetch_mask[step] else "revisit"]
+                                      expected_copy(ot, step, tiling.programs)]
     # next/previous buttons and the synced selection
     page.click("button.pl-next")
     assert page.locator(".pl-grid").get_attribute("data-step") == str(tiling.programs - 1)
@@ -310,3 +319,85 @@ def test_operands_are_labelled_by_parameter_and_origin(page):
     rows = page.locator("table.pl-table tr[data-origin] td:first-child").all_inner_texts()
     assert rows == ["x_ref (args[0] = x)", "y_ref (args[1] = w.T)", "o_ref (outputs)",
                     "acc_ref (scratch[0])"]
+
+
+def scrub(page, step):
+    page.evaluate("""(s) => { const r = document.querySelector('input.pl-scrubber');
+        r.value = String(s); r.dispatchEvent(new Event('input')); }""", step)
+
+
+def test_matmul_output_is_written_back_at_the_last_k_not_at_k0(page):
+    """Issue 10 item 10: the output block (i, j) stays in VMEM over k and is written back at
+    the last k; the inputs are fetched where their block index changes."""
+    wb, tiling = case("matmul_f32")
+    mount(page, "grid.js", wb.grid().payload())
+    for step in range(tiling.programs):
+        scrub(page, step)
+        _i, _j, k = tiling.program_at(step)
+        row = page.locator('table.pl-blocks tr[data-origin="outputs"]')
+        assert row.get_attribute("data-copy") == ("write" if k == 1 else "revisit"), step
+        assert row.locator(".pl-tag").text_content() == ("write-back" if k == 1 else "in VMEM")
+        x = page.locator('table.pl-blocks tr[data-origin="args[0]"]')
+        assert x.get_attribute("data-copy") == "fetch"  # (i, k) changes at every step
+    # the grid's copy overlay counts the write-back where it happens: 2 inputs at k = 0,
+    # 2 inputs + the output at k = 1
+    per_step = page.evaluate("Array.from(new window.view.Tiling(window.payload)"
+                             ".fetchingPerStep())")
+    assert per_step == [3 if tiling.program_at(s)[2] == 1 else 2
+                        for s in range(tiling.programs)]
+
+
+def writes(page, o):
+    return page.evaluate("""([o]) => Array.from(new window.view.Tiling(window.payload)
+        .counts(o, 'writes'))""", [o])
+
+
+def coverage_rgb(page, origin, fx, fy):
+    page.select_option("select.pl-overlay", "coverage")
+    box = page.locator(f'.pl-operand[data-origin="{origin}"] canvas').first.bounding_box()
+    return pixel(page, origin, box["width"] * fx, box["height"] * fy, layer=0)[:3]
+
+
+def css_rgb(page, name):
+    return page.evaluate(f"window.view.rgb(getComputedStyle(document.querySelector('.pl-grid'))"
+                         f".getPropertyValue('{name}'))")
+
+
+def warmth(rgb):
+    return rgb[0] - rgb[2]
+
+
+@pytest.mark.parametrize("name", ["matmul_f32", "reduction_revisited_output"])
+def test_coverage_counts_write_backs_not_programs(page, name):
+    """A correct reduction revisits its output block over consecutive steps: one write-back
+    per block, painted as written once (no "several" without a finding to say so)."""
+    wb, tiling = case(name)
+    payload = wb.grid().payload()
+    assert not [f for f in payload["findings"]
+                if f["code"] in ("output-revisit", "parallel-write-conflict")]
+    mount(page, "grid.js", payload)
+    o = list(tiling.operands).index("outputs")
+    assert set(writes(page, o)) == {1}
+    once = coverage_rgb(page, "outputs", 0.5, 0.5)
+    assert warmth(once) < warmth(css_rgb(page, "--pl-warn")) / 2, once
+
+
+def test_coverage_paints_several_writers_where_a_finding_says_so(page):
+    # output blocks 0, 1, 0, 1: each written back twice (output-revisit)
+    wb, tiling = case("output_revisit_clobber")
+    payload = wb.grid().payload()
+    assert any(f["code"] == "output-revisit" for f in payload["findings"])
+    mount(page, "grid.js", payload)
+    o = list(tiling.operands).index("outputs")
+    assert writes(page, o) == [2, 2]
+    several = coverage_rgb(page, "outputs", 0.5, 0.25)
+    assert warmth(several) > 0 and several != css_rgb(page, "--pl-error")
+    # every program adds into block (0, 0) along a "parallel" axis: concurrent writers
+    wb, tiling = case("racy_parallel_accumulate")
+    payload = wb.grid().payload()
+    out = next(op for op in payload["operands"] if op["origin"] == "outputs")
+    assert out["writer_axes"] == [0]
+    mount(page, "grid.js", payload)
+    o = list(tiling.operands).index("outputs")
+    assert writes(page, o) == [tiling.programs]
+    assert warmth(coverage_rgb(page, "outputs", 0.5, 0.5)) > 0

@@ -13,7 +13,7 @@
  *   dtype: string, memory_space: string,
  *   windowed: boolean, shape: number[], block_shape: (number | null)[], extent: number[],
  *   scale: number[], offset: number[], index: IndexColumn[], lo: number[], hi: number[],
- *   fetches: number | null, hbm_bytes: number | null}} GridOperand
+ *   fetches: number | null, hbm_bytes: number | null, writer_axes?: number[]}} GridOperand
  */
 /**
  * @typedef {{code: string, severity: string, message: string, operand: string | null,
@@ -111,6 +111,21 @@ export class Tiling {
     return false;
   }
 
+  /**
+   * Is an output block written back to HBM after this step? On TPU the pipeline keeps an
+   * output block in VMEM over a run of consecutive steps on it and writes it back once, at the
+   * run's last step (the next step's block differs, or the grid ends).
+   */
+  isWriteBack(o, step) {
+    if (step >= this.programs - 1) return true;
+    return this.isFetch(o, step + 1);
+  }
+
+  /** Does this step copy the operand's block: fetch an input, write back an output? */
+  isCopy(o, step) {
+    return this.operands[o].role === "output" ? this.isWriteBack(o, step) : this.isFetch(o, step);
+  }
+
   /** Element range [start, stop) of a block along each dimension (clipped to nothing). */
   elementRange(o, block) {
     const op = this.operands[o];
@@ -143,9 +158,11 @@ export class Tiling {
 
   /**
    * Per-block counts over the whole grid: "fetches" counts copies (TPU pipeline semantics),
-   * "visits" counts the programs whose block it is. Indexed by `boxKey`. null when too large.
+   * "visits" counts the programs whose block it is, "writes" counts an output block's writers:
+   * its write-backs (one per run of consecutive steps on it), plus separate writers along the
+   * operand's `writer_axes` (concurrent programs). Indexed by `boxKey`. null when too large.
    * @param {number} o
-   * @param {"fetches" | "visits"} kind
+   * @param {"fetches" | "visits" | "writes"} kind
    * @returns {Int32Array | null}
    */
   counts(o, kind) {
@@ -160,10 +177,16 @@ export class Tiling {
     const spans = op.lo.map((lo, d) => op.hi[d] - lo + 1);
     const cols = [];
     for (let d = 0; d < n; d++) cols.push(this.column(o, d));
+    const writers = kind === "writes" ? (op.writer_axes || []) : [];
     for (let s = 0; s < this.programs; s++) {
-      if (kind === "fetches" && s > 0) {
+      if (kind !== "visits" && s > 0) {
         let same = true;
         for (let d = 0; d < n; d++) if (cols[d][s] !== cols[d][s - 1]) { same = false; break; }
+        for (const k of writers) {
+          if (!same) break;
+          const stride = this.strides[k];
+          if (Math.floor(s / stride) % this.grid[k] !== Math.floor((s - 1) / stride) % this.grid[k]) same = false;
+        }
         if (same) continue;
       }
       let key = 0;
@@ -193,16 +216,21 @@ export class Tiling {
     return out;
   }
 
-  /** Number of operands that fetch at each step (for the fetch overlay on the grid). */
+  /**
+   * Number of operands copied at each step (for the fetch overlay on the grid): inputs
+   * fetched when their block changes, outputs written back at the end of each run.
+   */
   fetchingPerStep() {
     if (this._fetching) return this._fetching;
     const out = new Uint8Array(this.programs);
     this.operands.forEach((op, o) => {
       if (!op.windowed) return;
       const cols = op.index.map((_, d) => this.column(o, d));
+      const back = op.role === "output" ? 1 : 0;  // a run's end: the next step starts another
       for (let s = 0; s < this.programs; s++) {
-        let f = s === 0;
-        for (let d = 0; !f && d < cols.length; d++) f = cols[d][s] !== cols[d][s - 1];
+        const n = s + back;
+        let f = n === 0 || n >= this.programs;
+        for (let d = 0; !f && d < cols.length; d++) f = cols[d][n] !== cols[d][n - 1];
         if (f) out[s]++;
       }
     });
@@ -741,7 +769,7 @@ function render({ model, el }) {
 
     const slice = operandSlice(p);
     const counts = state.overlay === "fetches" ? t.counts(p.o, "fetches")
-      : state.overlay === "coverage" ? t.counts(p.o, "visits") : null;
+      : state.overlay === "coverage" ? t.counts(p.o, op.role === "output" ? "writes" : "visits") : null;
     if (counts) drawCounts(p, counts, slice);
     if (state.overlay === "findings") drawFindingBlocks(p, slice);
 
@@ -796,6 +824,9 @@ function render({ model, el }) {
     if (nBlocks > 262144) { p.info.textContent = `${fmt(nBlocks)} blocks in view: counts not drawn`; return; }
     const block = slice.slice();
     const coverage = state.overlay === "coverage";
+    // "several writers" only where a finding explains it (the rules that count writers)
+    const explained = payload.findings.some((f) => f.operand === op.origin
+      && (f.code === "output-revisit" || f.code === "parallel-write-conflict"));
     for (let r = rLo; r <= rHi; r++) {
       for (let c = op.lo[dc]; c <= op.hi[dc]; c++) {
         if (dr >= 0) block[dr] = r;
@@ -804,7 +835,7 @@ function render({ model, el }) {
         const n = key < 0 ? 0 : counts[key];
         let color;
         if (coverage && op.role === "output") {
-          color = n === 0 ? colors.error : n === 1 ? mix(colors.bg, colors.accent, 0.55) : mix(colors.bg, colors.warn, Math.min(1, 0.35 + 0.65 * n / top));
+          color = n === 0 ? colors.error : n === 1 || !explained ? mix(colors.bg, colors.accent, 0.55) : mix(colors.bg, colors.warn, Math.min(1, 0.35 + 0.65 * n / top));
         } else {
           if (n === 0) continue;
           color = mix(colors.bg, colors.accent, 0.25 + 0.75 * (n / top));
@@ -914,7 +945,7 @@ function render({ model, el }) {
         for (const b of state.finding.blocks) if (b.length === p.op.shape.length && inSlice(p, b, slice)) hatch(ctx, blockRect(p, b), colors.error);
       }
       const block = t.blockIndex(p.o, s);
-      const fetch = t.isFetch(p.o, s);
+      const fetch = t.isCopy(p.o, s);
       const rc = blockRect(p, block);
       if (rc.w < 5 || rc.h < 5) {  // a tiny block: crosshair through it, drawn at least 7 px
         const cx = rc.x + rc.w / 2, cy = rc.y + rc.h / 2;
@@ -957,15 +988,17 @@ function render({ model, el }) {
       const block = t.blockIndex(o, s);
       const ranges = t.elementRange(o, block).map(([a, b], d) =>
         op.block_shape[d] === null ? `${a}` : `${a}:${b}`);
-      const fetch = t.isFetch(o, s);
+      const output = op.role === "output";
+      const fetch = t.isCopy(o, s);
+      // outputs: written back at the run's last step; before that the block stays in VMEM
       const tag = !op.windowed ? h("span", "pl-tag pl-none", "no copy")
-        : fetch ? h("span", "pl-tag pl-fetch", op.role === "output" ? "write" : "fetch")
-          : h("span", "pl-tag pl-revisit", "revisit");
+        : fetch ? h("span", "pl-tag pl-fetch", output ? "write-back" : "fetch")
+          : h("span", "pl-tag pl-revisit", output ? "in VMEM" : "revisit");
       const td = h("td"); td.append(tag);
       tr.append(h("td", "pl-mono pl-label", op.label || op.origin), h("td", "pl-mono pl-block", tuple(block)),
         h("td", "pl-mono pl-range", `[${ranges.join(", ")}]`), td);
       tr.dataset.block = block.join(",");
-      tr.dataset.copy = !op.windowed ? "none" : fetch ? "fetch" : "revisit";
+      tr.dataset.copy = !op.windowed ? "none" : fetch ? (output ? "write" : "fetch") : "revisit";
       tbl.append(tr);
     });
     info.append(tbl);
@@ -988,10 +1021,10 @@ function render({ model, el }) {
       sp.append(sw, text);
       legend.append(sp);
     };
-    item(colors.hl, "current program and its blocks (solid: copied at this step; dashed: revisit, no copy)");
+    item(colors.hl, "current program and its blocks (solid: copied at this step, an input fetched or an output written back; dashed: no copy)");
     if (state.overlay === "none") item(mix(colors.cell, colors.accent, 0.45), "programs already run");
     if (state.overlay === "fetches") { item(colors.accent, "more fetches of a block / more operands copying at a step"); item(colors.empty, "step with no copy"); }
-    if (state.overlay === "coverage") { item(mix(colors.bg, colors.accent, 0.55), "output block written by one program"); item(colors.warn, "written by several"); item(colors.error, "never written"); }
+    if (state.overlay === "coverage") { item(mix(colors.bg, colors.accent, 0.55), "output block written back once (a run of consecutive programs)"); item(colors.warn, "written by several (see findings)"); item(colors.error, "never written"); }
     if (state.overlay === "findings") item(colors.error, "programs and blocks named by findings");
   }
 
