@@ -34,8 +34,13 @@ typecheck-js: extension/node_modules/.package-lock.json
 	cd extension && npx --no-install tsc -p tsconfig.json
 
 # Jupyter refuses to run as root unless told (CI machines and containers run as root).
+# JupyterLab opens lab/, a git-ignored copy of notebooks/: running a tutorial saves its outputs
+# there, never into the repository. Tutorials missing from lab/ are copied in; your edits stay.
+LAB_DIR := lab
 lab: setup
-	JAX_PLATFORMS=cpu $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
+	@mkdir -p $(LAB_DIR) && cp -Rn notebooks/. $(LAB_DIR)/ && \
+	echo "make lab: working on copies of the tutorials in $(LAB_DIR)/ (git-ignored)"
+	JAX_PLATFORMS=cpu $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_DIR)/
 
 lint: setup
 	$(VENV)/bin/ruff check pallaslab lowering tests benchmarks

@@ -140,3 +140,38 @@ def test_inspect_vmem_section_and_overflow(capsys):
     (f,) = [f for f in k["findings"] if f["code"] == "vmem-overflow"]
     assert f["severity"] == "error" and "needs 40.00 MiB of scoped VMEM" in f["message"]
     assert main(["check", f"{CASES}:vmem_overflow", "--target", "tpu-v6e"]) == 1
+
+
+def test_make_lab_opens_git_ignored_copies_of_the_tutorials(tmp_path):
+    """Issue 10 item 12: running a tutorial under `make lab` must not write into notebooks/."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(root / name, tmp_path / name)
+    shutil.copytree(root / "notebooks", tmp_path / "notebooks")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    jupyter = bin_dir / "jupyter"  # a stand-in that records what it was asked to open
+    jupyter.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/../opened"\n')
+    jupyter.chmod(0o755)
+    (tmp_path / ".venv" / ".installed").touch()  # setup is done (newer than pyproject.toml)
+    run = subprocess.run(["make", "lab"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    opened = (tmp_path / ".venv" / "opened").read_text().split()
+    assert opened[0] == "lab" and opened[-1] == "lab/" and "notebooks/" not in opened
+    tutorials = sorted(p.name for p in (root / "notebooks").glob("*.ipynb"))
+    assert tutorials and sorted(p.name for p in (tmp_path / "lab").glob("*.ipynb")) == tutorials
+    assert "copies of the tutorials in lab/" in run.stdout
+    # a second run keeps the user's edited copy (and outputs) and adds nothing else
+    mine = tmp_path / "lab" / tutorials[0]
+    mine.write_text("edited")
+    assert subprocess.run(["make", "lab"], cwd=tmp_path, capture_output=True,
+                          timeout=60).returncode == 0
+    assert mine.read_text() == "edited"
+    # lab/ is ignored by git in the repository itself
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"lab/{tutorials[0]}"], cwd=root)
+    assert ignored.returncode == 0
+    assert "`make lab` works on copies" in (root / "README.md").read_text()
