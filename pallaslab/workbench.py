@@ -242,6 +242,9 @@ def unavailable_reason(ctx: KernelContext, t: Tab) -> str | None:
         return None if applies(k) or k.backend == "triton" else (
             f"it is a {backend} kernel: the Memory view shows TPU VMEM/SMEM occupancy and "
             "Triton resources")
+    if t.name == "pipeline" and ctx.targets and all(x.startswith("gpu-") for x in ctx.targets):
+        return ("only GPU targets were asked for (" + ", ".join(ctx.targets) + "): the Pipeline "
+                "view models the TPU software pipeline")
     if t.name == "pipeline" and not applies(k):
         return f"it is a {backend} kernel: the Pipeline view models the TPU software pipeline"
     if t.name == "step":

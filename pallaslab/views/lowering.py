@@ -134,6 +134,7 @@ def lowering_payload(
     error: str | None = None,
     revision: int = 0,
     answered: str | None = None,
+    asked: Sequence[str] = (),
 ) -> LoweringPayload:
     """Everything the lowering widget shows, from a kernel and its lowerings per target (pure,
     apart from reading the kernel's Python source through `linecache`).
@@ -165,7 +166,7 @@ def lowering_payload(
     return visible_payload(LoweringPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         source=_short(kernel.source), target=target, stage=stage,
-        default_target=default_target(kernel),
+        default_target=default_target(kernel, asked),
         targets=[TargetEntry(name=t.name, platform=t.platform, lowered=t.name in results)
                  for t in TARGETS.values()],
         interactive=interactive, lowerings=lowerings, files=files, sources=sources, error=error,
@@ -424,7 +425,8 @@ class LoweringView(InteractiveView):
         p = lowering_payload(self.ctx.kernel, self.results, self.target, stage=self.stage,
                              interactive=live, budget=LIVE_BUDGET if live else STATIC_BUDGET,
                              error=self.error, revision=self._revision,
-                             answered=self._answered if live else None)
+                             answered=self._answered if live else None,
+                             asked=self.ctx.targets)
         self.stage = p["stage"]
         if live:
             self._sent = {(t, s["name"]) for t, low in p["lowerings"].items()

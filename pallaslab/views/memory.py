@@ -161,7 +161,9 @@ class MemoryView(View):
     def __init__(self, ctx: KernelContext, chips: Sequence[str] | str | None = None,
                  what_if: WhatIf | None = None, gpu: bool | None = None):
         self.ctx = ctx
-        self.gpu = bool(ctx.options.get("gpu")) if gpu is None else gpu
+        # A GPU target asked for (--target gpu-h100) means the GPU's figures, as --gpu does.
+        self.gpu = bool(ctx.options.get("gpu") or any(t.startswith("gpu-") for t in ctx.targets)
+                        ) if gpu is None else gpu
         asked = (chips,) if isinstance(chips, str) else chips
         self.chips = tuple(get_chip(c).name for c in (asked or ctx.chips or DEFAULT_CHIPS))
         self.table: WhatIfTable | None = None

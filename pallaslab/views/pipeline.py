@@ -378,7 +378,10 @@ def _runs(values: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _available(ctx: KernelContext) -> bool:
-    return ctx.kernel.kind == "pallas_call" and applies(ctx.kernel) and ctx.tiling is not None
+    # The model is the TPU's software pipeline: not shown when only GPU targets were asked for.
+    gpu_only = bool(ctx.targets) and all(t.startswith("gpu-") for t in ctx.targets)
+    return (ctx.kernel.kind == "pallas_call" and applies(ctx.kernel) and
+            ctx.tiling is not None and not gpu_only)
 
 
 register_tab("pipeline", order=50, title="Pipeline", available=_available, build=PipelineView)
