@@ -101,10 +101,24 @@ def test_bad_flags_are_one_line_usage_errors(shell, line, message):
     assert "Traceback" not in out.stdout + out.stderr
 
 
-def test_last_line_must_be_a_call(shell):
+@pytest.mark.parametrize("last", ["import math", "for i in range(2):\n    pass",
+                                  "def f():\n    pass", "del x2", "ann: int"])
+def test_last_line_must_be_an_expression_or_assignment(shell, last):
+    shell.user_ns["x2"] = 1
+    result, out = run(shell, f"%%pallas\n{last}\n")
+    err = result.error_in_exec
+    assert isinstance(err, UsageError), err
+    assert "last line must be an expression or an assignment whose value launches" in str(err)
+    assert "\n" not in str(err) and "Traceback" not in out.stdout + out.stderr
+    assert shell.user_ns["x2"] == 1  # nothing of the last line ran
+
+
+def test_an_expression_without_kernels_is_a_usage_error(shell):
     result, _ = run(shell, "%%pallas\nx + 1\n")
     assert isinstance(result.error_in_exec, UsageError)
-    assert "last line must be the kernel call" in str(result.error_in_exec)
+    assert str(result.error_in_exec) == (
+        "%%pallas: `x + 1` launched no Pallas kernel: tracing the cell's last line found no "
+        "`pallas_call`, `pl.kernel` or `plgpu.kernel`")
 
 
 def test_a_call_without_kernels_is_a_usage_error(shell):

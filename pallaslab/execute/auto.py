@@ -1,0 +1,139 @@
+"""Compute what a captured function returns, the way this machine can.
+
+`evaluate(cap)` runs the captured computation itself (the jaxpr `capture` traced), so the
+user's Python does not run again:
+
+- kernels that already run here (`interpret=True`, `pltpu.InterpretParams(...)`), or any
+  kernel when a TPU or GPU is attached: the jaxpr is evaluated as written, equation by
+  equation, exactly as the plain call would run (kernels compile for the attached device);
+- kernels written for a TPU or GPU (no `interpret=`) on a host with no accelerator: the jaxpr
+  runs with every kernel interpreted (the `interpret` executor; `tpu-interpret` for TPU mesh
+  kernels, `gpu-interpret` for Mosaic GPU ones), within the run's time limit, and `note` says
+  so in one line.
+
+Nothing raises: `Evaluation.error` holds what the run raised (or an `InterpretedRunError`
+saying why the interpreted run failed or was stopped), for the caller to raise when it is
+ready.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+from pallaslab.errors import PallasLabError
+from pallaslab.model import Capture, Kernel, _jax
+
+
+class InterpretedRunError(PallasLabError, RuntimeError):
+    """Kernels run under an interpreter automatically (no accelerator here) failed."""
+
+
+class InterpretedRunTimeout(InterpretedRunError, TimeoutError):
+    """Kernels run under an interpreter automatically were stopped by the time limit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """The captured function's flat outputs (`capture.handle.closed_jaxpr`'s), or the error."""
+
+    outputs: tuple[Any, ...] | None
+    error: BaseException | None = None
+    executor: str | None = None  # the interpreter that ran the kernels; None: as written
+    interpreted: tuple[str, ...] = ()  # kernels that would not run here as written
+    note: str | None = None  # one line for the user when the kernels were interpreted
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def runs_here_as_written(kernel: Kernel) -> bool:
+    """Does the kernel run on this host as written (interpreted, or an accelerator here)?"""
+    params = getattr(getattr(kernel.handle, "eqn", None), "params", None) or {}
+    return bool(params.get("interpret"))
+
+
+def needing_interpretation(cap: Capture) -> tuple[Kernel, ...]:
+    """The kernels that cannot run here as written: compiled-mode kernels (no `interpret=`)
+    when no TPU or GPU is attached. Empty when an accelerator is attached."""
+    from pallaslab.execute.executors import attached_accelerator
+
+    pending = tuple(k for k in cap if not runs_here_as_written(k))
+    if not pending or attached_accelerator()[0] is not None:
+        return ()
+    return pending
+
+
+def interpreter_for(cap: Capture) -> str:
+    """The executor that can run every kernel of the capture interpreted."""
+    mesh = [k for k in cap if k.kind == "mesh"]
+    if mesh and all(k.backend == "mosaic_gpu" for k in mesh):
+        return "gpu-interpret"
+    if mesh:
+        return "tpu-interpret"
+    return "interpret"
+
+
+def evaluate(cap: Capture, *, timeout: float | None = None) -> Evaluation:
+    """Run the captured computation once on its captured (concrete) arguments."""
+    handle = cap.handle
+    pending = needing_interpretation(cap)
+    if not pending:
+        try:
+            outputs = tuple(_jax.jaxpr_callable(handle.closed_jaxpr)(*handle.flat_args))
+        except Exception as err:  # the user's computation failing, as the plain call would
+            return Evaluation(None, err)
+        return Evaluation(outputs)
+    return _interpreted(cap, pending, timeout)
+
+
+def stopped_in(comparison: Any) -> Evaluation | None:
+    """When a comparison's `interpret` run of the same call was stopped by the time limit,
+    computing the value would not end either (in this process nothing can stop a program
+    spinning inside a compiled loop): the evaluation is that stop. Else None."""
+    result = None
+    if comparison is not None and "interpret" in getattr(comparison, "executors", ()):
+        result = comparison.result("interpret")
+    if result is None or result.status != "timed-out":
+        return None
+    why = result.timed_out
+    return Evaluation(None, InterpretedRunTimeout(f"the value was not computed: under "
+                                                  f"--compare, {why}"), "interpret",
+                      note=f"pallaslab: the value was not computed: under --compare, {why}")
+
+
+def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | None
+                 ) -> Evaluation:
+    from pallaslab.execute import isolation
+    from pallaslab.execute.executors import Prepared, _output_info, execute_here, get_executor
+
+    name = interpreter_for(cap)
+    handle = cap.handle
+    fn = _jax.jaxpr_callable(handle.closed_jaxpr)
+    fn.__name__ = cap.function_name
+    prepared = Prepared(fn, tuple(handle.flat_args), {}, cap, _output_info(cap))
+    kernels = f"{len(pending)} kernel{'s' if len(pending) != 1 else ''}"
+    mode = {"interpret": "interpret mode", "tpu-interpret": "TPU interpret mode",
+            "gpu-interpret": "GPU interpret mode"}[name]
+    head = "pallaslab: no TPU/GPU attached"
+    names = tuple(k.name for k in pending)
+    # The captured jaxpr cannot travel to the worker process, and re-tracing the user's
+    # function there would run their code a second time: run here, where the time limit is
+    # checked at every program start.
+    result = execute_here(get_executor(name), prepared, isolation.time_limit(timeout))
+    if result.status == "ran":
+        assert result.outputs is not None
+        outputs = tuple(jax.device_put(o) for o in result.outputs)
+        return Evaluation(outputs, None, name, names, f"{head}: ran {kernels} under {mode}")
+    if result.status == "timed-out":
+        why = f"{result.timed_out}"
+        note = f"{head}: ran {kernels} under {mode}; {why}"
+        return Evaluation(None, InterpretedRunTimeout(f"{mode} run stopped: {why}"), name,
+                          names, note)
+    why = result.reason or "no outputs"
+    note = f"{head}: ran {kernels} under {mode}, and it failed: {why}"
+    return Evaluation(None, InterpretedRunError(f"{mode} run failed: {why}"), name, names,
+                      note)
