@@ -141,9 +141,10 @@ def test_pallas_cell_in_jupyterlab(page, lab, results_dir):
     rows = {r.get_attribute("data-origin"): (r.get_attribute("data-block"),
                                              r.get_attribute("data-copy"))
             for r in view.locator("table.pl-blocks tr[data-origin]").all()}
-    # x block (i, k) = (0, 1); y block (k, j) = (1, 2); out block (i, j) = (0, 2), revisited
+    # x block (i, k) = (0, 1); y block (k, j) = (1, 2); out block (i, j) = (0, 2), written
+    # back at the last k (k=1)
     assert rows == {"args[0]": ("0,1", "fetch"), "args[1]": ("1,2", "fetch"),
-                    "outputs": ("0,2", "revisit")}
+                    "outputs": ("0,2", "write")}
     page.screenshot(path=str(results_dir / "jupyterlab-grid-light.png"))
     view.screenshot(path=str(results_dir / "grid-light.png"))
 

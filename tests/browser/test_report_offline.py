@@ -28,7 +28,8 @@ def test_report_is_interactive_offline(page, tmp_path, results_dir):
     rows = first.locator("table.pl-blocks tr[data-origin]")
     assert rows.nth(0).get_attribute("data-block") == "0,1"  # args[0] -> (i, k)
     assert rows.nth(0).get_attribute("data-copy") == "fetch"
-    assert rows.nth(2).get_attribute("data-copy") == "revisit"  # the output stays put over k
+    # the output stays in VMEM over k and is written back at the last k (k=1 here)
+    assert rows.nth(2).get_attribute("data-copy") == "write"
     # the other tab of a kernel mounts on click
     first.locator(".pl-tabs button[data-tab=overview]").click()
     pane = first.locator(".pl-pane[data-tab=overview]")

@@ -12,7 +12,8 @@
  * @typedef {{rows: number, cols: number, shape: number[], factor: number[], note: string | null}} HeatMap
  * @typedef {{origin: string, role: string, dtype: string, block_index: number[], start: number[],
  *   block_shape: number[], changed: boolean, heat: HeatMap, before: number, after: number,
- *   lo: number | null, hi: number | null, summary_before: string, summary_after: string}} StepBlock
+ *   lo: number | null, hi: number | null, summary_before: string, summary_after: string,
+ *   label?: string}} StepBlock
  * @typedef {{index: number, primitive: string, text: string, source: string | null,
  *   values: string[]}} StepEquation
  * @typedef {{version: number, kernel: string, index: number, grid: number[], programs: number,
@@ -290,7 +291,7 @@ function render({ model, el }) {
     fig.dataset.origin = b.origin;
     fig.dataset.changed = String(b.changed);
     const cap = h("figcaption");
-    cap.append(h("code", "", b.origin), " ", h("span", "pl-dim", `${b.role} · block ${tuple(b.block_index)} · ${b.dtype}${tuple(b.block_shape)}`),
+    cap.append(h("code", "", b.label || b.origin), " ", h("span", "pl-dim", `${b.role} · block ${tuple(b.block_index)} · ${b.dtype}${tuple(b.block_shape)}`),
       " ", h("span", b.changed ? "pl-step-changed" : "pl-dim", b.changed ? "written" : "unchanged"));
     fig.append(cap);
     const pair = h("div", "pl-step-pair");
