@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time limit of each executor's run (default: pallaslab.compare's; "
                         "a run stopped by it makes the comparison incomplete, exit 2, when "
                         "fewer than two executors ran)")
+    p.add_argument("--equal-nan", action="store_true",
+                   help="count NaN == NaN as equal (by default NaN equals nothing: output no "
+                        "program wrote is NaN under the interpreters)")
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.set_defaults(func=run)
 
@@ -68,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     # Traced here first, so that the user's own tracing errors show their traceback.
     case, _ = load_and_capture(args.case)
     result = compare(case.fn, *case.args, executors=args.executors, reference=reference,
-                     rtol=args.rtol, atol=args.atol, timeout=args.timeout, **case.kwargs)
+                     rtol=args.rtol, atol=args.atol, timeout=args.timeout,
+                     equal_nan=args.equal_nan, **case.kwargs)
     incomplete = None if result.complete else result.verdict()
     if args.json:
         payload = result.to_json()

@@ -4,8 +4,10 @@ Both JAX interpreters give an output buffer that is not aliased to an input a fi
 the kernel runs: `interpret` fills floats with NaN and integers with their minimum;
 `tpu-interpret` (with `uninitialized_memory="nan"`) fills floats with NaN and integers with
 their maximum. An element still holding its fill after the run was (almost surely) written
-by no program. Floats cannot tell an unwritten element from a NaN the kernel computed, and
-booleans' fills (False / True) are ordinary values, so booleans are not judged.
+by no program. Integers' fills are extreme values no kernel is likely to compute: an error.
+A float NaN may also be one the kernel computed (log of a negative, 0/0): a warning, and a
+comparison still fails on it, since NaN equals nothing unless `equal_nan`. Booleans' fills
+(False / True) are ordinary values, so booleans are not judged.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def _finding(executor: str, kernel: Kernel, origin: str, value: np.ndarray, mask
         "; no program's block covers them" if ot is not None else ""
     nan_note = " (or hold a NaN the kernel computed)" if "NaN" in fill else ""
     return Finding(
-        "unwritten-output", "error",
+        "unwritten-output", "warning" if "NaN" in fill else "error",
         f"{kernel.name}: {origin}: {count:,} of {total:,} element(s) were written by no "
         f"program under {executor}: they still hold its fill for uninitialised memory, "
         f"{fill}{nan_note}{where}{owners}. On hardware these elements are whatever the "

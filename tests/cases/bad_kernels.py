@@ -108,3 +108,8 @@ def no_kernel(x):
 def x():
     """The input every catalog entry uses: 4 blocks of (8, 128)."""
     return jnp.arange(4 * ROWS * 128, dtype=jnp.float32).reshape(4 * ROWS, 128) / 1000.0
+
+
+def nan_case():
+    """A case (for the CLI): a kernel whose every output is NaN."""
+    return makes_nan, (x(),)
