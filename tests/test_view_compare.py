@@ -156,6 +156,39 @@ def test_opening_a_program_steps_to_it_and_selects_it_in_the_grid(wrong):
     blocks = step.stepper.blocks()
     np.testing.assert_array_equal(blocks["outputs"].written, 2 * x[192:])
     assert blocks["args[0]"].block_index == (3, 0)
+    # no workbench widget shown: the note says only what happened
+    assert widget.payload["opened_note"] == ("stepper at program (2,) (3/4 programs run): "
+                                             "selected in the Grid view")
+
+
+def test_opening_in_a_shown_workbench_switches_to_step_and_selects_the_unopened_grid_tab():
+    """Issue 10 (7): the workbench opened on Compare, its Grid tab never opened."""
+    pytest.importorskip("anywidget")
+    from pallaslab.workbench import Workbench
+
+    fn, args = CATALOG["shifted_block_wrong"].case()
+    wb = Workbench(pallaslab.capture(fn, *args), tab="compare")
+    attach_comparison(wb, executors=("interpret", "reference"),
+                      reference=shifted_block_reference)
+    tabs = wb.widget.children[0].children[-1]  # shown: the workbench's Tab widget
+    titles = list(tabs.titles)
+    assert tabs.selected_index == titles.index("Compare")
+    grid = wb.grid()
+    assert "widget" not in grid.__dict__  # the Grid tab was not opened
+    compare = wb.compare()
+    compare.widget.selection = {"action": "open", "program": [2], "nonce": 1}
+    assert tabs.selected_index == titles.index("Step")
+    step_box = tabs.children[titles.index("Step")]
+    assert step_box.children == (wb.step().widget,)
+    assert wb.step().widget.payload["program"] == [2]
+    assert grid.widget.selection["step"] == 2  # made now: the Grid tab opens on it
+    assert tabs.children[titles.index("Grid")].children == ()  # not shown until opened
+    assert compare.widget.payload["opened_note"] == (
+        "stepper at program (2,) (3/4 programs run): shown in the Step tab and selected in "
+        "the Grid tab")
+    # a failed open says so and claims nothing
+    compare.widget.selection = {"action": "open", "program": [9], "nonce": 2}
+    assert compare.widget.payload["error"] and compare.widget.payload["opened"] == [2]
 
 
 # --- honest verdicts: each executor's status, the verdict line, the runs' findings ----------

@@ -12,8 +12,9 @@ unavailable / failed / timed-out, with the reason and the run's notes) and what 
 (`unwritten-output`, `data-race`, `debug-check-failed`, ...).
 
 The live widget sets `selection = {"action": "open", "program": [...], "nonce": ...}` when the
-user opens a program: `CompareView.open` runs the kernel's stepper to that program (the Step
-tab shows it) and selects it in the workbench's Grid view.
+user opens a program: `CompareView.open` runs the kernel's stepper to that program, switches the
+shown workbench to its Step tab, selects the program in its Grid tab, and says which of these
+happened (`opened_note`).
 
 Open it with `compare_workbench(wb, executors=..., reference=...)` (or `%%pallas --compare
 interpret,reference=my_ref`); the workbench's Compare tab then shows that comparison.
@@ -125,6 +126,7 @@ class ComparePayload(TypedDict):
     outputs: list[CompareOutput]
     selected: list[int]  # [output, pair] shown first: the first pair with a mismatch
     opened: list[int] | None  # the program last opened in the stepper
+    opened_note: str | None  # what opening it did: stepped, tab switched, Grid selected
     interactive: bool
     revision: int
     error: str | None
@@ -133,8 +135,8 @@ class ComparePayload(TypedDict):
 
 def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | None, *,
                     interactive: bool = False, revision: int = 0,
-                    opened: Sequence[int] | None = None, error: str | None = None
-                    ) -> ComparePayload:
+                    opened: Sequence[int] | None = None, opened_note: str | None = None,
+                    error: str | None = None) -> ComparePayload:
     """Everything the compare widget draws, from a comparison and the kernel shown (pure)."""
     tables: list[np.ndarray] = []
     infos = comparison.results[0].output_info if comparison.results else ()
@@ -163,7 +165,8 @@ def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | Non
                                  programs=[list(q) for q in f.programs])
                   for r in comparison.results for f in r.findings],
         outputs=outputs, selected=selected or [0, 0],
-        opened=list(opened) if opened is not None else None, interactive=interactive,
+        opened=list(opened) if opened is not None else None, opened_note=opened_note,
+        interactive=interactive,
         revision=revision, error=error, tables=[memoryview(t) for t in tables]))
 
 
@@ -273,6 +276,10 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+def _tuple(v: Sequence[int]) -> str:
+    return f"({', '.join(map(str, v))}{',' if len(v) == 1 else ''})"
+
+
 def _num(x: float | None) -> str:
     return "inf/NaN" if x is None else f"{x:.4g}"
 
@@ -357,6 +364,7 @@ class CompareView(InteractiveView):
         self.ctx = ctx
         self._comparison = comparison
         self.opened: tuple[int, ...] | None = None
+        self.opened_note: str | None = None  # what opening it did (see `open`)
         self.error: str | None = None
         self._revision = 0
         self._nonce: Any = None
@@ -371,18 +379,32 @@ class CompareView(InteractiveView):
         return s.comparison
 
     def open(self, program: Sequence[int]) -> StepView:
-        """Run the stepper to `program` (the Step tab shows it) and select it in the Grid."""
+        """Run the stepper to `program`, switch the shown workbench to its Step tab and select
+        the program in its Grid tab; `opened_note` says which of these happened."""
         ids = tuple(int(p) for p in program)
         assert self.ctx.capture is not None
         s = session(self.ctx.capture)
         step_view = s.step_view(self.ctx)
         step_view.goto(ids)
         self.error = step_view.error
-        self.opened = ids
-        if self.ctx.tiling is not None and self.error is None:
-            s.highlight(self.ctx.kernel.index, self.ctx.tiling.step_of(ids), ids)
+        if self.error is None:
+            self.opened = ids
+            self.opened_note = self._open_note(s, step_view, ids)
         self._refresh()
         return step_view
+
+    def _open_note(self, s: Session, step_view: StepView, ids: tuple[int, ...]) -> str:
+        """Show the stepped program where the user looks, and say where that was (only)."""
+        k = self.ctx.kernel.index
+        head = (f"stepper at program {_tuple(ids)} "
+                f"({step_view.stepper.position:,}/{step_view.tiling.programs:,} programs run)")
+        places = []
+        if s.show_tab(k, "step"):
+            places.append("shown in the Step tab")
+        grid = s.highlight(k, step_view.tiling.step_of(ids), ids)
+        if grid is not None:
+            places.append(f"selected in the Grid {grid}")
+        return f"{head}: {' and '.join(places)}" if places else f"{head}; wb.step() shows it"
 
     def _refresh(self) -> CompareView:
         self._revision += 1
@@ -392,7 +414,7 @@ class CompareView(InteractiveView):
     def _payload(self, *, live: bool) -> ComparePayload:
         return compare_payload(self.comparison, self.ctx.kernel, self.ctx.tiling,
                                interactive=live, revision=self._revision, opened=self.opened,
-                               error=self.error)
+                               opened_note=self.opened_note, error=self.error)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         sel = dict(change["new"] or {})

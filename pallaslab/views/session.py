@@ -1,5 +1,6 @@
 """What the Compare and Step views of one capture share: the call to re-run, the comparison
-(when one was made), the step views, and the workbench (to highlight a program in its Grid view).
+(when one was made), the step views, and the workbench (to switch its tabs to the Step tab and
+select a program in its Grid tab).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pallaslab.model import Capture
 from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import tab
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison
@@ -54,19 +56,56 @@ class Session:
             view = self.step_views[ctx.kernel.index] = StepView(ctx)
         return view
 
-    def highlight(self, kernel: int, step: int, program: Sequence[int]) -> None:
-        """Select a program in the workbench's Grid view (its live widget, if shown)."""
+    def highlight(self, kernel: int, step: int, program: Sequence[int]) -> str | None:
+        """Select a program in the Grid of kernel `kernel`: the workbench's Grid tab (its
+        widget made now if the tab was not opened yet, so it opens on the program), else a
+        Grid view already shown on its own. Returns where it was selected ("tab": the
+        workbench's Grid tab, "view": a Grid view shown alone), None when nowhere."""
         wb = self.workbench
         if wb is None:
-            return
+            return None
+        selection = {"step": int(step), "program": [int(p) for p in program],
+                     "source": "compare"}
         for i, ctx in enumerate(wb.contexts):
             if ctx.kernel.index != kernel or "grid" not in [t.name for t in wb.tabs(i)]:
                 continue
             view = wb.view("grid", i)
-            if "widget" in view.__dict__:  # only a grid already shown
-                view.widget.selection = {"step": int(step),
-                                         "program": [int(p) for p in program],
-                                         "source": "compare"}
+            in_tab = self._tab_index(i, "grid") is not None
+            if in_tab or "widget" in view.__dict__:
+                view.widget.selection = selection
+                return "tab" if in_tab else "view"
+        return None
+
+    def show_tab(self, kernel: int, name: str) -> bool:
+        """Switch the shown workbench's tabs of kernel `kernel` to tab `name` (which builds its
+        view, as a click would). False when the workbench widget is not shown or lacks it."""
+        wb = self.workbench
+        if wb is None:
+            return False
+        for i, ctx in enumerate(wb.contexts):
+            if ctx.kernel.index != kernel:
+                continue
+            index = self._tab_index(i, name)
+            if index is not None:
+                self._tab_widget(i).selected_index = index
+                return True
+        return False
+
+    def _tab_widget(self, i: int) -> Any:
+        """The ipywidgets Tab of the workbench's `i`-th kernel, None when not shown."""
+        wb = self.workbench
+        if wb is None or "widget" not in wb.__dict__:  # only a workbench already shown
+            return None
+        boxes = wb.widget.children
+        return boxes[i].children[-1] if i < len(boxes) else None
+
+    def _tab_index(self, i: int, name: str) -> int | None:
+        """Where tab `name` is among the shown tabs of the workbench's `i`-th kernel (the
+        tabs were fixed when the widget was made: found by title)."""
+        tabs = self._tab_widget(i)
+        titles = list(getattr(tabs, "titles", ()) or ())
+        title = tab(name).title
+        return titles.index(title) if title in titles else None
 
 
 def session(capture: Capture) -> Session:

@@ -3,8 +3,8 @@
  * The Compare view: executors side by side. Per output a heatmap of |a - b| over the array
  * (log colour scale; mismatched cells in the error colour), block boundaries, mismatched blocks
  * outlined; click a block to see the programs that wrote it and open one in the stepper (the
- * widget sets `selection = {action: "open", program, nonce}`; Python runs the Step tab to it and
- * selects it in the Grid tab). A table gives max abs/rel error, ULP and allclose per pair.
+ * widget sets `selection = {action: "open", program, nonce}`; Python runs the stepper to it,
+ * switches the workbench to the Step tab, selects it in the Grid tab and says which happened). A table gives max abs/rel error, ULP and allclose per pair.
  * The verdict is the comparison's own (pass / MISMATCH / errors found / INCOMPLETE when fewer
  * than two executors ran), with each executor's status (ran / unavailable / failed /
  * timed-out, and why) and what the runs found (unwritten output, races, ...).
@@ -30,7 +30,8 @@
  *   executors: string[], runs: CompareRun[], allclose: boolean, complete?: boolean,
  *   passed?: boolean, outcome?: string, verdict?: string, findings?: CompareFinding[],
  *   outputs: CompareOutput[],
- *   selected: number[], opened: number[] | null, interactive: boolean, revision: number,
+ *   selected: number[], opened: number[] | null, opened_note?: string | null,
+ *   interactive: boolean, revision: number,
  *   error: string | null, tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} ComparePayload
  * @typedef {{get(key: string): any, set(key: string, value: any): void,
  *   save_changes(): void, on(event: string, cb: () => void): void,
@@ -199,7 +200,8 @@ function render({ model, el }) {
     root.append(info);
     showPicked(p, info);
     if (p.opened) {
-      root.append(h("p", "pl-cmp-opened", `program ${tuple(p.opened)} opened in the Step tab and selected in the Grid tab`));
+      // what opening it really did (Python says: stepped, tab switched, Grid selected)
+      root.append(h("p", "pl-cmp-opened", p.opened_note || `stepper at program ${tuple(p.opened)}`));
     }
   }
 

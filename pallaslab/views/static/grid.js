@@ -1153,6 +1153,7 @@ function render({ model, el }) {
   layoutGrid();
   drawFindings();
   drawAll();
+  onSelection();  // a program selected before this view was first drawn (Compare's "open")
   return () => { cleanups.forEach((f) => f()); root.remove(); };
 
   /**
