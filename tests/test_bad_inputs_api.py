@@ -198,7 +198,23 @@ def test_a_failed_debug_check_is_a_finding_with_its_program(executor):
     assert not [f for f in clean.findings if f.code == "debug-check-failed"]
 
 
-def test_a_spinning_program_is_stopped_by_the_time_limit_and_named():
+@pytest.fixture
+def hang_guard():
+    """A hang fails the test (with every thread's stack) instead of stalling the suite."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(240, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def test_the_worker_takes_module_functions():
+    # Everything below relies on it: an in-process run could not stop a spinning program.
+    result = pallaslab.run(bk.copy, X)
+    assert result.status == "ran" and result.notes == (), result.notes
+
+
+def test_a_spinning_program_is_stopped_by_the_time_limit_and_named(hang_guard):
     c = pallaslab.compare(bk.spins_in_program_1, X, executors="interpret,reference",
                           reference=lambda x: x, timeout=SPIN_TIMEOUT)
     status = c.statuses["interpret"]
@@ -209,7 +225,7 @@ def test_a_spinning_program_is_stopped_by_the_time_limit_and_named():
     assert pallaslab.compare(bk.copy, X, executors="interpret,tpu-interpret").passed
 
 
-def test_run_reports_a_time_out_as_a_status():
+def test_run_reports_a_time_out_as_a_status(hang_guard):
     result = pallaslab.run(bk.spins_in_program_1, X, timeout=SPIN_TIMEOUT)
     assert result.status == "timed-out" and result.outputs is None
     assert "program (1,)" in result.timed_out

@@ -98,6 +98,16 @@ def test_the_users_own_error_is_theirs_and_the_namespace_is_kept(shell):
 
 
 def test_a_spinning_kernel_under_compare_is_stopped_and_the_notebook_goes_on(shell):
+    import faulthandler
+
+    faulthandler.dump_traceback_later(240, exit=True)  # a hang fails, not stalls, the suite
+    try:
+        _spinning_compare(shell)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _spinning_compare(shell):
     before = user_names(shell)
     result, out = run(shell, "%%pallas --compare interpret,reference=same --timeout 8\n"
                              "value = bk.spins_in_program_1(x)")
