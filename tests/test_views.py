@@ -232,6 +232,47 @@ def test_the_package_ships_the_widget_modules():
             assert text.startswith("// @ts-check")
 
 
+VIEW_MODULES = ("grid.js", "overview.js", "memory.js", "pipeline.js", "lowering.js",
+                "compare.js", "step.js", "host.js")
+
+
+@pytest.mark.parametrize("name", VIEW_MODULES)
+def test_each_module_is_assembled_into_one_valid_es_module(name, tmp_path):
+    """anywidget loads one string per module: the prelude (and grid's parts) are inlined in
+    place of their imports, once, without their exports; node parses the result as a module
+    (a name declared twice would be a SyntaxError)."""
+    import re
+    import shutil
+    import subprocess
+
+    from pallaslab.views.base import module_source
+
+    text = module_source(name)
+    assert not re.search(r'^\s*(import|export)\b[^;]*\bfrom\s*"', text, re.MULTILINE)
+    assert text.count("export function h(") == 0 and text.count("function h(") == 1
+    assert "</script" not in text.lower()
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    path = tmp_path / f"{name}.mjs"
+    path.write_text(text)
+    run = subprocess.run([node, "--check", str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_the_prelude_helpers_are_defined_once_in_the_sources():
+    """The DOM/format/colour helpers live in prelude.js only."""
+    from pallaslab.views.base import STATIC
+
+    for f in STATIC.glob("*.js"):
+        if f.name == "prelude.js":
+            continue
+        text = f.read_text()
+        for helper in ("function h(", "const tuple =", "function rgb(", "function themeColors(",
+                       "function mix(", "const num =", "function typed(", "function toInt32("):
+            assert helper not in text, (f.name, helper)
+
+
 def test_outputs_are_copied_at_their_write_back_not_at_the_first_visit():
     """Issue 10 item 10: the static program map counts an output's copy at the last step of
     its run (the matmul's last k), and only outputs named by a parallel-write-conflict

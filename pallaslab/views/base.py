@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -90,7 +91,58 @@ def _widget_bundle(widget: Any) -> dict[str, Any]:
 
 
 def module_source(module: str) -> str:
-    return (STATIC / module).read_text(encoding="utf-8")
+    """The ES module `module` as anywidget (and the report) load it: one string, its local
+    imports (`./prelude.js`, `./grid_draw.js`, ...) inlined. See `assemble`."""
+    return _assembled(module)
+
+
+# `import { a, b } from "./x.js";` and `export { a } from "./x.js";` (one statement, may span
+# lines); only local modules of static/ are imported.
+_LOCAL_IMPORT = re.compile(r'^(import|export)\s*(\{[^}]*\})\s*from\s*"\./([\w-]+\.js)";[ \t]*\n?',
+                           re.MULTILINE)
+_EXPORT_DECL = re.compile(r"^export (?=(?:async\s+)?function\b|const\b|let\b|class\b)",
+                          re.MULTILINE)
+_EXPORT_LIST = re.compile(r"^export\s*\{[^}]*\};[ \t]*\n?", re.MULTILINE)
+
+
+def assemble(module: str, read: Callable[[str], str] | None = None) -> str:
+    """One ES module from `module` and the local modules it imports, for loaders that take a
+    single string. The sources import from each other (so tsc checks them as modules); here each
+    imported module's text is inlined once, before its importers, with its `export`s dropped (its
+    names become the assembled module's own top-level names), each `import {...} from "./x.js"`
+    line is removed and each `export {...} from "./x.js"` becomes `export {...};`. So a module
+    exports what it declares and what it re-exports, never its helpers' other names."""
+    read = read or (lambda name: (STATIC / name).read_text(encoding="utf-8"))
+    order: list[str] = []
+    texts: dict[str, str] = {}
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in texts:
+            return
+        if name in stack:
+            raise ValueError(f"ES modules import each other in a cycle: {' -> '.join(stack)}")
+        text = read(name)
+        for m in _LOCAL_IMPORT.finditer(text):
+            visit(m.group(3), (*stack, name))
+        texts[name] = _LOCAL_IMPORT.sub(
+            lambda m: f"export {m.group(2)};\n" if m.group(1) == "export" else "", text)
+        order.append(name)
+
+    visit(module, ())
+    parts = [f"// ---- {name} (inlined) ----\n"
+             + _EXPORT_LIST.sub("", _EXPORT_DECL.sub("", texts[name])) for name in order[:-1]]
+    return "".join(parts) + texts[module]
+
+
+@functools.cache
+def _assembled_cached(module: str, stamp: tuple[float, ...]) -> str:
+    return assemble(module)
+
+
+def _assembled(module: str) -> str:
+    # cached while the files are unchanged (a developer editing a module sees the edit)
+    stamp = tuple(f.stat().st_mtime for f in sorted(STATIC.glob("*.js")))
+    return _assembled_cached(module, stamp)
 
 
 def css_source() -> str:
@@ -113,7 +165,7 @@ def widget_class(module: str) -> type:
     stem = module.removesuffix(".js").replace("-", "_").capitalize()
     return type(f"{stem}Widget", (anywidget.AnyWidget,), {
         "__module__": __name__,
-        "_esm": STATIC / module,
+        "_esm": module_source(module),  # one string: its local imports inlined
         "_css": CSS_FILE,
         "payload": traitlets.Dict().tag(sync=True),
         # What the user selected in the browser (e.g. {"step": 12}); read it from Python.

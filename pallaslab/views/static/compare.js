@@ -11,6 +11,9 @@
  * Plain ES module (anywidget `render`), no dependencies; user-derived text via textContent only.
  */
 
+import { h, tuple, typed, float32, rgb, themeColors } from "./prelude.js";
+export { tuple, rgb } from "./prelude.js";
+
 /**
  * @typedef {{block: number[], window: number[], programs: number[][], steps: number[],
  *   more_programs: number}} MismatchedBlock
@@ -33,75 +36,16 @@
  *   selected: number[], opened: number[] | null, opened_note?: string | null,
  *   interactive: boolean, revision: number,
  *   error: string | null, tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} ComparePayload
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
- *   save_changes(): void, on(event: string, cb: () => void): void,
- *   off(event?: string | null, cb?: (() => void) | null): void}} Model
  */
+/** @typedef {import("./prelude.js").Model} Model */
 
 const MAX_W = 520;  // heatmap canvas size (CSS pixels)
 const MAX_H = 420;
 const MAX_CELL = 24;
 
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
-/** @param {number[]} v */
-export const tuple = (v) => `(${v.join(", ")}${v.length === 1 ? "," : ""})`;
 /** @param {number | null} x */
 const sci = (x) => (x === null ? "inf/NaN" : x === 0 ? "0" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e5 ? x.toPrecision(4) : x.toExponential(3));
-
-/**
- * A binary buffer from the wire (DataView in JupyterLab) as a typed array.
- * @param {DataView | ArrayBuffer | ArrayBufferView} buf
- * @param {"f32" | "u8"} kind
- * @returns {Float32Array | Uint8Array}
- */
-export function typed(buf, kind) {
-  const bytes = buf instanceof ArrayBuffer ? new Uint8Array(buf)
-    : new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
-  if (kind === "u8") return bytes;
-  if (bytes.byteOffset % 4 === 0) return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 2);
-  return new Float32Array(bytes.slice().buffer);
-}
-
-/** @type {CanvasRenderingContext2D | null} */
-let probe = null;
-/**
- * Any CSS colour -> [r, g, b].
- * @param {string} css
- * @returns {number[]}
- */
-export function rgb(css) {
-  if (!probe) probe = /** @type {CanvasRenderingContext2D} */ (document.createElement("canvas").getContext("2d"));
-  probe.fillStyle = "#000";
-  probe.fillStyle = css;
-  const v = String(probe.fillStyle);
-  if (v[0] === "#") return [1, 3, 5].map((i) => parseInt(v.slice(i, i + 2), 16));
-  const m = v.match(/[\d.]+/g) || ["0", "0", "0"];
-  return m.slice(0, 3).map(Number);
-}
-
-/** @param {HTMLElement} el */
-function themeColors(el) {
-  const style = getComputedStyle(el);
-  /** @param {string} name @param {string} fallback */
-  const get = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
-  return {
-    bg: get("--pl-bg", "#fff"), empty: get("--pl-empty", "#eef0f3"), fg: get("--pl-fg", "#1f2328"),
-    border: get("--pl-border", "#d0d7de"), accent: get("--pl-accent", "#1a73e8"),
-    hl: get("--pl-hl", "#f29900"), error: get("--pl-error", "#d93025"),
-  };
-}
 
 /**
  * Which mismatched blocks contain element (row, col) of the output's 2-D view.
@@ -260,8 +204,8 @@ function render({ model, el }) {
       fig.append(h("p", "pl-dim", pair && pair.error ? pair.error : "no error map"));
       return fig;
     }
-    const heat = /** @type {Float32Array} */ (typed(p.tables[pair.heat], "f32"));
-    const mask = typed(p.tables[pair.mask], "u8");
+    const heat = /** @type {Float32Array} */ (float32(p.tables[pair.heat]));
+    const mask = typed(p.tables[pair.mask], Uint8Array);
     const { rows, cols } = out;
     // square cells as large as the box allows (fractional: the image is scaled, not tiled)
     const cw = Math.min(MAX_CELL, MAX_W / cols, rows === 1 ? MAX_W : MAX_H / rows);

@@ -7,6 +7,9 @@
  * Everything user-derived is inserted with textContent, never as HTML.
  */
 
+import { h, tuple, num, toInt32, rgb, mix, themeColors, canvas } from "./prelude.js";
+export { toInt32, rgb } from "./prelude.js";
+
 /** @typedef {{affine: number[] | null, table: number | null}} IndexColumn */
 /**
  * @typedef {{origin: string, param?: string | null, label?: string, role: string,
@@ -25,12 +28,7 @@
  *   axes: number[], operands: GridOperand[], findings: GridFinding[],
  *   tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} GridPayload
  */
-/**
- * The part of an anywidget model this view uses (the report provides the same in-page).
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
- *   save_changes(): void, on(event: string, cb: () => void): void,
- *   off(event?: string | null, cb?: (() => void) | null): void}} Model
- */
+/** @typedef {import("./prelude.js").Model} Model */
 
 /** Cells smaller than this many CSS pixels are drawn per pixel (aggregated), not as rects. */
 export const CELL_THRESHOLD = 3;
@@ -39,18 +37,6 @@ const MAX_GRID_H = 380;
 const MAX_OP_W = 260;
 const MAX_OP_H = 220;
 const MAX_COUNT_CELLS = 1 << 24;
-
-/**
- * Turn a binary buffer from the wire (DataView in JupyterLab) into an Int32Array.
- * @param {DataView | ArrayBuffer | ArrayBufferView} buf
- * @returns {Int32Array}
- */
-export function toInt32(buf) {
-  if (buf instanceof ArrayBuffer) return new Int32Array(buf);
-  const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
-  if (buf.byteOffset % 4 === 0) return new Int32Array(buf.buffer, buf.byteOffset, buf.byteLength >> 2);
-  return new Int32Array(bytes.slice().buffer);
-}
 
 /** Block-index tables of every operand over the whole grid, computed from the payload. */
 export class Tiling {
@@ -294,56 +280,6 @@ export class GridLayout {
 }
 
 /**
- * Read the theme's colours (CSS variables on the view's root) as canvas-ready strings.
- * @param {HTMLElement} el
- */
-function themeColors(el) {
-  const style = getComputedStyle(el);
-  /** @param {string} name @param {string} fallback */
-  const get = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
-  return {
-    bg: get("--pl-bg", "#fff"), bg2: get("--pl-bg2", "#f4f5f7"), cell: get("--pl-cell", "#dfe3e8"),
-    empty: get("--pl-empty", "#eef0f3"), fg: get("--pl-fg", "#1f2328"),
-    fg2: get("--pl-fg2", "#5b6470"), border: get("--pl-border", "#d0d7de"),
-    accent: get("--pl-accent", "#1a73e8"), hl: get("--pl-hl", "#f29900"),
-    error: get("--pl-error", "#d93025"), warn: get("--pl-warn", "#e37400"),
-    info: get("--pl-info", "#1289a7"),
-  };
-}
-
-/** @type {CanvasRenderingContext2D | null} */
-let colorProbe = null;
-/**
- * Any CSS colour -> [r, g, b] (the canvas parses it for us).
- * @param {string} css
- * @returns {number[]}
- */
-export function rgb(css) {
-  if (!colorProbe) colorProbe = /** @type {CanvasRenderingContext2D} */ (document.createElement("canvas").getContext("2d"));
-  colorProbe.fillStyle = "#000";
-  colorProbe.fillStyle = css;
-  const v = String(colorProbe.fillStyle);
-  if (v[0] === "#") return [1, 3, 5].map((i) => parseInt(v.slice(i, i + 2), 16));
-  const m = v.match(/[\d.]+/g) || ["0", "0", "0"];
-  return m.slice(0, 3).map(Number);
-}
-
-/** @type {Map<string, string>} */
-const mixed = new Map();
-/** Mix two colours: t = 0 gives a, 1 gives b (memoised: called per pixel when aggregating). */
-function mix(a, b, t) {
-  const key = `${a}|${b}|${t}`;
-  let out = mixed.get(key);
-  if (out === undefined) {
-    const x = rgb(a), y = rgb(b);
-    out = `rgb(${x.map((v, i) => Math.round(v + (y[i] - v) * t)).join(",")})`;
-    if (mixed.size > 4096) mixed.clear();
-    mixed.set(key, out);
-  }
-  return out;
-}
-
-/**
  * A canvas pair (base drawing + highlight layer) sized in CSS pixels.
  * @param {HTMLElement} parent
  * @param {number} w
@@ -354,13 +290,7 @@ function canvasStack(parent, w, h) {
   stack.className = "pl-stack";
   const dpr = window.devicePixelRatio || 1;
   const make = () => {
-    const c = document.createElement("canvas");
-    c.width = Math.max(1, Math.round(w * dpr));
-    c.height = Math.max(1, Math.round(h * dpr));
-    c.style.width = `${w}px`;
-    c.style.height = `${h}px`;
-    const ctx = /** @type {CanvasRenderingContext2D} */ (c.getContext("2d"));
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const [c, ctx] = canvas(w, h);
     stack.appendChild(c);
     return { canvas: c, ctx };
   };
@@ -370,23 +300,6 @@ function canvasStack(parent, w, h) {
   parent.appendChild(stack);
   return { stack, base, top, w, h, dpr };
 }
-
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-/** @param {(number | string)[]} v */
-const tuple = (v) => `(${v.join(", ")}${v.length === 1 ? "," : ""})`;
-const fmt = (n) => (n === null || n === undefined ? "-" : n.toLocaleString("en-US"));
 
 /** The two array dimensions of an operand that are drawn (rows, cols); -1 = none. */
 function drawnDims(op) {
@@ -452,7 +365,7 @@ function render({ model, el }) {
   title.append("Grid ", h("code", "", payload.kernel));
   const gridText = payload.grid.length ? payload.grid.join(" × ") : "()";
   head.append(title, h("span", "pl-dim",
-    `${gridText} = ${fmt(payload.programs)} programs` +
+    `${gridText} = ${num(payload.programs)} programs` +
     (payload.semantics ? ` · ${payload.semantics.join(", ")}` : "") +
     (payload.source ? ` · ${payload.source}` : "")));
   root.appendChild(head);
@@ -568,7 +481,7 @@ function render({ model, el }) {
     const rowsLabel = t.rank >= 2 ? axisName(state.axes[0]) : t.rank === 1 ? "" : "";
     title.append(h("span", "pl-dim", t.rank >= 2
       ? `rows: ${rowsLabel}, cols: ${axisName(state.axes[1])}`
-      : t.rank === 1 ? `${fmt(t.programs)} in execution order, ${layout.cols} per row` : "one program"));
+      : t.rank === 1 ? `${num(t.programs)} in execution order, ${layout.cols} per row` : "one program"));
     gridPanel.append(title);
     gridCanvas = canvasStack(gridPanel, w, hh);
     gridPanel.append(gridCaption);
@@ -649,7 +562,7 @@ function render({ model, el }) {
       }
     }
     blockHover = { o, block: target, steps };
-    p.info.textContent = `block ${tuple(target)}: ${steps.length ? `${fmt(steps.length)} program(s) in this slice use it` : "no program in this slice uses it"}`;
+    p.info.textContent = `block ${tuple(target)}: ${steps.length ? `${num(steps.length)} program(s) in this slice use it` : "no program in this slice uses it"}`;
     drawHighlights();
   }
 
@@ -821,7 +734,7 @@ function render({ model, el }) {
     const [dr, dc] = p.dims;
     const rLo = dr < 0 ? 0 : op.lo[dr], rHi = dr < 0 ? 0 : op.hi[dr];
     const nBlocks = (rHi - rLo + 1) * (op.hi[dc] - op.lo[dc] + 1);
-    if (nBlocks > 262144) { p.info.textContent = `${fmt(nBlocks)} blocks in view: counts not drawn`; return; }
+    if (nBlocks > 262144) { p.info.textContent = `${num(nBlocks)} blocks in view: counts not drawn`; return; }
     const block = slice.slice();
     const coverage = state.overlay === "coverage";
     // "several writers" only where a finding explains it (the rules that count writers)
@@ -976,7 +889,7 @@ function render({ model, el }) {
     info.replaceChildren();
     const line = h("div");
     line.append(h("span", "pl-program", `program ${tuple(pid)}`),
-      h("span", "pl-dim", `  step ${fmt(s)} (${fmt(s + 1)} of ${fmt(t.programs)})${state.hover >= 0 ? " · hover" : ""}`));
+      h("span", "pl-dim", `  step ${num(s)} (${num(s + 1)} of ${num(t.programs)})${state.hover >= 0 ? " · hover" : ""}`));
     info.append(line);
     const tbl = h("table", "pl-table pl-blocks");
     const thead = h("tr");
@@ -1006,7 +919,7 @@ function render({ model, el }) {
     root.dataset.hover = String(state.hover);
     root.dataset.shown = String(s);
     range.value = String(state.step);
-    stepNum.textContent = `${fmt(state.step + 1)} / ${fmt(t.programs)}`;
+    stepNum.textContent = `${num(state.step + 1)} / ${num(t.programs)}`;
     gridCaption.textContent = t.rank > 2
       ? `slice ${t.grid.map((g, k) => (k === state.axes[0] || k === state.axes[1] ? ":" : String(state.fixed[k]))).join(", ")}`
       : "";

@@ -10,6 +10,8 @@
  * this module free of eval, `new Function` and inline handlers: the policy refuses them.
  */
 
+import { h } from "./prelude.js";
+
 /** An anywidget-like model over a plain state object (no kernel behind it). */
 export class StaticModel {
   /** @param {Record<string, any>} state */
@@ -81,18 +83,6 @@ function loadModule(sources, name) {
     modules.set(name, m);
   }
   return m;
-}
-
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
 }
 
 /**

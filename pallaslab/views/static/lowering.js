@@ -9,6 +9,9 @@
  * textContent only.
  */
 
+import { h, num, toInt32 } from "./prelude.js";
+export { toInt32 } from "./prelude.js";
+
 /**
  * @typedef {{name: string, lines: number, chars: number, text: string | null,
  *   sent_lines: number, map: DataView | ArrayBuffer | ArrayBufferView}} StagePayload
@@ -31,34 +34,9 @@
  */
 /**
  * The part of an anywidget model this view uses (the report provides the same in-page).
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
- *   save_changes(): void, on(event: string, cb: () => void): void,
- *   off(event?: string | null, cb?: (() => void) | null): void}} Model
  */
+/** @typedef {import("./prelude.js").Model} Model */
 
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-/**
- * A binary buffer from the wire (DataView in JupyterLab) as an Int32Array.
- * @param {DataView | ArrayBuffer | ArrayBufferView} buf
- * @returns {Int32Array}
- */
-export function toInt32(buf) {
-  if (buf instanceof ArrayBuffer) return new Int32Array(buf);
-  if (buf.byteOffset % 4 === 0) return new Int32Array(buf.buffer, buf.byteOffset, buf.byteLength >> 2);
-  return new Int32Array(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength).slice().buffer);
-}
 
 /**
  * IR line <-> Python line maps of one stage, from its (ir_line, file, py_line) triples.
@@ -154,8 +132,6 @@ export function bytes(n) {
   if (n === null || n === undefined) return "-";
   return n >= 1024 ? `${(n / 1024).toLocaleString("en-US", { maximumFractionDigits: 1 })} KiB` : `${n} B`;
 }
-/** @param {number | null | undefined} n */
-const num = (n) => (n === null || n === undefined ? "-" : n.toLocaleString("en-US"));
 const RESOURCES = /** @type {[string, string, (n: number | null | undefined) => string][]} */ ([
   ["vmem_bytes", "VMEM", bytes], ["smem_bytes", "SMEM", bytes],
   ["registers", "registers", num], ["spills", "spills", bytes],

@@ -8,6 +8,8 @@
  * dependencies; user-derived strings go in through textContent only.
  */
 
+import { h, num } from "./prelude.js";
+
 /**
  * @typedef {{origin: string, role: string, space: string, dtype: string, shape: number[],
  *   padded_shape: number[], buffers: number, buffer_bytes: number, bytes: number,
@@ -39,24 +41,8 @@
  * @typedef {{version: number, kernel: string, index: number, chips: ChipMemory[],
  *   what_if: WhatIfPayload | null, note: string | null, gpu?: GpuSection | null}} MemoryPayload
  */
-/**
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
- *   save_changes(): void, on(event: string, cb: () => void): void,
- *   off(event?: string | null, cb?: (() => void) | null): void}} Model
- */
+/** @typedef {import("./prelude.js").Model} Model */
 
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 /** @param {number} n */
 export function bytes(n) {
@@ -64,8 +50,6 @@ export function bytes(n) {
   if (n < 1 << 20) return `${(n / 1024).toLocaleString("en-US", { maximumFractionDigits: 1 })} KiB`;
   return `${(n / (1 << 20)).toLocaleString("en-US", { maximumFractionDigits: 2 })} MiB`;
 }
-/** @param {number | null} n */
-const num = (n) => (n === null || n === undefined ? "-" : n.toLocaleString("en-US"));
 /** @param {number | null} t */
 const us = (t) => (t === null ? "-" : (t * 1e6).toLocaleString("en-US", { maximumFractionDigits: 2 }));
 

@@ -4,29 +4,13 @@
  * Plain ES module (anywidget `render`); user-derived strings go in through textContent only.
  */
 
-/**
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
- *   save_changes(): void, on(event: string, cb: () => void): void,
- *   off(event?: string | null, cb?: (() => void) | null): void}} Model
- */
+import { h, num } from "./prelude.js";
 
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
+/** @typedef {import("./prelude.js").Model} Model */
+
 
 /** @param {(number | null)[] | null} v */
 const shape = (v) => (v === null ? "-" : `(${v.map((x) => (x === null ? "None" : x)).join(", ")}${v.length === 1 ? "," : ""})`);
-/** @param {number | null} n */
-const num = (n) => (n === null || n === undefined ? "-" : n.toLocaleString("en-US"));
 
 /**
  * @param {{model: Model, el: HTMLElement}} ctx

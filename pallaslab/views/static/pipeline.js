@@ -12,6 +12,8 @@
  * are drawn as canvas text or inserted with textContent only.
  */
 
+import { h, typed } from "./prelude.js";
+
 /**
  * @typedef {DataView | ArrayBuffer | ArrayBufferView} Buffer
  * @typedef {{name: string, source: string, lanes: string[], kinds: string[], duration: number,
@@ -22,26 +24,13 @@
  *   programs: number, summary: Record<string, any>, stall_time: number | null,
  *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
  *   live: boolean}} PipelinePayload
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
- *   save_changes(): void, on(event: string, cb: () => void): void,
- *   off(event?: string | null, cb?: (() => void) | null): void}} Model
  */
+/** @typedef {import("./prelude.js").Model} Model */
 
 export const LABEL_W = 132;
 export const LANE_H = 24;
 export const AXIS_H = 20;
 const MIN_SPAN = 1e-7;
-
-/**
- * @param {Buffer} buf
- * @param {any} Kind a typed-array constructor
- */
-function typed(buf, Kind) {
-  if (buf instanceof ArrayBuffer) return new Kind(buf);
-  const size = Kind.BYTES_PER_ELEMENT;
-  if (buf.byteOffset % size === 0) return new Kind(buf.buffer, buf.byteOffset, buf.byteLength / size);
-  return new Kind(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength).slice().buffer);
-}
 
 /** A track's columns decoded from the wire. */
 export class Track {
@@ -135,18 +124,6 @@ function tickStep(span, n) {
 const KIND_COLOR = { "copy-in": "--pl-info", compute: "--pl-accent", "write-back": "--pl-ok",
   kernel: "--pl-fg2", step: "--pl-accent", op: "--pl-info" };
 
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 /**
  * @param {{model: Model, el: HTMLElement}} ctx

@@ -8,6 +8,9 @@
  * Plain ES module (anywidget `render`), no dependencies; user-derived text via textContent only.
  */
 
+import { h, tuple, float32, rgb, themeColors, canvas } from "./prelude.js";
+export { tuple, float32 } from "./prelude.js";
+
 /**
  * @typedef {{rows: number, cols: number, shape: number[], factor: number[], note: string | null}} HeatMap
  * @typedef {{origin: string, role: string, dtype: string, block_index: number[], start: number[],
@@ -21,30 +24,14 @@
  *   equations: StepEquation[], equations_total: number, mismatch_steps: number[],
  *   has_comparison: boolean, interactive: boolean, revision: number, error: string | null,
  *   tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} StepPayload
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
- *   save_changes(): void, on(event: string, cb: () => void): void,
- *   off(event?: string | null, cb?: (() => void) | null): void}} Model
  */
+/** @typedef {import("./prelude.js").Model} Model */
 
 const GRID_PX = 240;  // the small grid's larger side (CSS pixels)
 const BLOCK_PX = 200;  // a block heatmap's larger side
 const PLAY_GAP_MS = 150;
 
-/**
- * @param {string} tag
- * @param {string} [cls]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function h(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
-/** @param {number[]} v */
-export const tuple = (v) => `(${v.join(", ")}${v.length === 1 ? "," : ""})`;
 
 /**
  * Program ids of a step (execution order is row-major over the grid).
@@ -65,56 +52,6 @@ export function parseProgram(text, grid) {
   if (parts.length !== grid.length || !parts.every((s) => /^\d+$/.test(s))) return null;
   const ids = parts.map(Number);
   return ids.every((v, k) => v < grid[k]) ? ids : null;
-}
-
-/**
- * @param {DataView | ArrayBuffer | ArrayBufferView} buf
- * @returns {Float32Array}
- */
-export function float32(buf) {
-  const bytes = buf instanceof ArrayBuffer ? new Uint8Array(buf)
-    : new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
-  if (bytes.byteOffset % 4 === 0) return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 2);
-  return new Float32Array(bytes.slice().buffer);
-}
-
-/** @type {CanvasRenderingContext2D | null} */
-let probe = null;
-/** @param {string} css @returns {number[]} */
-function rgb(css) {
-  if (!probe) probe = /** @type {CanvasRenderingContext2D} */ (document.createElement("canvas").getContext("2d"));
-  probe.fillStyle = "#000";
-  probe.fillStyle = css;
-  const v = String(probe.fillStyle);
-  if (v[0] === "#") return [1, 3, 5].map((i) => parseInt(v.slice(i, i + 2), 16));
-  const m = v.match(/[\d.]+/g) || ["0", "0", "0"];
-  return m.slice(0, 3).map(Number);
-}
-
-/** @param {HTMLElement} el */
-function themeColors(el) {
-  const style = getComputedStyle(el);
-  /** @param {string} name @param {string} fallback */
-  const get = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
-  return {
-    bg: get("--pl-bg", "#fff"), empty: get("--pl-empty", "#eef0f3"), cell: get("--pl-cell", "#dfe3e8"),
-    border: get("--pl-border", "#d0d7de"), accent: get("--pl-accent", "#1a73e8"),
-    hl: get("--pl-hl", "#f29900"), error: get("--pl-error", "#d93025"), fg: get("--pl-fg", "#1f2328"),
-  };
-}
-
-/**
- * @param {number} w @param {number} hgt @param {string} cls
- * @returns {[HTMLCanvasElement, CanvasRenderingContext2D]}
- */
-function canvas(w, hgt, cls) {
-  const c = /** @type {HTMLCanvasElement} */ (h("canvas", cls));
-  const dpr = window.devicePixelRatio || 1;
-  c.width = Math.max(1, Math.round(w * dpr)); c.height = Math.max(1, Math.round(hgt * dpr));
-  c.style.width = `${w}px`; c.style.height = `${hgt}px`;
-  const ctx = /** @type {CanvasRenderingContext2D} */ (c.getContext("2d"));
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  return [c, ctx];
 }
 
 /**

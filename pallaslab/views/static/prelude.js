@@ -1,0 +1,132 @@
+// @ts-check
+/**
+ * The prelude every view module shares: DOM building, formatting, binary buffers from the wire,
+ * theme colours. Modules import from "./prelude.js" in source (so tsc checks the types); anywidget
+ * loads each module as one string, so `pallaslab.views.base.module_source` inlines this file in
+ * place of the import and drops its `export`s (see `assemble` there). Keep it free of top-level
+ * side effects: it runs once per module that includes it.
+ */
+
+/**
+ * The part of an anywidget model a view uses (the report's host provides the same in-page).
+ * @typedef {{get(key: string): any, set(key: string, value: any): void,
+ *   save_changes(): void, on(event: string, cb: () => void): void,
+ *   off(event?: string | null, cb?: (() => void) | null): void}} Model
+ */
+/** @typedef {DataView | ArrayBuffer | ArrayBufferView} Buffer a binary buffer from the wire */
+
+// --- DOM -------------------------------------------------------------------------------------
+
+/**
+ * An element with a class and text (text via textContent: user strings never become HTML).
+ * @param {string} tag
+ * @param {string} [cls]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+export function h(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/**
+ * A canvas of `w` x `hgt` CSS pixels backed at the device pixel ratio, its context scaled to CSS
+ * pixels.
+ * @param {number} w @param {number} hgt @param {string} [cls]
+ * @returns {[HTMLCanvasElement, CanvasRenderingContext2D]}
+ */
+export function canvas(w, hgt, cls) {
+  const c = /** @type {HTMLCanvasElement} */ (h("canvas", cls));
+  const dpr = window.devicePixelRatio || 1;
+  c.width = Math.max(1, Math.round(w * dpr)); c.height = Math.max(1, Math.round(hgt * dpr));
+  c.style.width = `${w}px`; c.style.height = `${hgt}px`;
+  const ctx = /** @type {CanvasRenderingContext2D} */ (c.getContext("2d"));
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  return [c, ctx];
+}
+
+// --- formatting ------------------------------------------------------------------------------
+
+/** A Python-style tuple: (1,) (1, 2). @param {(number | string)[]} v */
+export const tuple = (v) => `(${v.join(", ")}${v.length === 1 ? "," : ""})`;
+
+/** A count with thousands separators; "-" when unknown. @param {number | null | undefined} n */
+export const num = (n) => (n === null || n === undefined ? "-" : n.toLocaleString("en-US"));
+
+// --- binary buffers (DataView in JupyterLab, revived DataView in the report) ----------------
+
+/**
+ * A buffer as a typed array of `Kind` (a view when aligned, else a copy).
+ * @param {Buffer} buf
+ * @param {any} Kind a typed-array constructor
+ */
+export function typed(buf, Kind) {
+  if (buf instanceof ArrayBuffer) return new Kind(buf);
+  const size = Kind.BYTES_PER_ELEMENT;
+  if (buf.byteOffset % size === 0) return new Kind(buf.buffer, buf.byteOffset, buf.byteLength / size);
+  return new Kind(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength).slice().buffer);
+}
+
+/** @param {Buffer} buf @returns {Int32Array} */
+export const toInt32 = (buf) => typed(buf, Int32Array);
+
+/** @param {Buffer} buf @returns {Float32Array} */
+export const float32 = (buf) => typed(buf, Float32Array);
+
+// --- theme colours ---------------------------------------------------------------------------
+
+/**
+ * Read the theme's colours (CSS variables on the view's root) as canvas-ready strings.
+ * @param {HTMLElement} el
+ */
+export function themeColors(el) {
+  const style = getComputedStyle(el);
+  /** @param {string} name @param {string} fallback */
+  const get = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
+  return {
+    bg: get("--pl-bg", "#fff"), bg2: get("--pl-bg2", "#f4f5f7"), cell: get("--pl-cell", "#dfe3e8"),
+    empty: get("--pl-empty", "#eef0f3"), fg: get("--pl-fg", "#1f2328"),
+    fg2: get("--pl-fg2", "#5b6470"), border: get("--pl-border", "#d0d7de"),
+    accent: get("--pl-accent", "#1a73e8"), hl: get("--pl-hl", "#f29900"),
+    error: get("--pl-error", "#d93025"), warn: get("--pl-warn", "#e37400"),
+    info: get("--pl-info", "#1289a7"),
+  };
+}
+/** @typedef {ReturnType<typeof themeColors>} Colors */
+
+/** @type {CanvasRenderingContext2D | null} */
+let colorProbe = null;
+/**
+ * Any CSS colour -> [r, g, b] (the canvas parses it for us).
+ * @param {string} css
+ * @returns {number[]}
+ */
+export function rgb(css) {
+  if (!colorProbe) colorProbe = /** @type {CanvasRenderingContext2D} */ (document.createElement("canvas").getContext("2d"));
+  colorProbe.fillStyle = "#000";
+  colorProbe.fillStyle = css;
+  const v = String(colorProbe.fillStyle);
+  if (v[0] === "#") return [1, 3, 5].map((i) => parseInt(v.slice(i, i + 2), 16));
+  const m = v.match(/[\d.]+/g) || ["0", "0", "0"];
+  return m.slice(0, 3).map(Number);
+}
+
+/** @type {Map<string, string>} */
+const mixed = new Map();
+/**
+ * Mix two colours: t = 0 gives a, 1 gives b (memoised: called per pixel when aggregating).
+ * @param {string} a @param {string} b @param {number} t
+ */
+export function mix(a, b, t) {
+  const key = `${a}|${b}|${t}`;
+  let out = mixed.get(key);
+  if (out === undefined) {
+    const x = rgb(a), y = rgb(b);
+    out = `rgb(${x.map((v, i) => Math.round(v + (y[i] - v) * t)).join(",")})`;
+    if (mixed.size > 4096) mixed.clear();
+    mixed.set(key, out);
+  }
+  return out;
+}
