@@ -9,8 +9,7 @@ import pytest
 pytest.importorskip("IPython")
 
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from ipython_shell import ipython_shell, run
 
 SETUP = """
 from cases import bad_kernels as bk
@@ -22,18 +21,7 @@ def same(x):
 
 @pytest.fixture(scope="module")
 def shell():
-    sh = InteractiveShell.instance()
-    sh.run_cell("%load_ext pallaslab", store_history=False)
-    result = sh.run_cell(SETUP, store_history=False)
-    assert result.success, result.error_in_exec
-    yield sh
-    InteractiveShell.clear_instance()
-
-
-def run(sh, cell):
-    with capture_output() as out:
-        result = sh.run_cell(cell, store_history=True)
-    return result, out
+    yield from ipython_shell(SETUP)
 
 
 def user_names(sh):

@@ -7,8 +7,7 @@ import pytest
 pytest.importorskip("IPython")
 
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from ipython_shell import ipython_shell, run
 
 SETUP = """
 from kernels import matmul, rand, elementwise_2d
@@ -24,18 +23,7 @@ def boom(a):
 
 @pytest.fixture(scope="module")
 def shell():
-    sh = InteractiveShell.instance()
-    sh.run_cell("%load_ext pallaslab", store_history=False)
-    result = sh.run_cell(SETUP, store_history=False)
-    assert result.success, result.error_in_exec
-    yield sh
-    InteractiveShell.clear_instance()
-
-
-def run(sh, cell):
-    with capture_output() as out:
-        result = sh.run_cell(cell, store_history=True)
-    return result, out
+    yield from ipython_shell(SETUP)
 
 
 def snapshot(sh):

@@ -14,8 +14,7 @@ pytest.importorskip("IPython")
 import jax
 import numpy as np
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from ipython_shell import ipython_shell, record_displays, run
 
 SETUP = """
 import functools
@@ -60,30 +59,13 @@ NOTE = "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode"
 
 @pytest.fixture(scope="module")
 def shell():
-    sh = InteractiveShell.instance()
-    sh.run_cell("%load_ext pallaslab", store_history=False)
-    result = sh.run_cell(SETUP, store_history=False)
-    assert result.success, result.error_in_exec
-    yield sh
-    InteractiveShell.clear_instance()
+    yield from ipython_shell(SETUP)
 
 
 @pytest.fixture
 def shown(monkeypatch):
     """What the magic displays (the Workbench object itself)."""
-    import IPython.display
-
-    objects: list = []
-    real = IPython.display.display
-    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: (objects.append(obj),
-                                                                       real(obj, **kw)))
-    return objects
-
-
-def run(sh, cell):
-    with capture_output() as out:
-        result = sh.run_cell(cell, store_history=True)
-    return result, out
+    return record_displays(monkeypatch)
 
 
 def plain_text(out):

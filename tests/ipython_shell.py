@@ -1,0 +1,37 @@
+"""One real IPython InteractiveShell for the magic's test modules, and how they run cells."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+
+def ipython_shell(setup: str) -> Iterator[InteractiveShell]:
+    """A shell with pallaslab loaded and `setup` run (use as a module fixture's body)."""
+    sh = InteractiveShell.instance()
+    sh.run_cell("%load_ext pallaslab", store_history=False)
+    result = sh.run_cell(setup, store_history=False)
+    assert result.success, result.error_in_exec
+    yield sh
+    InteractiveShell.clear_instance()
+
+
+def run(sh: InteractiveShell, cell: str) -> tuple[Any, Any]:
+    """Run a cell as the user would: (ExecutionResult, captured output)."""
+    with capture_output() as out:
+        result = sh.run_cell(cell, store_history=True)
+    return result, out
+
+
+def record_displays(monkeypatch: Any) -> list:
+    """Every object the magic displays (the Workbench itself), still displayed as usual."""
+    import IPython.display
+
+    objects: list = []
+    real = IPython.display.display
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: (objects.append(obj),
+                                                                       real(obj, **kw)))
+    return objects
