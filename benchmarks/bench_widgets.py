@@ -36,14 +36,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,49 +123,12 @@ def lab_cells(root: Path) -> list[str]:
 
 @contextlib.contextmanager
 def jupyter_lab(root: Path) -> Iterator[dict]:
-    """`jupyter lab` from this environment on 127.0.0.1 (free port, token, private config,
-    settings and workspaces; no news, update check or PyPI extension manager), stopped on exit
-    (it shuts its kernels down)."""
-    from test_jupyterlab import free_port
+    """`jupyter lab` on 127.0.0.1 (the browser tests' server: private settings, no news,
+    update check or PyPI extension manager), stopped on exit (it shuts its kernels down)."""
+    from _servers import LAB_QUIET, jupyter_server
 
-    news = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "JUPYTER_CONFIG_DIR": str(root / ".config"),
-           "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"),
-           "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
-    jupyter = Path(sys.executable).with_name("jupyter")
-    with open(root / "lab.log", "w") as log:
-        proc = subprocess.Popen(
-            [str(jupyter), "lab", "--no-browser", "--allow-root", f"--port={port}",
-             "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
-             f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
-             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-             "--LabApp.extension_manager=readonly"],
-            env=env, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("jupyter lab did not start:\n" +
-                                           (root / "lab.log").read_text()) from None
-                    time.sleep(0.5)
-            yield {"base": base, "token": token, "root": root}
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with jupyter_server(root, "lab", LAB_QUIET) as server:
+        yield server
 
 
 # Counts the page's requestAnimationFrame callbacks (Lab's own and the widgets').

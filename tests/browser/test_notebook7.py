@@ -11,17 +11,13 @@ go to test-results/notebook7-*.png.
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from _servers import jupyter_server, write_notebook
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -35,62 +31,14 @@ CELLS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_notebook(path: Path, cells: list[str]) -> None:
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
-                     "outputs": [], "source": src} for i, src in enumerate(cells)],
-          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                      "name": "python3"}},
-          "nbformat": 4, "nbformat_minor": 5}
-    path.write_text(json.dumps(nb))
-
-
 @pytest.fixture(scope="module")
 def nb7(tmp_path_factory):
     """One Notebook 7 server for the module."""
     pytest.importorskip("notebook", reason='Notebook 7: pip install "pallaslab[notebook]"')
     root = tmp_path_factory.mktemp("nb7")
     write_notebook(root / "e2e.ipynb", CELLS)
-    news = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "JUPYTER_CONFIG_DIR": str(root / ".config"),
-           "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"),
-           "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
-    jupyter = Path(sys.executable).with_name("jupyter")
-    log = open(root / "nb7.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(jupyter), "notebook", "--no-browser", "--allow-root", f"--port={port}",
-         "--ip=127.0.0.1", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("jupyter notebook did not start:\n" +
-                                       (root / "nb7.log").read_text()) from None
-                time.sleep(0.5)
-        yield {"base": base, "token": token, "root": root}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with jupyter_server(root, "notebook") as server:
+        yield server
 
 
 def kernel_idle(nb7) -> bool:
