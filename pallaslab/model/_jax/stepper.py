@@ -174,30 +174,6 @@ def _local_grid_env_static(runner: ProgramRunner, ids: list[Any]) -> tuple[Any, 
                  if d not in runner.vmapped_dims)
 
 
-def instrument_program_entry(eqn: Any, on_entry: Callable[[], None]) -> dict[str, Any] | None:
-    """Param overrides making a `pallas_call` call `on_entry()` (a host callback) at the start
-    of every program, before its body runs. Used to attribute `pl.debug_print` output to
-    programs. None for kernels that cannot be instrumented (mesh kernels)."""
-    if eqn.primitive is not PALLAS_CALL:
-        return None
-    from jax._src import linear_util as lu
-    from jax._src.interpreters import partial_eval as pe
-
-    jaxpr = eqn.params["jaxpr"]
-    gm = eqn.params["grid_mapping"]
-
-    def wrapped(*refs: Any) -> Any:
-        jax.debug.callback(on_entry)
-        return jax_core.eval_jaxpr(jaxpr, (), *refs)
-
-    with pallas_core.tracing_grid_env(gm.grid, gm.vmapped_dims):
-        new, _, consts = pe.trace_to_jaxpr_dynamic(
-            lu.wrap_init(wrapped, debug_info=jaxpr.debug_info), [v.aval for v in jaxpr.invars])
-    if consts:  # pragma: no cover - the callback closes over nothing traced
-        return None
-    return {"jaxpr": new}
-
-
 def kernel_arg_names(kernel: Kernel) -> dict[str, str]:
     """The kernel body's parameter names (e.g. "x_ref") -> operand origins.
 
