@@ -22,3 +22,11 @@ def private_lowering_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PALLASLAB_CACHE_DIR", str(tmp_path_factory.mktemp("lowering-cache")))
         yield
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    """What the magic displays (the Workbench object itself), for the magic's tests."""
+    from ipython_shell import record_displays
+
+    return record_displays(monkeypatch)

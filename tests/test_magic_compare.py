@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("IPython")
 
 from IPython.core.error import UsageError
-from ipython_shell import ipython_shell, record_displays, run
+from ipython_shell import ipython_shell, run
 
 SETUP = """
 import jax, jax.numpy as jnp
@@ -31,12 +31,6 @@ wrong_kernel(x)
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-@pytest.fixture
-def shown(monkeypatch):
-    """What the magic displays (the Workbench object itself)."""
-    return record_displays(monkeypatch)
 
 
 def test_compare_flag_opens_the_compare_tab_on_the_wrong_program(shell, shown):

@@ -14,7 +14,7 @@ pytest.importorskip("IPython")
 import jax
 import numpy as np
 from IPython.core.error import UsageError
-from ipython_shell import ipython_shell, record_displays, run
+from ipython_shell import ipython_shell, run
 
 SETUP = """
 import functools
@@ -60,12 +60,6 @@ NOTE = "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode"
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-@pytest.fixture
-def shown(monkeypatch):
-    """What the magic displays (the Workbench object itself)."""
-    return record_displays(monkeypatch)
 
 
 def plain_text(out):

@@ -228,8 +228,9 @@ def resource_figures(kernel: Kernel | None, target: str, r: KernelLowering
                 res["vmem_bytes"] = occupancy(kernel, chip).bytes
                 notes["vmem_bytes"] = ("estimate: pallaslab's occupancy model (the compiler "
                                        "did not say)")
-            except Exception:  # an estimate is a nicety; the table says "-" without it
-                pass
+            except Exception as err:  # an estimate is a nicety: say why there is none
+                notes["vmem_bytes"] = (f"no estimate: pallaslab's occupancy model failed "
+                                       f"({type(err).__name__}: {err})")
     if res.get("smem_bytes") is not None and r.ok:
         notes["smem_bytes"] = "libtpu: buffers of the compiled module"
     return res, notes

@@ -1,0 +1,44 @@
+"""Whether a reference function's outputs can be compared with the kernel function's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pallaslab.execute.executors import Prepared
+
+
+def reference_mismatch(name: str, leaves: Sequence[np.ndarray], prepared: Prepared
+                       ) -> str | None:
+    """Why a reference's outputs cannot be compared with the kernel function's (None: they
+    can). Rule: a reference returns what the kernel function returns, output for output, in
+    the same shapes and dtypes (a dtype difference is never compared at the looser
+    tolerance)."""
+    rule = ("Rule: a reference has the kernel function's signature and returns the same "
+            "outputs, in the same shapes and dtypes.")
+    avals = prepared.capture.handle.closed_jaxpr.out_avals
+    if len(leaves) != len(avals):
+        return (f"the reference {name} returned {len(leaves)} array(s), but the kernel "
+                f"function returns {len(avals)}. {rule}")
+    for info, leaf, aval in zip(prepared.output_info, leaves, avals, strict=True):
+        if tuple(leaf.shape) != tuple(aval.shape) or np.dtype(leaf.dtype) != np.dtype(aval.dtype):
+            cast = (" Cast the reference's output (e.g. .astype(...)) to compare them."
+                    if tuple(leaf.shape) == tuple(aval.shape) else "")
+            return (f"the reference {name} returned {_typed(leaf.dtype, leaf.shape)} for "
+                    f"{info.name}; the kernel returns {_typed(aval.dtype, aval.shape)}."
+                    f"{cast} {rule}")
+    return None
+
+
+def _typed(dtype: Any, shape: Sequence[int]) -> str:
+    """f32[8,128], as JAX prints array types."""
+    short = {"float": "f", "bfloat": "bf", "int": "s", "uint": "u", "complex": "c"}
+    name = np.dtype(dtype).name
+    for long, abbr in sorted(short.items(), key=lambda kv: -len(kv[0])):
+        if name.startswith(long) and name[len(long):].isdigit():
+            name = abbr + name[len(long):]
+            break
+    return f"{name}[{','.join(str(d) for d in shape)}]"
