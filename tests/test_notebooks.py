@@ -42,6 +42,8 @@ def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
                                       if p.name == "02_debugging_a_kernel.ipynb")))
     assert "mismatched blocks: ((2, 0),) | written by programs: ((2,),)" in text
     assert "program (2,) read args[0] block (3, 0)" in text
-    assert "error parallel-write-conflict" in text and "tpu-interpret: ['data-race']" in text
+    # The race may also leave NaN from the accumulator's uninitialised VMEM: an
+    # unwritten-output warning can follow the data race.
+    assert "error parallel-write-conflict" in text and "tpu-interpret: ['data-race'" in text
     assert "448.0 KiB of 16.00 MiB scoped VMEM" in text
     assert "mosaic-tpu ok" in text and "tpu.matmul" in text
