@@ -11,43 +11,15 @@ backends a kernel is written for ("tpu", "gpu") and what it exercises.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
+from catalog import CATALOG, Entry, abstract, case, catalog_names, rand
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-Case = Callable[[], tuple[Any, ...]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    case: Case
-    tags: frozenset[str]
-    findings: frozenset[str]
-
-
-CATALOG: dict[str, Entry] = {}
-
-
-def case(*tags: str, findings: tuple[str, ...] = ()) -> Callable[[Case], Case]:
-    def register(fn: Case) -> Case:
-        CATALOG[fn.__name__] = Entry(fn, frozenset(tags), frozenset(findings))
-        return fn
-
-    return register
-
-
-def rand(shape: tuple[int, ...], dtype: Any = jnp.float32, seed: int = 0) -> jax.Array:
-    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
-
-
-def abstract(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
+__all__ = ["CATALOG", "Entry", "abstract", "case", "catalog_names", "rand"]
 
 
 TPU_PARALLEL_2D = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))
@@ -424,5 +396,9 @@ def shifted_block_reference(x):
     return x * 2.0
 
 
-def catalog_names(*, tag: str | None = None) -> list[str]:
-    return [n for n, e in CATALOG.items() if tag is None or tag in e.tags]
+# The advanced TPU kernels (emit_pipeline, manual DMAs, mesh kernels, the fuser) live in their
+# own module; importing it registers them in CATALOG and makes `tests/kernels.py:NAME` find them.
+from kernels_tpu import *  # noqa: E402, F403
+from kernels_tpu import __all__ as _tpu_cases  # noqa: E402
+
+__all__ += _tpu_cases

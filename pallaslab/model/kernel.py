@@ -16,7 +16,9 @@ import numpy as np
 
 Role = Literal["input", "output", "scratch"]
 BlockKind = Literal["blocked", "squeezed", "element", "bounded", "indirect"]
-KernelKind = Literal["pallas_call", "mesh"]
+KernelKind = Literal["pallas_call", "mesh", "pipeline"]  # "pipeline": a nested emit_pipeline
+DmaKind = Literal["async", "sync", "remote"]
+SemaphoreOpKind = Literal["signal", "wait", "read", "dma_wait"]
 Backend = Literal["tpu", "triton", "mosaic_gpu"]
 
 
@@ -49,6 +51,7 @@ class Operand:
     scalar_prefetch: bool = False
     aliased_with: str | None = None  # origin of the input/output sharing its buffer
     param: str | None = None  # the kernel function's own parameter name: "x_ref", "acc_ref"
+    outer: str | None = None  # nested pipelines: the enclosing kernel's ref this one windows
 
     @property
     def block_shape(self) -> tuple[int | None, ...] | None:
@@ -99,6 +102,58 @@ class MeshInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class DmaCopy:
+    """A DMA the kernel body starts by hand (`make_async_copy`/`async_copy`, `sync_copy`,
+    `make_async_remote_copy`). Refs are named by origin in the enclosing kernel ("args[0]",
+    "scratch[1]", "scoped[0]"); `shape` is the copied window, not the whole ref."""
+
+    kind: DmaKind
+    src: str
+    dst: str
+    src_memory_space: str
+    dst_memory_space: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    semaphore: str | None  # origin of the DMA semaphore it signals (None for sync_copy)
+    source: str | None  # "file.py:LINE" of the user's call
+    repeated: bool = False  # inside a loop of the body: runs once per iteration
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * int(np.dtype(self.dtype).itemsize)
+
+
+@dataclasses.dataclass(frozen=True)
+class SemaphoreOp:
+    """A semaphore operation in the kernel body: signal, wait, read, or a DMA's wait."""
+
+    kind: SemaphoreOpKind
+    semaphore: str  # origin of the semaphore ref
+    source: str | None
+    device: bool = False  # signals another device / core (a `device_id` or `core_index`)
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedFunction:
+    """A function `fuser.fuse` moved into a fusible kernel: a prologue computing an input
+    block, or an epilogue applied to an output block."""
+
+    role: Literal["prologue", "epilogue"]
+    operand: str  # origin of the kernel operand it feeds (prologue) or consumes (epilogue)
+    jaxpr: str
+    sources: tuple[str, ...]  # "file.py:LINE" of the user's lines it came from
+
+
+@dataclasses.dataclass(frozen=True)
+class Fusion:
+    """What `fuser.fuse` / `fuser.fusible` fused into a kernel."""
+
+    functions: tuple[FusedFunction, ...]
+    # kernel operand origin -> the user's array it was computed from ("x", "b", "args[1]")
+    operand_arrays: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class Kernel:
     """One Pallas kernel launch, captured from a traced function."""
 
@@ -121,6 +176,16 @@ class Kernel:
     kernel_jaxpr: str
     mesh: MeshInfo | None = None
     prefetch_values: tuple[np.ndarray | None, ...] = ()  # concrete scalar-prefetch arrays
+    # Beyond BlockSpecs: nested `emit_pipeline`s (kind "pipeline", operands with `outer`),
+    # `run_scoped` buffers (role "scratch", origin "scoped[i]"), manual DMAs and semaphores.
+    pipelines: tuple[Kernel, ...] = ()
+    scoped: tuple[Operand, ...] = ()
+    dmas: tuple[DmaCopy, ...] = ()
+    semaphore_ops: tuple[SemaphoreOp, ...] = ()
+    fusion: Fusion | None = None
+    # The TPU chip ("v5e") whose abstract device the kernel was traced under, on a host
+    # without a TPU, because its tracing asked the chip; None when traced as is.
+    traced_for_chip: str | None = None
     handle: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
