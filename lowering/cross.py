@@ -22,6 +22,7 @@ from lowering.result import Diagnostic, Stage
 from lowering.targets import Target
 from pallaslab.errors import missing
 from pallaslab.model import Kernel, _jax
+from pallaslab.model._jax import lowering as _jax_lowering
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,10 +35,14 @@ class CrossLowered:
     ttir: str | None = None  # TTIR without locations, parseable by the triton wheel
 
 
+def abstract_device(target: Target) -> AbstractDevice:
+    return AbstractDevice(device_kind=target.device_kind, num_cores=target.cores,
+                          platform=target.platform)
+
+
 def abstract_mesh(target: Target) -> AbstractMesh:
-    device = AbstractDevice(device_kind=target.device_kind, num_cores=1,
-                            platform=target.platform)
-    return AbstractMesh((1,), ("x",), (AxisType.Explicit,), abstract_device=device)
+    return AbstractMesh((1,), ("x",), (AxisType.Explicit,),
+                        abstract_device=abstract_device(target))
 
 
 def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None = None
@@ -77,7 +82,8 @@ _BACKEND_NAMES = {"mosaic-tpu": "Mosaic TPU", "triton": "Triton", "mosaic-gpu": 
 
 def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]) -> tuple[str, str]:
     """(StableHLO text, what the lowering printed): prints never reach the user's stdout."""
-    call = _jax.kernel_callable(kernel, **_supported(kernel, overrides))
+    call = _jax_lowering.kernel_callable_for_device(kernel, abstract_device(target),
+                                           **_supported(kernel, overrides))
     avals = _jax.kernel_call_avals(kernel)
     printed = io.StringIO()
     with (contextlib.redirect_stdout(printed), warnings.catch_warnings(),

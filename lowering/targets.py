@@ -27,6 +27,10 @@ class Target:
     topology: str | None = None  # libtpu topology for AOT compilation ("v5e:1x1")
     chip: str | None = None  # JAX's TPU chip version name ("v5e")
     compute_capability: tuple[int, int] | None = None  # CUDA (major, minor)
+    # TensorCores per JAX device of `topology` (its devices' `num_cores`): what the kernel is
+    # lowered for must be what it is compiled for (2 on v5p's megacore, 1 where each core is
+    # a device of its own, as on v4's and 7x's libtpu topologies).
+    cores: int = 1
 
     @property
     def lowering_platform(self) -> str:
@@ -37,7 +41,7 @@ class Target:
 TPU_TARGETS = (
     Target("tpu-v4", "tpu", "TPU v4", "v4:2x2x1", "v4"),
     Target("tpu-v5e", "tpu", "TPU v5 lite", "v5e:1x1", "v5e"),
-    Target("tpu-v5p", "tpu", "TPU v5", "v5p:2x2x1", "v5p"),
+    Target("tpu-v5p", "tpu", "TPU v5", "v5p:2x2x1", "v5p", cores=2),
     Target("tpu-v6e", "tpu", "TPU v6 lite", "v6e:1x1", "v6e"),
     # Newer generations libtpu 0.0.52 knows (checked with get_topology_desc on a CPU host).
     Target("tpu-7x", "tpu", "TPU7x", "tpu7x:1x1x1", "7x"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -91,3 +92,80 @@ def kernel_jaxpr_with_source_info(kernel: Kernel) -> str:
     params = kernel.handle.eqn.params
     jaxprs = [params["jaxpr"]] if "jaxpr" in params else list(params.get("jaxprs", ()))
     return "\n".join(str(j.pretty_print(source_info=True, name_stack=False)) for j in jaxprs)
+
+
+# --------------------------------------------------------------------------------------------
+# The target's device context. Every jaxpr equation records the abstract mesh in effect when
+# it was traced (`JaxprEqnContext.cur_abstract_mesh`), and lowering re-enters that context
+# equation by equation: Pallas's Mosaic rules that ask the chip (`run_scoped`, DMAs,
+# `core_map`, `emit_pipeline` -> `tpu_info.get_tpu_info()`) therefore see the device of the
+# *capture* (none on a CPU host, or the chip the user traced under), not the target's. So the
+# kernel body is re-stamped with the target's abstract device before it is lowered.
+
+
+def kernel_callable_for_device(kernel: Kernel, device: Any, **param_overrides: Any
+                               ) -> Callable[..., list[Any]]:
+    """`kernel_callable`, with every equation of the kernel's body (and of the jaxprs nested
+    in it) recorded as traced under `device` (a `jax.sharding.AbstractDevice`)."""
+    from pallaslab.model._jax.rerun import kernel_callable
+
+    eqn = kernel.handle.eqn
+    restamp = _Restamp(device)
+    new_params = {k: restamp.value(v) for k, v in eqn.params.items()}
+    changed = {k: v for k, v in new_params.items() if v is not eqn.params[k]}
+    return kernel_callable(kernel, **changed, **param_overrides)
+
+
+class _Restamp:
+    """Copies jaxprs with each equation's context moved to another abstract device."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.contexts: dict[int, Any] = {}
+        self.done: dict[int, Any] = {}
+
+    def value(self, value: Any) -> Any:
+        from jax._src import core as jax_core
+
+        if isinstance(value, jax_core.Jaxpr):
+            return self.jaxpr(value)
+        if isinstance(value, (tuple, list)) and value:
+            new = [self.value(v) for v in value]
+            if all(a is b for a, b in zip(new, value, strict=True)):
+                return value
+            return type(value)(new)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return self.dataclass(value)
+        return value
+
+    def dataclass(self, value: Any) -> Any:
+        changes = {}
+        for field in dataclasses.fields(value):
+            if not field.init:
+                continue
+            old = getattr(value, field.name)
+            new = self.value(old)
+            if new is not old:
+                changes[field.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+
+    def jaxpr(self, jaxpr: Any) -> Any:
+        if id(jaxpr) in self.done:
+            return self.done[id(jaxpr)]
+        eqns = []
+        for eqn in jaxpr.eqns:
+            params = {k: self.value(v) for k, v in eqn.params.items()}
+            eqns.append(eqn.replace(params=params, ctx=self.context(eqn.ctx)))
+        new = jaxpr.replace(eqns=eqns)
+        self.done[id(jaxpr)] = new
+        return new
+
+    def context(self, ctx: Any) -> Any:
+        from jax._src import core as jax_core
+        from jax.sharding import use_abstract_mesh
+
+        if id(ctx) not in self.contexts:
+            mesh = ctx.cur_abstract_mesh.update(abstract_device=self.device)
+            with ctx.manager, use_abstract_mesh(mesh):
+                self.contexts[id(ctx)] = (ctx, jax_core.JaxprEqnContext())
+        return self.contexts[id(ctx)][1]
