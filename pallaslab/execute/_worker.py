@@ -25,7 +25,6 @@ import math
 import os
 import pickle
 import sys
-import traceback
 from collections import OrderedDict
 from multiprocessing.connection import Connection
 from typing import Any
@@ -84,33 +83,53 @@ def handle(data: bytes) -> Any:
 
 
 def execute(work: dict[str, Any]) -> Any:
+    from pallaslab.execute import capabilities
     from pallaslab.execute.executors import execute_here, prepare
 
     executor = work["executor"]
     try:
-        prepared = prepare(work["fn"], work["args"], work["kwargs"])
+        # Traced under the abstract mesh or TPU the parent traced under (if any): same chip,
+        # same kernels; the captured jaxpr runs outside it.
+        with capabilities.retracing(work):
+            prepared = prepare(work["fn"], work["args"], work["kwargs"])
     except Exception as err:
-        last = traceback.format_exception_only(err)[-1].strip()
         return {"error": f"{executor.name}: capturing the function failed in the executor "
-                         f"worker process: {last}"}
-    result = execute_here(executor, prepared, math.inf)
+                         f"worker process: {_one_line(err)}"}
+    if (mismatch := _different_kernels(work, prepared.capture)) is not None:
+        return {"error": f"{executor.name}: {mismatch}"}
+    mesh = work.get("abstract_mesh")
+    with capabilities.retracing({"abstract_mesh": mesh}):  # as the caller runs it
+        result = execute_here(executor, prepared, math.inf)
     return dataclasses.replace(result, inputs=())  # the parent has them
 
 
+def _different_kernels(work: dict[str, Any], kernels: Any) -> str | None:
+    """Why the kernels captured here are not the parent's (None: they are the same)."""
+    from pallaslab.execute import capabilities
+
+    want = work.get("kernels")
+    got = capabilities.signature(kernels)
+    if want is None or tuple(want) == got:
+        return None
+    return (f"the executor worker process captured the kernels {list(got)} (name, grid) where "
+            f"this process has {list(want)}: the function traces differently there")
+
+
 def open_stepper(work: dict[str, Any], config: dict[str, Any]) -> Any:
+    from pallaslab.execute import capabilities
     from pallaslab.model import _jax, capture
 
     try:
-        kernel = capture(work["fn"], *work["args"], **work["kwargs"])[work["kernel"]]
+        with capabilities.retracing(work):
+            kernel = capture(work["fn"], *work["args"], **work["kwargs"])[work["kernel"]]
         if kernel.name != work["name"] or tuple(kernel.grid) != tuple(work["grid"]):
             return {"error": f"the worker process captured kernel {kernel.name} with grid "
                              f"{kernel.grid} where this process has {work['name']} with grid "
                              f"{tuple(work['grid'])}"}
         runner = _jax.program_runner(kernel)
     except Exception as err:
-        last = traceback.format_exception_only(err)[-1].strip()
         return {"error": f"capturing the function failed in the executor worker process: "
-                         f"{last}"}
+                         f"{_one_line(err)}"}
     key = work["runner"]
     _RUNNERS[key] = (runner, dict(config))
     while len(_RUNNERS) > MAX_RUNNERS:
@@ -133,8 +152,13 @@ def run_program(request: dict[str, Any]) -> Any:
         return {"outputs": [np.asarray(x) for x in outs],
                 "scratch": [np.asarray(x) for x in scratch]}
     except Exception as err:
-        last = traceback.format_exception_only(err)[-1].strip()
-        return {"error": last}
+        return {"error": _one_line(err)}
+
+
+def _one_line(err: BaseException) -> str:
+    """The exception's type and first line (JAX appends notes about filtered frames)."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _set_config(config: dict[str, Any]) -> None:

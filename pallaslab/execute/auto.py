@@ -19,6 +19,7 @@ ready.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -67,14 +68,26 @@ def needing_interpretation(cap: Capture) -> tuple[Kernel, ...]:
     return pending
 
 
-def interpreter_for(cap: Capture) -> str:
-    """The executor that can run every kernel of the capture interpreted."""
+def interpreter_for(cap: Sequence[Kernel]) -> str:
+    """The executor that can run every kernel of the capture interpreted: the HLO
+    interpreter (the fastest) unless it cannot (TPU mesh kernels: TPU interpret mode)."""
+    from pallaslab.execute import capabilities
+
     mesh = [k for k in cap if k.kind == "mesh"]
     if mesh and all(k.backend == "mosaic_gpu" for k in mesh):
         return "gpu-interpret"
-    if mesh:
+    if capabilities.hlo_interpreter_refusal(cap) is not None:
         return "tpu-interpret"
     return "interpret"
+
+
+def interpreter_choice(cap: Sequence[Kernel]) -> str | None:
+    """Why `interpreter_for` did not choose the HLO interpreter (None when it did)."""
+    from pallaslab.execute import capabilities
+
+    if interpreter_for(cap) == "interpret":
+        return None
+    return capabilities.hlo_interpreter_refusal(cap) or "Mosaic GPU kernels: gpu-interpret"
 
 
 def evaluate(cap: Capture, *, timeout: float | None = None) -> Evaluation:
@@ -124,16 +137,18 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
     # function there would run their code a second time: run here, where the time limit is
     # checked at every program start.
     result = execute_here(get_executor(name), prepared, isolation.time_limit(timeout))
+    # Why not the HLO interpreter, when it was not chosen: the note says which and why.
+    under = f"{mode} ({why})" if (why := interpreter_choice(cap)) else mode
     if result.status == "ran":
         assert result.outputs is not None
         outputs = tuple(jax.device_put(o) for o in result.outputs)
-        return Evaluation(outputs, None, name, names, f"{head}: ran {kernels} under {mode}")
+        return Evaluation(outputs, None, name, names, f"{head}: ran {kernels} under {under}")
     if result.status == "timed-out":
         why = f"{result.timed_out}"
-        note = f"{head}: ran {kernels} under {mode}; {why}"
+        note = f"{head}: ran {kernels} under {under}; {why}"
         return Evaluation(None, InterpretedRunTimeout(f"{mode} run stopped: {why}"), name,
                           names, note)
     why = result.reason or "no outputs"
-    note = f"{head}: ran {kernels} under {mode}, and it failed: {why}"
+    note = f"{head}: ran {kernels} under {under}, and it failed: {why}"
     return Evaluation(None, InterpretedRunError(f"{mode} run failed: {why}"), name, names,
                       note)

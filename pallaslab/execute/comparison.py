@@ -121,6 +121,7 @@ class Comparison:
     results: tuple[RunResult, ...]
     outputs: tuple[OutputComparison, ...]
     kernels: tuple[Kernel, ...] = dataclasses.field(default=(), repr=False)
+    notes: tuple[str, ...] = ()  # e.g. which executors were chosen by default, and why
 
     @property
     def statuses(self) -> dict[str, ExecutorStatus]:
@@ -183,7 +184,7 @@ class Comparison:
             "executors": list(self.executors),
             "executors_status": {k: v.to_json() for k, v in self.statuses.items()},
             "complete": self.complete, "allclose": self.allclose, "passed": self.passed,
-            "verdict": self.verdict(),
+            "verdict": self.verdict(), "notes": list(self.notes),
             "outputs": [o.to_json() for o in self.outputs],
             "runs": [{"executor": r.executor, "ok": r.ok, "status": r.status,
                       "wall_time": r.wall_time, "compile_time": r.compile_time,
@@ -194,29 +195,61 @@ class Comparison:
 
 
 def compare(fn: Callable[..., Any] | Kernel, *args: Any,
-            executors: Sequence[str | Executor] | str = ("interpret", "reference"),
+            executors: Sequence[str | Executor] | str | None = None,
             reference: Callable[..., Any] | None = None, rtol: float | None = None,
             atol: float | None = None, seed: int = DEFAULT_SEED, timeout: float | None = None,
             equal_nan: bool = False, **kwargs: Any) -> Comparison:
     """Run `fn(*args, **kwargs)` under each executor and compare every pair that ran.
 
     `executors` is a sequence of names (or one comma-separated string, "interpret,reference").
+    None chooses (see `default_executors`): an interpreter that can run the kernels against
+    the reference, or against TPU interpret mode; the comparison's notes say which.
     Each run has a time limit of `timeout` seconds (see `pallaslab.execute.isolation`). An
     executor that cannot run here (e.g. `device` without a TPU/GPU), fails or runs out of
     time is reported in `statuses` and the others are still compared; with fewer than two
     runs the comparison is incomplete (`complete` False), never a pass.
     """
-    names = check_executors(executors)
     _check_tolerance("rtol", rtol)
     _check_tolerance("atol", atol)
+    runners = None if executors is None else _runners(check_executors(executors), reference)
+    time_limit(timeout)  # a bad limit is an error before anything runs
+    prepared = prepare(fn, args, kwargs, seed=seed)
+    notes: tuple[str, ...] = ()
+    if runners is None:
+        names, note = default_executors(prepared.capture, reference)
+        runners, notes = _runners(list(names), reference), (note,)
+    results = tuple(execute(r, prepared, timeout=timeout) for r in runners)
+    compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    return dataclasses.replace(compared, notes=notes) if notes else compared
+
+
+def _runners(names: Sequence[str | Executor], reference: Callable[..., Any] | None
+             ) -> list[Executor]:
     runners = [get_executor(e, reference=reference) for e in names]
     if reference is None and any(r.name == "reference" for r in runners):
         raise ExecutorError("the reference executor needs a reference function: pass "
                             "reference=my_ref (same signature as the kernel function)")
-    time_limit(timeout)  # a bad limit is an error before anything runs
-    prepared = prepare(fn, args, kwargs, seed=seed)
-    results = tuple(execute(r, prepared, timeout=timeout) for r in runners)
-    return compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    return runners
+
+
+def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None
+                      ) -> tuple[tuple[str, str], str]:
+    """The executors a comparison runs when none are named, and a note saying which: the
+    interpreter that can run the kernels (`auto.interpreter_for`: the HLO interpreter unless
+    it cannot) against the reference when one is given, else against TPU interpret mode."""
+    from pallaslab.execute.auto import interpreter_choice, interpreter_for
+
+    first = interpreter_for(kernels)
+    why = interpreter_choice(kernels)
+    second = "reference" if reference is not None else (
+        "tpu-interpret" if first == "interpret" else None)
+    if second is None:
+        raise ExecutorError(
+            f"only {first} can run these kernels here ({why}), so there is nothing to compare "
+            f"it with: pass reference=my_ref (a pure-JAX function with the kernel function's "
+            f"signature), or name the executors")
+    because = f" ({why})" if why else ""
+    return (first, second), f"executors chosen by default: {first}, {second}{because}"
 
 
 def check_executors(executors: Sequence[str | Executor] | str) -> list[str | Executor]:

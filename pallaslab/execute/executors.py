@@ -27,7 +27,7 @@ import numpy as np
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.errors import PallasLabError, UnavailableError
-from pallaslab.execute import diagnostics
+from pallaslab.execute import capabilities, diagnostics
 from pallaslab.execute.data import DEFAULT_SEED, concretize, concretize_for_kernels
 from pallaslab.execute.monitor import Cancelled, RunMonitor, total_programs
 from pallaslab.execute.reference import reference_mismatch
@@ -146,6 +146,8 @@ def execute_here(executor: Executor, prepared: Prepared, limit: float) -> RunRes
         result = _failed(executor.name, prepared, str(err))
     except Exception as err:  # an executor failing must not abort the others
         result = _failed(executor.name, prepared, _error_text(executor, err))
+        if why := capabilities.unimplemented(executor.name, str(err), list(prepared.capture)):
+            result = dataclasses.replace(result, error=None, unavailable=why)
     return result
 
 
@@ -205,6 +207,9 @@ def _timed_jaxpr_run(name: str, prepared: Prepared, jaxpr: Any, monitor: RunMoni
                     "Cancelled: interrupted" in str(err):
                 raise KeyboardInterrupt(
                     f"{name} run interrupted after {monitor.programs_run} program(s)") from None
+            if why := capabilities.unimplemented(name, str(err), list(prepared.capture)):
+                return RunResult(name, None, prepared.output_info, 0.0, compile_time,
+                                 unavailable=why, inputs=_numpy(flat))
             error = diagnostics.short_error(str(err))
             findings.append(diagnostics.error_finding(str(err), list(prepared.capture), monitor))
     wall = time.perf_counter() - t1
@@ -226,7 +231,7 @@ class InterpretExecutor:
         return None
 
     def cannot_run(self, prepared: Prepared) -> str | None:
-        return None
+        return capabilities.hlo_interpreter_refusal(prepared.capture)
 
     def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         cap = prepared.capture
@@ -264,14 +269,7 @@ class TpuInterpretExecutor:
         return None
 
     def cannot_run(self, prepared: Prepared) -> str | None:
-        for k in prepared.capture:
-            if k.kind == "mesh":
-                return (f"kernel {k.name} is a mesh kernel ({k.mesh.kind if k.mesh else '?'}): "
-                        "TPU interpret mode here runs pallas_call kernels")
-            if k.backend not in (None, "tpu"):
-                return (f"kernel {k.name} has {k.backend} compiler params: TPU interpret mode "
-                        "needs TPU (or no) compiler params")
-        return None
+        return capabilities.tpu_interpreter_refusal(prepared.capture)
 
     def params(self, recorder: Callable[..., Any] | None = None) -> Any:
         from jax.experimental.pallas import tpu as pltpu

@@ -82,13 +82,15 @@ def time_limit(timeout: float | None) -> float:
 
 def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunResult:
     """Run in the worker when the work can travel there, else in this process."""
+    from pallaslab.execute import capabilities
     from pallaslab.execute.executors import execute_here
 
     if not getattr(executor, "isolated", True):
         return execute_here(executor, prepared, limit)
     try:
         request = encode_request({"executor": executor, "fn": prepared.fn,
-                                  "args": prepared.args, "kwargs": prepared.kwargs})
+                                  "args": prepared.args, "kwargs": prepared.kwargs,
+                                  **capabilities.retrace_context(prepared.capture)})
     except Exception as err:
         result = execute_here(executor, prepared, limit)
         return _with_note(result, f"ran in the notebook's process ({why_not_sent(err)}): the "

@@ -37,7 +37,7 @@ import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError, UnavailableError
-from pallaslab.execute import isolation
+from pallaslab.execute import capabilities, isolation
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import Prepared, prepare
 from pallaslab.execute.monitor import Interruptible, progress
@@ -120,7 +120,8 @@ class Stepper:
             request = isolation.encode_request(
                 {"fn": prepared.fn, "args": prepared.args, "kwargs": prepared.kwargs,
                  "kernel": self.kernel.index, "runner": key, "name": self.kernel.name,
-                 "grid": tuple(self.kernel.grid)}, kind="open-stepper")
+                 "grid": tuple(self.kernel.grid),
+                 **capabilities.retrace_context(prepared.capture)}, kind="open-stepper")
         except Exception as err:
             self._run_here(isolation.why_not_sent(err))
             return None

@@ -117,3 +117,27 @@ def jaxpr_callable(closed_jaxpr: Jaxpr) -> Callable[..., list[Any]]:
 
 def is_kernel_eqn_of(eqn: Any, kernel: Kernel) -> bool:
     return eqn is kernel.handle.eqn
+
+
+def primitive_sources(kernel: Kernel, primitive: str) -> tuple[str, ...]:
+    """"file.py:LINE" of every equation binding `primitive` in the kernel body (at any depth:
+    `pl.when`, loops, `run_scoped`, nested pipelines), in order, without repeats."""
+    from pallaslab.model._jax.kernels import _call_site
+
+    eqn = kernel.handle.eqn
+    bodies = eqn.params.get("jaxprs") or (eqn.params.get("jaxpr"),)
+    found: dict[str, None] = {}
+
+    def walk(jaxpr: Any) -> None:
+        for inner in jaxpr.eqns:
+            if inner.primitive.name == primitive and (site := _call_site(inner)):
+                found.setdefault(site)
+            for value in inner.params.values():
+                for sub in value if isinstance(value, tuple) else (value,):
+                    if isinstance(sub, Jaxpr):
+                        walk(sub)
+
+    for body in bodies:
+        if body is not None:
+            walk(body)
+    return tuple(found)

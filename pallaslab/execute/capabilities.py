@@ -1,0 +1,162 @@
+"""What each interpreter can run, said in one line when it cannot.
+
+- The HLO interpreter (`interpret=True`) runs a mesh kernel's cores one after another with no
+  mesh axes bound: `jax.lax.axis_index("core")` fails ("Found an unbound axis name") and
+  cores that wait on each other would never meet. TPU mesh kernels (`pl.kernel` /
+  `pl.core_map` over a tensorcore or SparseCore mesh) run under TPU interpret mode instead.
+- JAX's TPU interpreter lacks some primitives (e.g. `pl.semaphore_read`): their lowering for
+  the CPU is missing ("MLIR translation rule for primitive ... not found"). That is the
+  interpreter's limit, not the kernel's fault, so the executor is *unavailable* for that
+  kernel, with the primitive and the user's line named.
+- Kernels traced under an abstract TPU (`Kernel.traced_for_chip`, because their tracing asks
+  the chip) are traced again under the same abstract TPU wherever they are re-traced (the
+  executor worker process), so the re-trace sees the same chip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from pallaslab.model import Kernel
+from pallaslab.model._jax import rerun
+
+# Mesh classes of TPU mesh kernels (tensorcore and SparseCore meshes).
+TPU_MESH_KINDS = ("TensorCoreMesh", "VectorSubcoreMesh", "ScalarSubcoreMesh")
+
+_MISSING_RULE = re.compile(
+    r"(?:MLIR translation rule|lowering rule) for primitive '(?P<prim>[\w.-]+)' not found"
+    r"(?: for platform (?P<platform>\w+))?")
+_INTERPRETERS = {"tpu-interpret": "JAX's TPU interpreter (TPU interpret mode)",
+                 "interpret": "JAX's HLO interpreter (interpret=True)",
+                 "gpu-interpret": "JAX's Mosaic GPU interpreter"}
+_NOT_IMPLEMENTED = re.compile(r"NotImplementedError: (?P<what>[^\n]+)")
+
+
+def is_tpu_mesh(kernel: Kernel) -> bool:
+    return kernel.kind == "mesh" and kernel.mesh is not None and \
+        kernel.mesh.kind in TPU_MESH_KINDS
+
+
+def hlo_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
+    """Why `interpret` cannot run these kernels (None: it can)."""
+    for k in kernels:
+        if is_tpu_mesh(k):
+            assert k.mesh is not None
+            return (f"the HLO interpreter cannot run mesh kernels ({k.mesh.kind}); "
+                    f"tpu-interpret can (kernel {k.name})")
+    return None
+
+
+def tpu_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
+    """Why `tpu-interpret` cannot run these kernels (None: it can)."""
+    for k in kernels:
+        if k.kind == "mesh" and not is_tpu_mesh(k):
+            kind = k.mesh.kind if k.mesh else "?"
+            return (f"kernel {k.name} is a {k.backend or 'non-TPU'} mesh kernel ({kind}): "
+                    "TPU interpret mode runs pallas_call kernels and TPU mesh kernels "
+                    "(tensorcore and SparseCore meshes); gpu-interpret runs Mosaic GPU ones")
+        if k.backend not in (None, "tpu"):
+            return (f"kernel {k.name} has {k.backend} compiler params: TPU interpret mode "
+                    "needs TPU (or no) compiler params")
+    return None
+
+
+def unimplemented(executor: str, message: str, kernels: Sequence[Kernel]) -> str | None:
+    """One line saying JAX's interpreter does not implement a primitive the kernel uses,
+    when `message` (an error the run raised) says so; None for any other error."""
+    mode = _INTERPRETERS.get(executor)
+    if mode is None:  # another executor's error (a reference raising) is its own
+        return None
+    if m := _MISSING_RULE.search(message):
+        prim = m["prim"]
+        where = _sources(kernels, prim)
+        platform = f"{m['platform']} " if m["platform"] else ""
+        return (f"{mode} does not implement {_user_name(prim)} (primitive {prim!r} has no "
+                f"{platform}lowering){where}: a limit of the interpreter, not a fault of the "
+                "kernel; compile it for a TPU (pallaslab lower --compile) or run it on one")
+    if m := _NOT_IMPLEMENTED.search(message):
+        return f"{mode} does not implement what the kernel uses: {m['what'].strip()}"
+    return None
+
+
+def _sources(kernels: Sequence[Kernel], primitive: str) -> str:
+    for k in kernels:
+        sites = rerun.primitive_sources(k, primitive) if k.handle is not None else ()
+        if sites:
+            more = f" and {len(sites) - 1} more" if len(sites) > 1 else ""
+            return f", used by kernel {k.name} at {sites[0]}{more}"
+    return ""
+
+
+def _user_name(primitive: str) -> str:
+    """How the user wrote a primitive: `pl.semaphore_read`, `pltpu.<name>`, else its name."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    for prefix, module in (("pl", pl), ("pltpu", pltpu)):
+        if callable(getattr(module, primitive, None)):
+            return f"{prefix}.{primitive}"
+    return primitive
+
+
+# --------------------------------------------------------------------------------------------
+# Re-tracing under the abstract TPU a capture was traced under
+
+
+def traced_chip(kernels: Iterable[Kernel]) -> str | None:
+    """The chip ("v5e") whose abstract TPU the kernels were traced under, if any."""
+    return next((k.traced_for_chip for k in kernels if k.traced_for_chip), None)
+
+
+@contextlib.contextmanager
+def abstract_tpu(chip: str | None) -> Iterator[None]:
+    """Trace under the abstract TPU of `chip` (Auto axes, so the jaxpr also runs outside the
+    mesh); nothing when `chip` is None."""
+    if chip is None:
+        yield
+        return
+    import jax
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType
+
+    from pallaslab.analysis.chips import chip as chip_facts
+
+    device = AbstractDevice(device_kind=chip_facts(chip).device_kind, num_cores=1,
+                            platform="tpu")
+    mesh = AbstractMesh((1,), ("x",), (AxisType.Auto,), abstract_device=device)
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield
+
+
+def retrace_context(kernels: Iterable[Kernel]) -> dict[str, Any]:
+    """What another process needs to trace a function as this one did: the abstract mesh
+    the caller is under (`jax.sharding.use_abstract_mesh`, if any), else the abstract TPU
+    chip capture traced the kernels under, and the kernels' names and grids, to check."""
+    import jax
+
+    kernels = tuple(kernels)
+    mesh = jax.sharding.get_abstract_mesh()
+    return {"abstract_mesh": None if mesh.empty else mesh, "chip": traced_chip(kernels),
+            "kernels": signature(kernels)}
+
+
+@contextlib.contextmanager
+def retracing(context: dict[str, Any]) -> Iterator[None]:
+    """Trace under the abstract mesh or chip of `retrace_context` (nothing when neither)."""
+    import jax
+
+    if context.get("abstract_mesh") is not None:
+        with jax.sharding.use_abstract_mesh(context["abstract_mesh"]):
+            yield
+        return
+    with abstract_tpu(context.get("chip")):
+        yield
+
+
+def signature(kernels: Iterable[Kernel]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """(name, grid) per kernel: what a re-trace must reproduce to run the same kernels."""
+    return tuple((k.name, tuple(k.grid)) for k in kernels)
+
+
