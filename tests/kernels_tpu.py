@@ -350,34 +350,43 @@ def vmem_limit_above_chip():
 # --- the fuser -------------------------------------------------------------------------------
 
 
-def _scale_kernel(x_value_refs, o_ref, *, x_fn):
+def _scale_kernel(x_value_refs, out_value_refs, o_ref, *, x_fn, out_fn):
+    pids = (pl.program_id(0),)
     x_values = jax.tree.map(lambda ref: ref[...], x_value_refs)
-    o_ref[...] = x_fn((pl.program_id(0),), (), x_values) * 2.0
+    out_values = jax.tree.map(lambda ref: ref[...], out_value_refs)
+    (o_ref[...],) = out_fn(pids, (), out_values, x_fn(pids, (), x_values) * 2.0)
 
 
 @fuser.fusible
-def _fusible_scale(x: fuser.Fusion, out_fn: fuser.Fusion | None):
+def _fusible_scale(x: fuser.Fusion, out: fuser.Fusion | None):
     """Doubles x block by block; x's producer is fused into the kernel's prologue and the
-    consumer of the result into its epilogue."""
+    consumer of the result into its epilogue (as JAX's tpu_fusible_matmul_test does)."""
+    scaled = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    out = out if out is not None else (lambda y: (y,))
     x_fn, x_values, _ = fuser.get_fusion_values(x)
+    out_fn, out_values, _ = fuser.get_fusion_values(out, scaled)
     spec = pl.BlockSpec((64, 128), lambda i: (i, 0))
     x_fn, (x_specs,), _ = fuser.pull_block_spec(x_fn, spec, grid_len=1)(x_values)
-    out = pl.pallas_call(
-        functools.partial(_scale_kernel, x_fn=x_fn),
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 64,),
-        in_specs=[x_specs], out_specs=spec,
-    )(x_values)
-    return out if out_fn is None else out_fn(out)
+    (out_spec,) = fuser.push_block_spec(out, spec)(scaled)
+    out_fn, (out_value_specs, _), _ = fuser.pull_block_spec(
+        out_fn, (out_spec,), grid_len=1)(out_values, scaled)
+    return pl.pallas_call(
+        functools.partial(_scale_kernel, x_fn=x_fn, out_fn=out_fn),
+        out_shape=jax.eval_shape(out, scaled)[0], grid=(x.shape[0] // 64,),
+        in_specs=[x_specs, out_value_specs], out_specs=out_spec,
+    )(x_values, out_values)
 
 
 @case("tpu", "tpu-advanced", "fuser",
       reference=lambda x, b: jnp.maximum((jnp.exp(x) + b) * 2.0, 0.0))
 def fused_scale_add():
     """`fuser.fuse` of exp(x) + b -> a fusible doubling kernel -> relu: the prologue
-    (exp, add of the user's `b`) is fused into the kernel, which reads x and b itself."""
+    (exp, add of the user's `b`) and the epilogue (relu) are fused into the kernel, which
+    reads x and b itself and writes the relu'd block."""
 
     @fuser.fuse
     def fn(x, b):
-        return jnp.maximum(_fusible_scale(jnp.exp(x) + b), 0.0)
+        y = jnp.exp(x) + b
+        return jnp.maximum(_fusible_scale(y), 0.0)
 
     return jax.jit(fn), (rand((256, 128)), rand((256, 128), seed=1))

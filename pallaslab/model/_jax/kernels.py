@@ -16,6 +16,7 @@ from jax._src.pallas import core as pallas_core
 from jax._src.state import discharge as state_discharge
 
 from pallaslab.model._jax.base import PALLAS_CALL, KernelHandle
+from pallaslab.model._jax.fusion import kernel_fusion
 from pallaslab.model._jax.trace import FoundKernel
 from pallaslab.model.kernel import (
     BlockDim,
@@ -90,6 +91,7 @@ def _pallas_call_kernel(
         cost_estimate=_cost(params.get("cost_estimate")),
         kernel_jaxpr=str(kernel_jaxpr),
         prefetch_values=tuple(prefetch_values) if prefetch_values is not None else (),
+        fusion=kernel_fusion(kernel_jaxpr, operands),
         handle=handle,
     )
     return _with_params(kernel)
