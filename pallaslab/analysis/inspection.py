@@ -63,6 +63,7 @@ def kernel_json(insp: KernelInspection) -> dict[str, Any]:
         "operands": [_operand_json(insp, op) for op in k.operands],
         "findings": [f.to_json() for f in insp.findings],
         "vmem": insp.vmem,
+        "fusion": fusion_json(k),
     }
 
 
@@ -81,6 +82,20 @@ def _operand_json(insp: KernelInspection, op: Any) -> dict[str, Any]:
         "hbm_bytes": ot.hbm_bytes if ot is not None else None,
         "scalar_prefetch": op.scalar_prefetch,
         "aliased_with": op.aliased_with,
+    }
+
+
+def fusion_json(kernel: Kernel) -> dict[str, Any] | None:
+    """What `fuser.fuse` pulled into the kernel: its prologue/epilogue functions (jaxpr text,
+    the operand each feeds or consumes, the user's lines) and the user's array behind each
+    fused operand; None for a kernel the fuser did not build."""
+    if kernel.fusion is None:
+        return None
+    return {
+        "functions": [{"role": f.role, "operand": f.operand, "jaxpr": f.jaxpr,
+                       "sources": [_short_source(s) for s in f.sources]}
+                      for f in kernel.fusion.functions],
+        "operand_arrays": dict(kernel.fusion.operand_arrays),
     }
 
 
@@ -146,7 +161,9 @@ def _is_literal(text: str) -> bool:
 def operand_labels(kernel: Kernel, callers: Mapping[str, str] | None = None) -> dict[str, str]:
     """Origin -> the name views show: "x_ref (args[0])", "x_ref (args[0] = x)" when the
     caller's expression is known, the origin alone when the kernel has no parameter names."""
-    callers = callers or {}
+    # The fuser's operands are the fused function's arrays: name them as the caller's are.
+    fused = kernel.fusion.operand_arrays if kernel.fusion is not None else {}
+    callers = {**fused, **(callers or {})}
     out = {}
     for op in kernel.operands:
         inner = f"{op.origin} = {callers[op.origin]}" if op.origin in callers else op.origin

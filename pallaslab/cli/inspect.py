@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from rich.table import Table
 
@@ -58,9 +59,12 @@ def render(insp: KernelInspection, out) -> None:
                 "HBM bytes"):
         table.add_column(col, justify="right" if col in ("fetches", "HBM bytes", "bufs")
                          else "left")
+    arrays = (data["fusion"] or {}).get("operand_arrays", {})
     for op in data["operands"]:
+        origin = f"{op['origin']} = {arrays[op['origin']]}" if op["origin"] in arrays \
+            else op["origin"]
         table.add_row(
-            safe(f"{op['param']} ({op['origin']})" if op["param"] else op["origin"]),
+            safe(f"{op['param']} ({origin})" if op["param"] else origin),
             op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
             _shape(op["shape"]), op["dtype"],
             _shape(op["block_shape"]) if op["block_shape"] is not None else "-",
@@ -68,6 +72,8 @@ def render(insp: KernelInspection, out) -> None:
             _num(op["hbm_bytes"]),
         )
     out.print(table)
+    for line in fusion_lines(data["fusion"]):
+        out.print(f"  {safe(line)}")
     for target, v in data["vmem"].items():
         style = "green" if v["fits"] else "bold red"
         out.print(f"  VMEM on {target}: [{style}]{v['bytes'] / 1024:,.0f} KiB of "
@@ -77,6 +83,26 @@ def render(insp: KernelInspection, out) -> None:
     for f in insp.findings:
         out.print(f"  [{SEVERITY_STYLE[f.severity]}]{f.severity} {f.code}[/]: {safe(f.message)}")
     out.print()
+
+
+def fusion_lines(fusion: dict | None) -> list[str]:
+    """One line per function `fuser.fuse` pulled into the kernel: role, the operand it feeds
+    (prologue) or is applied to (epilogue), the user's arrays, its primitives, its lines."""
+    if not fusion:
+        return []
+    lines = []
+    for f in fusion["functions"]:
+        arrays = [name for origin, name in fusion["operand_arrays"].items()
+                  if origin == f["operand"] or origin.startswith(f["operand"] + "[")]
+        reads = f" from {', '.join(arrays)}" if arrays else ""
+        arrow = "->" if f["role"] == "prologue" else "applied to"
+        prims = ", ".join(_PRIMITIVE.findall(f["jaxpr"])) or "-"
+        where = ", ".join(f["sources"]) or "?"
+        lines.append(f"fused {f['role']} {arrow} {f['operand']}{reads}: {prims}  ({where})")
+    return lines
+
+
+_PRIMITIVE = re.compile(r"= ([a-z_][\w]*)")
 
 
 def _shape(shape: list) -> str:
