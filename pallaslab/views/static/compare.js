@@ -11,7 +11,7 @@
  * Plain ES module (anywidget `render`), no dependencies; user-derived text via textContent only.
  */
 
-import { h, tuple, typed, float32, rgb, themeColors } from "./prelude.js";
+import { h, tuple, typed, float32, rgb, themeColors, findingItem } from "./prelude.js";
 export { tuple, rgb } from "./prelude.js";
 
 /**
@@ -109,7 +109,7 @@ function render({ model, el }) {
     root.append(head);
     root.dataset.outcome = outcome;
     root.append(runsTable(p));
-    if (p.findings && p.findings.length) root.append(findingsList(p.findings));
+    if (p.findings && p.findings.length) root.append(runFindingsList(p.findings));
     if (p.complete === false) root.append(h("p", "pl-finding pl-warning pl-cmp-incomplete", "Nothing compared: fewer than two executors ran."));
     if (p.error) root.append(h("p", "pl-finding pl-error", p.error));
 
@@ -173,13 +173,12 @@ function render({ model, el }) {
   }
 
   /** @param {CompareFinding[]} findings */
-  function findingsList(findings) {
+  function runFindingsList(findings) {
     const ul = h("ul", "pl-findings pl-cmp-findings");
     for (const f of findings) {
-      const li = h("li", `pl-finding pl-${f.severity}`);
+      const li = findingItem(f, h("span", "pl-dim", f.executor));
       li.dataset.code = f.code;
       li.dataset.executor = f.executor;
-      li.append(h("span", "pl-badge", f.severity), " ", h("code", "", f.code), " ", h("span", "pl-dim", f.executor), " ", f.message);
       ul.append(li);
     }
     return ul;

@@ -4,7 +4,7 @@
  * Plain ES module (anywidget `render`); user-derived strings go in through textContent only.
  */
 
-import { h, num } from "./prelude.js";
+import { h, num, findingsList } from "./prelude.js";
 
 /** @typedef {import("./prelude.js").Model} Model */
 
@@ -54,16 +54,7 @@ function render({ model, el }) {
   }
   root.append(table);
 
-  if (!k.findings.length) root.append(h("p", "pl-ok", "No findings."));
-  else {
-    const ul = h("ul", "pl-findings");
-    for (const f of k.findings) {
-      const li = h("li", `pl-finding pl-${f.severity}`);
-      li.append(h("span", "pl-badge", f.severity), " ", h("code", "", f.code), " ", f.message);
-      ul.append(li);
-    }
-    root.append(ul);
-  }
+  root.append(findingsList(k.findings));
   el.append(root);
   return () => root.remove();
 }

@@ -1,10 +1,10 @@
 // @ts-check
 /**
- * The prelude every view module shares: DOM building, formatting, binary buffers from the wire,
- * theme colours. Modules import from "./prelude.js" in source (so tsc checks the types); anywidget
- * loads each module as one string, so `pallaslab.views.base.module_source` inlines this file in
- * place of the import and drops its `export`s (see `assemble` there). Keep it free of top-level
- * side effects: it runs once per module that includes it.
+ * The prelude every view module shares: DOM building, findings lists, formatting, binary buffers
+ * from the wire, theme colours. Modules import from "./prelude.js" in source (so tsc checks the
+ * types); anywidget loads each module as one string, so `pallaslab.views.base.module_source`
+ * inlines this file in place of the import and drops its `export`s (see `assemble` there). Keep
+ * it free of top-level side effects: it runs once per module that includes it.
  */
 
 /**
@@ -45,6 +45,42 @@ export function canvas(w, hgt, cls) {
   const ctx = /** @type {CanvasRenderingContext2D} */ (c.getContext("2d"));
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   return [c, ctx];
+}
+
+// --- findings --------------------------------------------------------------------------------
+
+/** @typedef {{code: string, severity: string, message: string}} Finding */
+
+/**
+ * One finding as a list item: severity badge, code, any `extra` nodes (e.g. the executor), then
+ * the message.
+ * @param {Finding} f
+ * @param {...(Node | string)} extra
+ */
+export function findingItem(f, ...extra) {
+  const li = h("li", `pl-finding pl-${f.severity}`);
+  li.append(h("span", "pl-badge", f.severity), " ", h("code", "", f.code), " ");
+  for (const e of extra) li.append(e, " ");
+  li.append(f.message);
+  return li;
+}
+
+/**
+ * Findings as a list (`ul.pl-findings`), or "No findings." when there are none.
+ * @template {Finding} F
+ * @param {F[]} findings
+ * @param {(li: HTMLElement, f: F, i: number) => void} [decorate] adds data or listeners to an item
+ * @returns {HTMLElement}
+ */
+export function findingsList(findings, decorate) {
+  if (!findings.length) return h("p", "pl-ok", "No findings.");
+  const ul = h("ul", "pl-findings");
+  findings.forEach((f, i) => {
+    const li = findingItem(f);
+    if (decorate) decorate(li, f, i);
+    ul.append(li);
+  });
+  return ul;
 }
 
 // --- formatting ------------------------------------------------------------------------------
