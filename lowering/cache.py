@@ -28,7 +28,7 @@ from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resourc
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
 
-SCHEMA = 1
+SCHEMA = 2  # 2: kernels lowered under the target's own abstract device
 
 
 class CacheError(PallasLabError, OSError):
@@ -51,7 +51,7 @@ def kernel_fingerprint(kernel: Kernel) -> str:
         repr(kernel.grid_names), repr(kernel.dimension_semantics), repr(kernel.vmapped_dims),
         repr(kernel.operands), repr(kernel.input_output_aliases),
         repr(sorted((k, sorted(v.items())) for k, v in kernel.compiler_params.items())),
-        repr(kernel.cost_estimate), repr(kernel.mesh),
+        repr(kernel.cost_estimate), repr(kernel.mesh), repr(kernel.traced_for_chip),
     ]
     text = _ADDRESS.sub("", "\x00".join(parts))
     return hashlib.sha256(text.encode()).hexdigest()

@@ -61,7 +61,10 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
     try:
         hlo, printed = _lower(kernel, target, overrides)
     except Exception as err:  # Pallas's verdict on this kernel for this backend
-        diag = diagnostics.from_lowering_error(err, kernel.name, _BACKEND_NAMES[backend])
+        if (tool_error := diagnostics.context_error(err, kernel.name, target.name)) is not None:
+            raise tool_error from err
+        diag = diagnostics.from_lowering_error(err, kernel.name, _BACKEND_NAMES[backend],
+                                               _pipeline_suspects(kernel))
         return CrossLowered(backend, False, (jaxpr_stage,), (*notes, diag))
     if backend == "mosaic-tpu":
         stages = _mosaic_tpu_stages(hlo)
@@ -93,6 +96,16 @@ def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]) -> tuple[s
             lowering_platforms=(target.lowering_platform,))
         hlo = lowered.as_text() if target.platform == "tpu" else ""
     return hlo, printed.getvalue()
+
+
+def _pipeline_suspects(kernel: Kernel) -> dict[str, str | None]:
+    """The first operand Mosaic's pipeline rejects, per diagnostic code: more than two
+    buffers, or `pl.Element` dimensions mixed with blocked ones."""
+    buffers = [op.origin for op in kernel.operands if (op.buffer_count or 0) > 2]
+    mixed = [op.origin for op in kernel.operands if op.block_dims is not None
+             and len({d.kind == "element" for d in op.block_dims if not d.squeezed}) > 1]
+    return {"tpu-buffer-count": next(iter(buffers), None),
+            "tpu-mixed-element": next(iter(mixed), None)}
 
 
 def _supported(kernel: Kernel, overrides: dict[str, Any]) -> dict[str, Any]:

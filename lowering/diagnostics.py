@@ -5,6 +5,12 @@ from __future__ import annotations
 import re
 
 from lowering.result import Diagnostic
+from pallaslab.errors import PallasLabError
+
+
+class LoweringContextError(PallasLabError, RuntimeError):
+    """pallaslab did not give Pallas the device context a lowering needs (the target's
+    abstract device): a tool error, not a verdict on the kernel."""
 
 _BLOCK_SPEC = re.compile(
     r"Block spec for (?P<origin>\S+) in (?:pallas_call )?(?P<kernel>.+?) at (?P<src>\S+) has "
@@ -17,6 +23,15 @@ _SCOPED = re.compile(
 _UNSUPPORTED = re.compile(
     r"Unimplemented primitive|not implemented|Not implemented|unsupported|Unsupported|"
     r"not supported", re.I)
+# Pallas asking for a device it was not told about: our context failed, not the kernel.
+_CONTEXT = re.compile(
+    r"Unsupported (?:TPU|GPU) device kind|only supported on TPU, but the current device is|"
+    r"Cannot infer architecture of an unknown abstract GPU")
+# Verdicts of Mosaic TPU on a kernel's pipeline (the same codes as the findings that predict
+# them), and on a target without the cores the kernel is written for.
+_BUFFER_COUNT = re.compile(r"Only single \(1\) and double \(2\) buffering are supported")
+_MIXED_ELEMENT = re.compile(r"All block dimensions must be Elements or none of them")
+_NO_SPARSECORE = re.compile(r"SparseCore is not available on the current device")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -25,7 +40,23 @@ def parse_size(number: str, unit: str | None) -> int:
     return round(float(number) * _UNITS[(unit or "")[:1].upper()])
 
 
-def from_lowering_error(err: BaseException, kernel_name: str, backend: str) -> Diagnostic:
+def context_error(err: BaseException, kernel_name: str, target: str
+                  ) -> LoweringContextError | None:
+    """The tool error to raise when `err` says the lowering lacked its device context."""
+    text = str(err)
+    if not _CONTEXT.search(text):
+        return None
+    return LoweringContextError(
+        f"pallaslab failed to lower kernel {kernel_name!r} for {target}: it did not supply "
+        f"the device context Pallas asked for (the target's abstract device). This is a "
+        f"pallaslab error, not a verdict on the kernel. Pallas said: {type(err).__name__}: "
+        f"{headline(text, max_lines=1)}")
+
+
+def from_lowering_error(err: BaseException, kernel_name: str, backend: str,
+                        operands: dict[str, str | None] | None = None) -> Diagnostic:
+    """A coded diagnostic for Pallas's refusal to lower; `operands` maps a code to the origin
+    of the operand the kernel's capture says it concerns (e.g. the one with Buffered(3))."""
     text = str(err)
     if m := _BLOCK_SPEC.search(text):
         block = _short_dims(m["block"])
@@ -35,11 +66,18 @@ def from_lowering_error(err: BaseException, kernel_name: str, backend: str) -> D
             "allowed by Mosaic TPU. Rule: the last two block dimensions must be divisible by "
             "8 and 128 respectively (for 32-bit types), or equal the array's dimensions.",
             operand=m["origin"], data=(("block_shape", block), ("array_shape", f"({m['shape']})")))
+    message = (f"{backend} could not lower kernel {kernel_name!r}: {type(err).__name__}: "
+               f"{headline(text)}")
+    for pattern, code in ((_BUFFER_COUNT, "tpu-buffer-count"),
+                          (_MIXED_ELEMENT, "tpu-mixed-element")):
+        if pattern.search(text):
+            operand = (operands or {}).get(code)
+            prefix = f"{operand}: " if operand else ""
+            return Diagnostic("error", code, prefix + message, operand=operand)
+    if _NO_SPARSECORE.search(text):
+        return Diagnostic("error", "unsupported-target", message)
     code = "unsupported-op" if _UNSUPPORTED.search(text) else "lowering-error"
-    return Diagnostic(
-        "error", code,
-        f"{backend} could not lower kernel {kernel_name!r}: {type(err).__name__}: "
-        f"{headline(text)}")
+    return Diagnostic("error", code, message)
 
 
 def from_compile_error(message: str, kernel_name: str, target: str) -> Diagnostic:

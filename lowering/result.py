@@ -14,8 +14,10 @@ class Diagnostic:
     """A verdict of the lowering or the compiler, with a stable code.
 
     Codes: `vmem-oom` (data: needed/limit bytes), `tpu-block-shape` (a block shape Mosaic
-    rejects), `unsupported-op`, `layout`, `shape`, `lowering-error`, `compile-error`,
-    `wrong-backend`, `params-adapted`, `missing-tool`, `no-compiler`.
+    rejects), `tpu-buffer-count` (`pl.Buffered(n > 2)`), `tpu-mixed-element` (`pl.Element`
+    mixed with blocked dimensions), `unsupported-target` (e.g. a SparseCore kernel for a chip
+    without SparseCores), `unsupported-op`, `layout`, `shape`, `lowering-error`,
+    `compile-error`, `wrong-backend`, `params-adapted`, `missing-tool`, `no-compiler`.
     """
 
     severity: Severity

@@ -7,42 +7,46 @@ module @matmul_kernel attributes {stable_mosaic.version = N : i64} {
     %2 = arith.cmpi ne, %1, %c0_i32_0 : i32
     scf.if %2 {
       %cst_9 = arith.constant 0.000000e+00 : f32
-      %12 = vector.broadcast %cst_9 : f32 to vector<128x128xf32>
+      %15 = vector.broadcast %cst_9 : f32 to vector<128x128xf32>
       %c0_10 = arith.constant 0 : index
       %c0_11 = arith.constant 0 : index
-      %13 = vector.load %arg6[%c0_10, %c0_11] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
-      tpu.vector_store %arg6[%c0_10, %c0_11], %12 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
+      %16 = vector.load %arg6[%c0_10, %c0_11] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+      tpu.vector_store %arg6[%c0_10, %c0_11], %15 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
     } else {
     }
     %c0 = arith.constant 0 : index
     %c0_1 = arith.constant 0 : index
     %3 = vector.load %arg6[%c0, %c0_1] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+    %4 = vector.shape_cast %3 : vector<128x128xf32> to vector<128x128xf32>
     %c0_2 = arith.constant 0 : index
     %c0_3 = arith.constant 0 : index
-    %4 = vector.load %arg3[%c0_2, %c0_3] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+    %5 = vector.load %arg3[%c0_2, %c0_3] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+    %6 = vector.shape_cast %5 : vector<128x128xf32> to vector<128x128xf32>
     %c0_4 = arith.constant 0 : index
     %c0_5 = arith.constant 0 : index
-    %5 = vector.load %arg4[%c0_4, %c0_5] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+    %7 = vector.load %arg4[%c0_4, %c0_5] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+    %8 = vector.shape_cast %7 : vector<128x128xf32> to vector<128x128xf32>
     %cst = arith.constant dense<0.000000e+00> : vector<128x128xf32>
-    %6 = tpu.matmul %4, %5, %cst {dimension_numbers = #tpu.dot_dimension_numbers<[1], [0], [0], [1], [0, 0, 1, 1], [], []>, transpose_lhs_hint = false} : vector<128x128xf32>, vector<128x128xf32>, vector<128x128xf32> -> vector<128x128xf32>
-    %7 = arith.addf %3, %6 : vector<128x128xf32>
+    %9 = tpu.matmul %6, %8, %cst {dimension_numbers = #tpu.dot_dimension_numbers<[1], [0], [0], [1], [0, 0, 1, 1], [], []>, transpose_lhs_hint = false} : vector<128x128xf32>, vector<128x128xf32>, vector<128x128xf32> -> vector<128x128xf32>
+    %10 = arith.addf %4, %9 : vector<128x128xf32>
     %c0_6 = arith.constant 0 : index
     %c0_7 = arith.constant 0 : index
-    %8 = vector.load %arg6[%c0_6, %c0_7] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
-    tpu.vector_store %arg6[%c0_6, %c0_7], %7 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
+    %11 = vector.load %arg6[%c0_6, %c0_7] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+    tpu.vector_store %arg6[%c0_6, %c0_7], %10 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
     %c1_i32 = arith.constant 1 : i32
-    %9 = arith.cmpi eq, %arg2, %c1_i32 : i32
-    %10 = arith.extui %9 : i1 to i32
+    %12 = arith.cmpi eq, %arg2, %c1_i32 : i32
+    %13 = arith.extui %12 : i1 to i32
     %c0_i32_8 = arith.constant 0 : i32
-    %11 = arith.cmpi ne, %10, %c0_i32_8 : i32
-    scf.if %11 {
+    %14 = arith.cmpi ne, %13, %c0_i32_8 : i32
+    scf.if %14 {
       %c0_9 = arith.constant 0 : index
       %c0_10 = arith.constant 0 : index
-      %12 = vector.load %arg6[%c0_9, %c0_10] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+      %15 = vector.load %arg6[%c0_9, %c0_10] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+      %16 = vector.shape_cast %15 : vector<128x128xf32> to vector<128x128xf32>
       %c0_11 = arith.constant 0 : index
       %c0_12 = arith.constant 0 : index
-      %13 = vector.load %arg5[%c0_11, %c0_12] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
-      tpu.vector_store %arg5[%c0_11, %c0_12], %12 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
+      %17 = vector.load %arg5[%c0_11, %c0_12] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
+      tpu.vector_store %arg5[%c0_11, %c0_12], %16 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
     } else {
     }
     return

@@ -3,21 +3,22 @@ module @softmax_kernel attributes {stable_mosaic.version = N : i64} {
     %c0 = arith.constant 0 : index
     %c0_0 = arith.constant 0 : index
     %0 = vector.load %arg1[%c0, %c0_0] : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>
+    %1 = vector.shape_cast %0 : vector<32x512xf32> to vector<32x512xf32>
     %cst = arith.constant dense<0xFF800000> : vector<32xf32>
-    %1 = vector.multi_reduction <maximumf>, %0, %cst [1] : vector<32x512xf32> to vector<32xf32>
-    %2 = vector.shape_cast %1 : vector<32xf32> to vector<32x1xf32>
-    %3 = vector.broadcast %2 : vector<32x1xf32> to vector<32x512xf32>
-    %4 = arith.subf %0, %3 : vector<32x512xf32>
-    %5 = math.exp %4 : vector<32x512xf32>
+    %2 = vector.multi_reduction <maximumf>, %1, %cst [1] : vector<32x512xf32> to vector<32xf32>
+    %3 = vector.shape_cast %2 : vector<32xf32> to vector<32x1xf32>
+    %4 = vector.broadcast %3 : vector<32x1xf32> to vector<32x512xf32>
+    %5 = arith.subf %1, %4 : vector<32x512xf32>
+    %6 = math.exp %5 : vector<32x512xf32>
     %cst_1 = arith.constant dense<0.000000e+00> : vector<32xf32>
-    %6 = vector.multi_reduction <add>, %5, %cst_1 [1] : vector<32x512xf32> to vector<32xf32>
-    %7 = vector.shape_cast %6 : vector<32xf32> to vector<32x1xf32>
-    %8 = vector.broadcast %7 : vector<32x1xf32> to vector<32x512xf32>
-    %9 = arith.divf %5, %8 : vector<32x512xf32>
+    %7 = vector.multi_reduction <add>, %6, %cst_1 [1] : vector<32x512xf32> to vector<32xf32>
+    %8 = vector.shape_cast %7 : vector<32xf32> to vector<32x1xf32>
+    %9 = vector.broadcast %8 : vector<32x1xf32> to vector<32x512xf32>
+    %10 = arith.divf %6, %9 : vector<32x512xf32>
     %c0_2 = arith.constant 0 : index
     %c0_3 = arith.constant 0 : index
-    %10 = vector.load %arg2[%c0_2, %c0_3] : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>
-    tpu.vector_store %arg2[%c0_2, %c0_3], %9 {strides = array<i32>} : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>,
+    %11 = vector.load %arg2[%c0_2, %c0_3] : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>
+    tpu.vector_store %arg2[%c0_2, %c0_3], %10 {strides = array<i32>} : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>,
     return
   }
   func.func @transform_0(%arg0: i32) -> (i32, i32) {

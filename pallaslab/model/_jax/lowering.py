@@ -99,14 +99,16 @@ def kernel_jaxpr_with_source_info(kernel: Kernel) -> str:
 # it was traced (`JaxprEqnContext.cur_abstract_mesh`), and lowering re-enters that context
 # equation by equation: Pallas's Mosaic rules that ask the chip (`run_scoped`, DMAs,
 # `core_map`, `emit_pipeline` -> `tpu_info.get_tpu_info()`) therefore see the device of the
-# *capture* (none on a CPU host, or the chip the user traced under), not the target's. So the
-# kernel body is re-stamped with the target's abstract device before it is lowered.
+# *capture* (none on a CPU host: "Unsupported TPU device kind: cpu"; or the chip the user
+# traced under), not the target's. So the kernel body is re-stamped with the target's
+# abstract device: every equation's context and, so that values and the context still agree
+# (Mosaic's `swap` rule compares them), every value's sharding mesh.
 
 
 def kernel_callable_for_device(kernel: Kernel, device: Any, **param_overrides: Any
                                ) -> Callable[..., list[Any]]:
-    """`kernel_callable`, with every equation of the kernel's body (and of the jaxprs nested
-    in it) recorded as traced under `device` (a `jax.sharding.AbstractDevice`)."""
+    """`kernel_callable`, with the kernel's body (and every jaxpr nested in it) re-stamped as
+    traced under `device` (a `jax.sharding.AbstractDevice`)."""
     from pallaslab.model._jax.rerun import kernel_callable
 
     eqn = kernel.handle.eqn
@@ -117,47 +119,80 @@ def kernel_callable_for_device(kernel: Kernel, device: Any, **param_overrides: A
 
 
 class _Restamp:
-    """Copies jaxprs with each equation's context moved to another abstract device."""
+    """Copies jaxprs, avals and Pallas's param dataclasses onto another abstract device."""
 
     def __init__(self, device: Any) -> None:
         self.device = device
+        self.keep: list[Any] = []  # originals, so the ids memoised below stay theirs
         self.contexts: dict[int, Any] = {}
-        self.done: dict[int, Any] = {}
+        self.jaxprs: dict[int, Any] = {}
 
     def value(self, value: Any) -> Any:
         from jax._src import core as jax_core
 
         if isinstance(value, jax_core.Jaxpr):
             return self.jaxpr(value)
+        if isinstance(value, jax_core.AbstractValue):
+            return self.aval(value)
         if isinstance(value, (tuple, list)) and value:
             new = [self.value(v) for v in value]
             if all(a is b for a, b in zip(new, value, strict=True)):
                 return value
             return type(value)(new)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return self.dataclass(value)
+            return self._dataclass(value)
         return value
 
-    def dataclass(self, value: Any) -> Any:
+    def _dataclass(self, value: Any) -> Any:
         changes = {}
         for field in dataclasses.fields(value):
-            if not field.init:
-                continue
-            old = getattr(value, field.name)
-            new = self.value(old)
-            if new is not old:
-                changes[field.name] = new
+            if field.init:
+                old = getattr(value, field.name)
+                if (new := self.value(old)) is not old:
+                    changes[field.name] = new
         return dataclasses.replace(value, **changes) if changes else value
 
+    def mesh(self, mesh: Any) -> Any:
+        return mesh.update(abstract_device=self.device)
+
+    def aval(self, aval: Any) -> Any:
+        from jax._src.named_sharding import NamedSharding
+
+        inner = getattr(aval, "inner_aval", None)
+        if inner is not None:  # a Ref
+            new_inner = self.aval(inner)
+            return aval if new_inner is inner else aval.update(inner_aval=new_inner)
+        sharding = getattr(aval, "sharding", None)
+        if not isinstance(sharding, NamedSharding) or sharding.mesh.abstract_device == self.device:
+            return aval
+        return aval.update(sharding=sharding.update(mesh=self.mesh(sharding.mesh)))
+
     def jaxpr(self, jaxpr: Any) -> Any:
-        if id(jaxpr) in self.done:
-            return self.done[id(jaxpr)]
-        eqns = []
-        for eqn in jaxpr.eqns:
-            params = {k: self.value(v) for k, v in eqn.params.items()}
-            eqns.append(eqn.replace(params=params, ctx=self.context(eqn.ctx)))
-        new = jaxpr.replace(eqns=eqns)
-        self.done[id(jaxpr)] = new
+        from jax._src import core as jax_core
+
+        if id(jaxpr) in self.jaxprs:
+            return self.jaxprs[id(jaxpr)]
+        new_vars: dict[Any, Any] = {}
+
+        def var(v: Any) -> Any:
+            if isinstance(v, jax_core.Literal):
+                return jax_core.Literal(v.val, self.aval(v.aval))
+            if v not in new_vars:
+                new_vars[v] = type(v)(self.aval(v.aval))
+            return new_vars[v]
+
+        constvars = [var(v) for v in jaxpr.constvars]
+        invars = [var(v) for v in jaxpr.invars]
+        eqns = [eqn.replace(invars=[var(v) for v in eqn.invars],
+                            outvars=[var(v) for v in eqn.outvars],
+                            params={k: self.value(v) for k, v in eqn.params.items()},
+                            ctx=self.context(eqn.ctx))
+                for eqn in jaxpr.eqns]
+        new = jaxpr.replace(constvars=constvars, invars=invars,
+                            outvars=[var(v) for v in jaxpr.outvars], eqns=eqns,
+                            consts=jaxpr.consts, debug_info=jaxpr.debug_info)
+        self.keep.append(jaxpr)
+        self.jaxprs[id(jaxpr)] = new
         return new
 
     def context(self, ctx: Any) -> Any:
@@ -165,7 +200,7 @@ class _Restamp:
         from jax.sharding import use_abstract_mesh
 
         if id(ctx) not in self.contexts:
-            mesh = ctx.cur_abstract_mesh.update(abstract_device=self.device)
-            with ctx.manager, use_abstract_mesh(mesh):
-                self.contexts[id(ctx)] = (ctx, jax_core.JaxprEqnContext())
-        return self.contexts[id(ctx)][1]
+            with ctx.manager, use_abstract_mesh(self.mesh(ctx.cur_abstract_mesh)):
+                self.keep.append(ctx)
+                self.contexts[id(ctx)] = jax_core.JaxprEqnContext()
+        return self.contexts[id(ctx)]
