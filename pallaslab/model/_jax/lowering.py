@@ -156,16 +156,17 @@ class _Restamp:
         return mesh.update(abstract_device=self.device)
 
     def aval(self, aval: Any) -> Any:
-        from jax._src.named_sharding import NamedSharding
+        from jax.sharding import AbstractMesh
 
         inner = getattr(aval, "inner_aval", None)
         if inner is not None:  # a Ref
             new_inner = self.aval(inner)
             return aval if new_inner is inner else aval.update(inner_aval=new_inner)
-        sharding = getattr(aval, "sharding", None)
-        if not isinstance(sharding, NamedSharding) or sharding.mesh.abstract_device == self.device:
+        sharding: Any = getattr(aval, "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        if not isinstance(mesh, AbstractMesh) or mesh.abstract_device == self.device:
             return aval
-        return aval.update(sharding=sharding.update(mesh=self.mesh(sharding.mesh)))
+        return aval.update(sharding=sharding.update(mesh=self.mesh(mesh)))
 
     def jaxpr(self, jaxpr: Any) -> Any:
         from jax._src import core as jax_core
