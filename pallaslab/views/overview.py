@@ -78,6 +78,7 @@ class OverviewView(View):
             lines.append(f"  {op['label']:<12} {op['role']:<7} {op['dtype']}{op['shape']} "
                          f"block {_html.shape(op['block_shape'])} {op['memory_space']} "
                          f"fetches {_html.num(op['fetches'])}")
+        lines += fused_text(k["fusion"])
         lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in k["findings"]]
         if not k["findings"]:
             lines.append("  no findings")
@@ -102,7 +103,38 @@ class OverviewView(View):
         note = f'<p class="pl-dim">{esc(p["note"])}</p>' if p["note"] else ""
         return (f'<h3 class="pl-title">Kernel {self.ctx.kernel.index}: <code>{esc(k["name"])}'
                 f'</code></h3><dl class="pl-facts">{dl}</dl>{note}{ops}'
-                + _html.findings_list(self.ctx.findings))
+                + fused_html(k["fusion"]) + _html.findings_list(self.ctx.findings))
+
+
+FUSED_TITLE = "Fused into this kernel"
+
+
+def _fused_heading(f: Mapping[str, Any]) -> str:
+    """"prologue -> args[0] (kernels_tpu.py:389)": what the function feeds or is applied to."""
+    arrow = "->" if f["role"] == "prologue" else "applied to"
+    return f"{f['role']} {arrow} {f['operand']}  ({', '.join(f['sources']) or '?'})"
+
+
+def fused_text(fusion: Mapping[str, Any] | None) -> list[str]:
+    """The functions `fuser.fuse` pulled into the kernel, each with its jaxpr, as text."""
+    if not fusion:
+        return []
+    lines = [f"  {FUSED_TITLE}:"]
+    for f in fusion["functions"]:
+        lines.append(f"    {_fused_heading(f)}")
+        lines += [f"      {line}" for line in f["jaxpr"].splitlines()]
+    return lines
+
+
+def fused_html(fusion: Mapping[str, Any] | None) -> str:
+    if not fusion:
+        return ""
+    items = "".join(
+        f'<li data-role="{esc(f["role"])}"><span class="pl-badge">{esc(f["role"])}</span> '
+        f'{esc(_fused_heading(f).split(" ", 1)[1])}<pre class="pl-mono">{esc(f["jaxpr"])}'
+        "</pre></li>" for f in fusion["functions"])
+    return (f'<div class="pl-fusion"><div class="pl-title">{FUSED_TITLE}</div>'
+            f'<ul class="pl-findings">{items}</ul></div>')
 
 
 def _programs(programs: int | None) -> str:

@@ -118,7 +118,8 @@ def _function(jaxpr: Any, group: list[Any], refs: Mapping[Any, Operand]) -> Fuse
         role, operand = "epilogue", _written_ref(jaxpr, outvars, refs)
     else:
         role, operand = "prologue", _common_origin([op.origin for op in loaded if op])
-    text = str(jax_core.Jaxpr([], invars, outvars, group))
+    info = jaxpr.debug_info.with_unknown_names()  # the kernel's: no names of its own
+    text = str(jax_core.Jaxpr([], invars, outvars, group, debug_info=info))
     return FusedFunction(role=role, operand=operand, jaxpr=text,  # type: ignore[arg-type]
                          sources=_user_lines(group))
 
@@ -218,8 +219,8 @@ def _linked(kernel: Kernel, call: _FusibleCall) -> Kernel:
             leaves = [op.origin for op in kernel.inputs
                       if op.origin == f.operand or op.origin.startswith(f.operand + "[")]
             arrays.update(zip(leaves, names, strict=False))
-        elif f.role == "epilogue" and (lines := next(epilogues, None)) is not None:
-            f = dataclasses.replace(f, sources=lines or f.sources)
+        elif f.role == "epilogue" and (after := next(epilogues, None)) is not None:
+            f = dataclasses.replace(f, sources=after or f.sources)
         functions.append(f)
     return dataclasses.replace(
         kernel, fusion=Fusion(functions=tuple(functions), operand_arrays=arrays))

@@ -13,6 +13,33 @@ import { h, num, findingsList } from "./prelude.js";
 const shape = (v) => (v === null ? "-" : `(${v.map((x) => (x === null ? "None" : x)).join(", ")}${v.length === 1 ? "," : ""})`);
 
 /**
+ * @typedef {{role: string, operand: string, jaxpr: string, sources: string[]}} FusedFunction
+ * @typedef {{functions: FusedFunction[], operand_arrays: Record<string, string>}} Fusion
+ */
+
+/**
+ * "Fused into this kernel": each prologue/epilogue `fuser.fuse` pulled in, with the operand it
+ * feeds (or is applied to), the user's lines and its jaxpr.
+ * @param {Fusion} fusion
+ * @returns {HTMLElement}
+ */
+function fusedSection(fusion) {
+  const box = h("div", "pl-fusion");
+  box.append(h("div", "pl-title", "Fused into this kernel"));
+  const ul = h("ul", "pl-findings");
+  for (const f of fusion.functions) {
+    const li = h("li");
+    li.dataset.role = f.role;
+    const arrow = f.role === "prologue" ? "->" : "applied to";
+    li.append(h("span", "pl-badge", f.role), ` ${arrow} `, h("code", "", f.operand), "  ",
+      h("span", "pl-dim", `(${f.sources.join(", ") || "?"})`), h("pre", "pl-mono", f.jaxpr));
+    ul.append(li);
+  }
+  box.append(ul);
+  return box;
+}
+
+/**
  * @param {{model: Model, el: HTMLElement}} ctx
  * @returns {() => void}
  */
@@ -53,6 +80,7 @@ function render({ model, el }) {
     table.append(tr);
   }
   root.append(table);
+  if (k.fusion) root.append(fusedSection(k.fusion));
 
   root.append(findingsList(k.findings));
   el.append(root);
