@@ -182,16 +182,25 @@ class _Restamp:
                 new_vars[v] = type(v)(self.aval(v.aval))
             return new_vars[v]
 
+        def effects(effs: Any) -> Any:  # Ref effects name the Var they read or write
+            return type(effs)(
+                e.replace(input=new_vars[e.input])
+                if isinstance(getattr(e, "input", None), jax_core.Var) and e.input in new_vars
+                else e for e in effs)
+
         constvars = [var(v) for v in jaxpr.constvars]
         invars = [var(v) for v in jaxpr.invars]
-        eqns = [eqn.replace(invars=[var(v) for v in eqn.invars],
-                            outvars=[var(v) for v in eqn.outvars],
-                            params={k: self.value(v) for k, v in eqn.params.items()},
-                            ctx=self.context(eqn.ctx))
-                for eqn in jaxpr.eqns]
+        eqns = []
+        for eqn in jaxpr.eqns:
+            eqn_in = [var(v) for v in eqn.invars]
+            eqns.append(eqn.replace(
+                invars=eqn_in, outvars=[var(v) for v in eqn.outvars],
+                params={k: self.value(v) for k, v in eqn.params.items()},
+                effects=effects(eqn.effects), ctx=self.context(eqn.ctx)))
         new = jaxpr.replace(constvars=constvars, invars=invars,
                             outvars=[var(v) for v in jaxpr.outvars], eqns=eqns,
-                            consts=jaxpr.consts, debug_info=jaxpr.debug_info)
+                            effects=effects(jaxpr.effects), consts=jaxpr.consts,
+                            debug_info=jaxpr.debug_info)
         self.keep.append(jaxpr)
         self.jaxprs[id(jaxpr)] = new
         return new
