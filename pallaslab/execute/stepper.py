@@ -27,21 +27,25 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import operator
 import os
 import pickle
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
+from pallaslab.analysis.tiling import OperandTiling, Tiling, tile, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute import capabilities, isolation
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import Prepared, prepare
 from pallaslab.execute.monitor import Interruptible, progress
 from pallaslab.model import Kernel, _jax, select_kernel
+
+if TYPE_CHECKING:
+    from pallaslab.model._jax.stepper import ProgramRunner
 
 PROGRESS_MIN_STEPS = 64  # loops this long may show a progress bar (after its delay)
 
@@ -96,7 +100,11 @@ class Stepper:
         self.notes: list[str] = []  # how the programs run, when it is not the usual way
         prepared = prepare(fn, args, kwargs, seed=seed)
         self.kernel: Kernel = select_kernel(prepared.capture, kernel)
-        self.tiling: Tiling = _tiling_or_raise(self.kernel)
+        # A TPU mesh kernel's programs are its cores (program ids = mesh coordinates).
+        self._per_core = capabilities.is_tpu_mesh(self.kernel)
+        runner = _mesh_runner_or_raise(self.kernel) if self._per_core else None
+        self.tiling: Tiling = _mesh_tiling(self.kernel, runner) if runner is not None else \
+            _tiling_or_raise(self.kernel)
         operands = _jax.kernel_operands(prepared.capture.handle.closed_jaxpr,
                                         prepared.flat_args, self.kernel)
         if operands is None:
@@ -105,7 +113,13 @@ class Stepper:
                 "is not launched once with these arguments (a cond branch not taken, a loop "
                 "that runs zero times, or a mapped region such as shard_map), so it cannot be "
                 "stepped. Step a function that launches it directly.")
-        self._runner = _jax.program_runner(self.kernel)
+        self._runner = runner or _jax.program_runner(self.kernel)
+        if self._per_core:
+            self.notes.append(
+                f"mesh kernel {self.kernel.name}: each program is one core of its "
+                f"{_mesh_text(self.kernel)} (program ids = mesh coordinates), run alone and in "
+                "order with its own scratch (fresh each core), on the whole HBM operands the "
+                "cores before it left; tpu-interpret runs the cores together")
         self._remote = self._remote_runner(prepared)
         self._ids = self.tiling.program_ids()
         self._init_state(operands)
@@ -274,7 +288,10 @@ class Stepper:
         regions = [self._region(j, step) for j in range(len(self._arrays))]
         read = [self._arrays[j][regions[j]].copy() for j in range(len(self._arrays))]
         blocks = tuple(_squeeze(b, r.squeezed[j]) for j, b in enumerate(read))
-        outs, scratch = self._run_program(step, blocks)
+        # Each core of a mesh kernel has its own scratch (VMEM, SMEM, semaphores).
+        scratch_in = tuple(np.array(x) for x in r.scratch_init) if self._per_core else \
+            self._scratch
+        outs, scratch = self._run_program(step, blocks, scratch_in)
         changed = []
         written = []
         for j, (old, new) in enumerate(zip(read, outs, strict=True)):
@@ -287,7 +304,7 @@ class Stepper:
         scratch_changed = any(a.tobytes() != b.tobytes()
                               for a, b in zip(self._scratch, new_scratch, strict=True))
         self._history.append(_Delta(tuple(changed), self._scratch if scratch_changed else None))
-        before = self._scratch
+        before = scratch_in
         self._scratch = new_scratch
         self._last = (step, {
             origin: ProgramBlocks(
@@ -296,17 +313,17 @@ class Stepper:
                 tuple(int(s) for s in self._starts[j][step]), read[j], written[j])
             for j, origin in enumerate(self._origins)}, before)
 
-    def _run_program(self, step: int, blocks: tuple[np.ndarray, ...]
-                     ) -> tuple[Sequence[Any], Sequence[Any]]:
+    def _run_program(self, step: int, blocks: tuple[np.ndarray, ...],
+                     scratch: tuple[np.ndarray, ...]) -> tuple[Sequence[Any], Sequence[Any]]:
         ids = self._ids[step]
         remote = self._remote
         if remote is not None:
             try:
                 return remote.run(self.tiling.program_at(step), ids, self._scalars, blocks,
-                                  self._scratch, self.time_limit, self._stop_after)
+                                  scratch, self.time_limit, self._stop_after)
             except _CannotOpen as err:
                 self._run_here(str(err))
-        return self._runner.run(ids, self._scalars, blocks, self._scratch)
+        return self._runner.run(ids, self._scalars, blocks, scratch)
 
     def _stop_after(self, program: tuple[int, ...], seconds: float | None) -> str:
         """What is said when `program` is stopped (`seconds` None: by its time limit)."""
@@ -408,6 +425,44 @@ def _tiling_or_raise(kernel: Kernel) -> Tiling:
         raise UnavailableError(f"kernel {kernel.name} cannot be stepped: operand(s) "
                                f"{', '.join(unblocked)} have no BlockSpec")
     return t
+
+
+def _mesh_runner_or_raise(kernel: Kernel) -> ProgramRunner:
+    try:
+        return _jax.program_runner(kernel)
+    except Exception as err:
+        raise UnavailableError(
+            f"mesh kernel {kernel.name} cannot be stepped core by core: "
+            f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}. Run it whole under "
+            "tpu-interpret: pallaslab.run(fn, *args, executor='tpu-interpret')") from None
+
+
+def _mesh_tiling(kernel: Kernel, runner: ProgramRunner) -> Tiling:
+    """A mesh kernel's "tiling": its mesh as the grid, each operand one whole-array block
+    (every core sees all of it; what it touches is its own DMAs' business)."""
+    grid = tuple(runner.grid)
+    programs = math.prod(grid)
+    ops = [op for op in kernel.operands if op.role != "scratch" and not op.scalar_prefetch]
+    if len(ops) != len(runner.block_shapes) or any(
+            tuple(op.shape) != tuple(shape) for op, shape in
+            zip(ops, runner.block_shapes, strict=True)):
+        raise UnavailableError(
+            f"mesh kernel {kernel.name} cannot be stepped core by core: its operands "
+            f"{[op.origin for op in ops]} do not match the operands of its body "
+            f"{[list(b) for b in runner.block_shapes]}")
+    return Tiling(grid, {op.origin: OperandTiling(
+        origin=op.origin, role=op.role, shape=tuple(op.shape), extent=tuple(op.shape),
+        block_indices=np.zeros((programs, len(op.shape)), np.int32),
+        fetch_mask=np.zeros(programs, bool), windowed=False, itemsize=op.itemsize,
+        scale=tuple(op.shape), offset=(0,) * len(op.shape)) for op in ops})
+
+
+def _mesh_text(kernel: Kernel) -> str:
+    mesh = kernel.mesh
+    if mesh is None:
+        return "mesh"
+    axes = ", ".join(f"{name}={size}" for name, size in mesh.axes)
+    return f"{mesh.kind} ({axes})"
 
 
 _KEYS = itertools.count()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -10,7 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
+from jax._src import linear_util as lu
 from jax._src import source_info_util
+from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 
 from pallaslab.model._jax.base import _CALL_ONCE, KERNEL_PRIMITIVES, PALLAS_CALL, Jaxpr
@@ -47,15 +50,30 @@ class ProgramRunner:
     discharged: Any  # ClosedJaxpr of the discharged kernel body
     vmapped_dims: tuple[int, ...]
     aliases: tuple[tuple[int, int], ...]  # (input position among inputs, output position)
+    # Mesh kernels: the body of one program (core), whose mesh coordinates are constants.
+    discharged_at: Callable[[Sequence[int]], Any] | None = None
+    mesh_axes: tuple[str, ...] | None = None  # mesh kernels: the mesh's axis names
 
 
 # TPU interpret mode logs detected races through this module's logger.
 RACE_LOGGER = "jax._src.pallas.mosaic.interpret.race_detection_state"
 
 
+def _scratch_init(avals: Sequence[Any]) -> tuple[np.ndarray, ...]:
+    """Scratch as the HLO interpreter starts it: NaN / int min, semaphores at zero."""
+    from jax._src.pallas import primitives as pallas_primitives
+
+    return tuple(np.asarray(pallas_primitives.uninitialized_value(a.shape, a.dtype))
+                 for a in avals)
+
+
 def program_runner(kernel: Kernel) -> ProgramRunner:
+    """The kernel's one-program runner: a grid program of a `pallas_call`, or one core of a
+    TPU mesh kernel (`mesh_program_runner`)."""
     from jax._src.pallas import hlo_interpreter
 
+    if kernel.kind == "mesh":
+        return mesh_program_runner(kernel)
     eqn = kernel.handle.eqn
     gm = eqn.params["grid_mapping"]
     discharged, _, scratch_avals = hlo_interpreter.kernel_to_hlo_jaxpr(
@@ -84,12 +102,167 @@ def program_runner(kernel: Kernel) -> ProgramRunner:
             for d in dims),
         num_inputs=gm.num_inputs,
         num_outputs=gm.num_outputs,
-        scratch_init=tuple(uninitialized(a.shape, a.dtype) for a in scratch_avals),
+        scratch_init=_scratch_init(scratch_avals),
         discharged=discharged,
         vmapped_dims=vmapped,
         aliases=tuple((int(i) - n_index, int(o))
                       for i, o in eqn.params.get("input_output_aliases", ())),
     )
+
+
+def mesh_program_runner(kernel: Kernel) -> ProgramRunner:
+    """A TPU mesh kernel (`pl.kernel` / `pl.core_map`) as one program per core: its "grid"
+    is the mesh (program ids = mesh coordinates), every operand is one whole-array block,
+    and `jax.lax.axis_index` of a mesh axis reads the program id, as Pallas itself runs a
+    mesh kernel on the CPU (a pallas_call over the mesh shape), its scratch its own. Each
+    core runs alone, so cores that signal each other cannot be stepped this way."""
+    from jax._src.pallas import hlo_interpreter
+
+    eqn = kernel.handle.eqn
+    if len(eqn.params["jaxprs"]) != 1:
+        raise NotImplementedError(f"mesh kernel {kernel.name} pairs several meshes and "
+                                  "functions (mpmd_map): one core's program is not one body")
+    (jaxpr,), (mesh,) = eqn.params["jaxprs"], eqn.params["meshes"]
+    names = tuple(mesh.shape)
+    grid = tuple(int(v) for v in mesh.shape.values())
+    gm = _mesh_grid_mapping(jaxpr, mesh, len(eqn.invars), len(eqn.params["out_avals"]))
+    n_inout = gm.num_inputs + gm.num_outputs
+
+    @functools.cache
+    def discharged_at(ids: tuple[int, ...]) -> Any:
+        # One body per core, its mesh coordinates constants: `run_scoped` bodies are
+        # discharged only when lowered, where no grid environment could supply them.
+        def coordinate(axis_name: Any) -> Any:
+            index = 0  # several axes: their linear index, the last axis fastest
+            for name in axis_name if isinstance(axis_name, tuple) else (axis_name,):
+                d = names.index(name)
+                index = index * grid[d] + ids[d]
+            return jnp.int32(index)
+
+        body = _axis_index_replaced(jaxpr, set(names), coordinate, gm)
+        return hlo_interpreter.kernel_to_hlo_jaxpr(body, (), gm)
+
+    @functools.cache
+    def compiled(ids: tuple[int, ...]) -> Callable[..., Any]:
+        discharged = discharged_at(ids)[0]
+
+        def one_program(blocks: tuple, scratch: tuple) -> Any:
+            outs = jax_core.eval_jaxpr(discharged.jaxpr, discharged.consts, *blocks, *scratch)
+            return list(outs[:n_inout]), list(outs[n_inout:])
+
+        return jax.jit(one_program)
+
+    def run(ids: Any, scalars: tuple, blocks: tuple, scratch: tuple) -> Any:
+        return compiled(tuple(int(i) for i in ids))(tuple(blocks), tuple(scratch))
+
+    first, _, scratch_avals = discharged_at((0,) * len(grid))
+    shapes = tuple(tuple(bm.array_aval.shape) for bm in gm.block_mappings)
+    return ProgramRunner(
+        run=run, grid=grid, block_shapes=shapes,
+        squeezed=tuple((False,) * len(s) for s in shapes),
+        blocked=tuple((True,) * len(s) for s in shapes),
+        element_padding=tuple(((0, 0),) * len(s) for s in shapes),
+        num_inputs=gm.num_inputs, num_outputs=gm.num_outputs,
+        scratch_init=_scratch_init(scratch_avals),
+        discharged=first, vmapped_dims=(),
+        aliases=tuple((int(i), int(o)) for i, o in eqn.params["input_output_aliases"].items()),
+        discharged_at=lambda ids: discharged_at(tuple(int(i) for i in ids))[0],
+        mesh_axes=names,
+    )
+
+
+def _mesh_grid_mapping(jaxpr: Any, mesh: Any, n_in: int, n_out: int) -> Any:
+    """The grid mapping Pallas gives a mesh kernel it runs on the CPU (mpmd.py's fallback
+    lowering): the mesh shape as a named grid, whole-array blocks, the rest scratch."""
+    from jax._src import tree_util
+    from jax._src.state import types as state_types
+
+    avals = [v.aval for v in jaxpr.invars]
+    inner = [a.inner_aval if isinstance(a, state_types.AbstractRef) else a for a in avals]
+
+    def spec(aval: Any) -> Any:
+        space = getattr(aval, "memory_space", None)
+        return pallas_core.BlockSpec(memory_space=space if space is not None and not isinstance(
+            space, jax_core.MemorySpace) else mesh.default_memory_space)
+
+    grid_spec = pallas_core.GridSpec(
+        grid=tuple(mesh.shape.items()),
+        in_specs=tuple(spec(a) for a in avals[:n_in]),
+        out_specs=tuple(spec(a) for a in avals[n_in:n_in + n_out]),
+        scratch_shapes=tuple(pallas_core.MemoryRef(a.inner_aval, a.memory_space)
+                             for a in avals[n_in + n_out:]))
+    _, gm = pallas_core.get_grid_mapping(
+        grid_spec, inner[:n_in], tree_util.tree_structure(tuple(range(n_in))),
+        [f"args[{i}]" for i in range(n_in)], inner[n_in:n_in + n_out],
+        tree_util.tree_structure(tuple(range(n_out))),
+        [f"outputs[{i}]" for i in range(n_out)])
+    return gm
+
+
+def _axis_index_replaced(jaxpr: Any, axes: set[str], value: Callable[[Any], Any],
+                         gm: Any) -> Any:
+    """The kernel body with every `axis_index` of a mesh axis (at any depth: `pl.when`,
+    loops, `run_scoped`) replaced by `value(axis_name)`, traced in the grid's environment."""
+
+    def body(*refs: Any) -> Any:
+        return _eval_replacing(jaxpr, jaxpr.consts, refs, axes, value)
+
+    with gm.trace_env():
+        new, _, consts = pe.trace_to_jaxpr_dynamic(
+            lu.wrap_init(body, debug_info=jaxpr.debug_info), [v.aval for v in jaxpr.invars])
+    return new.with_consts(consts) if consts else new
+
+
+def _mesh_axes_of(eqn: Any) -> tuple[Any, ...]:
+    name = eqn.params.get("axis_name")
+    return name if isinstance(name, tuple) else (name,)
+
+
+def _eval_replacing(jaxpr: Any, consts: Any, args: Any, axes: set[str],
+                    value: Callable[[Any], Any]) -> list[Any]:
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        return v.val if isinstance(v, jax_core.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        # The user's line stays on every equation (the stepper shows it).
+        with source_info_util.user_context(eqn.source_info.traceback,
+                                           name_stack=eqn.source_info.name_stack):
+            if eqn.primitive.name == "axis_index" and set(_mesh_axes_of(eqn)) <= axes:
+                outs = [value(eqn.params["axis_name"])]
+            else:
+                params = {k: _replaced_param(v, axes, value) for k, v in eqn.params.items()}
+                outs = _bind(eqn, invals, params)
+        for v, x in zip(eqn.outvars, outs, strict=True):
+            if not isinstance(v, jax_core.DropVar):
+                env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _has_axis_index(jaxpr: Any) -> bool:
+    return any(e.primitive.name == "axis_index" or any(
+        _has_axis_index(sub) for v in e.params.values()
+        for sub in (v if isinstance(v, tuple) else (v,)) if isinstance(sub, Jaxpr))
+        for e in jaxpr.eqns)
+
+
+def _replaced_param(param: Any, axes: set[str], value: Callable[[Any], Any]) -> Any:
+    if isinstance(param, Jaxpr) and _has_axis_index(param):
+        sub = param
+
+        def fn(*args: Any) -> list[Any]:
+            return _eval_replacing(sub, sub.consts, args, axes, value)
+
+        new, _, consts = pe.trace_to_jaxpr_dynamic(
+            lu.wrap_init(fn, debug_info=sub.debug_info), [v.aval for v in sub.invars])
+        return new.with_consts(consts) if consts else new
+    if isinstance(param, tuple) and any(isinstance(v, Jaxpr) for v in param):
+        return tuple(_replaced_param(v, axes, value) for v in param)
+    return param
 
 
 def _local_grid_env(gm: Any, ids: Any, grid: tuple[int, ...]) -> tuple[Any, ...]:
@@ -125,9 +298,11 @@ class EquationValue:
 def program_equations(runner: ProgramRunner, ids: Sequence[int], scalars: Sequence[Any],
                       blocks: Sequence[Any], scratch: Sequence[Any]) -> list[EquationValue]:
     """Evaluate one program's kernel body equation by equation, keeping every value."""
-    jaxpr = runner.discharged.jaxpr
+    discharged = runner.discharged if runner.discharged_at is None else \
+        runner.discharged_at(ids)
+    jaxpr = discharged.jaxpr
     env: dict[Any, Any] = {}
-    for v, x in zip(jaxpr.constvars, runner.discharged.consts, strict=True):
+    for v, x in zip(jaxpr.constvars, discharged.consts, strict=True):
         env[v] = x
     for v, x in zip(jaxpr.invars, [*scalars, *blocks, *scratch], strict=True):
         env[v] = jnp.asarray(x)
@@ -145,7 +320,7 @@ def program_equations(runner: ProgramRunner, ids: Sequence[int], scalars: Sequen
             with source_info_util.user_context(eqn.source_info.traceback,
                                                name_stack=eqn.source_info.name_stack), \
                     eqn.ctx.manager:
-                ans = eqn.primitive.bind(*[read(a) for a in eqn.invars], **params)
+                ans = _bind_eagerly(eqn, [read(a) for a in eqn.invars], params)
             values = list(ans) if eqn.primitive.multiple_results else [ans]
             for v, x in zip(eqn.outvars, values, strict=True):
                 env[v] = x
@@ -156,6 +331,14 @@ def program_equations(runner: ProgramRunner, ids: Sequence[int], scalars: Sequen
                 outputs=tuple(np.asarray(x) for x in values),
             ))
     return out
+
+
+def _bind_eagerly(eqn: Any, invals: list[Any], params: dict[str, Any]) -> Any:
+    """Bind one equation on concrete values; primitives with no eager rule (`run_scoped`,
+    whose lowering discharges it) are compiled for the purpose."""
+    if eqn.primitive.name != "run_scoped":
+        return eqn.primitive.bind(*invals, **params)
+    return jax.jit(lambda *xs: eqn.primitive.bind(*xs, **params))(*invals)
 
 
 def _one_line(text: str, eqn: Any, context: Any) -> str:
@@ -263,8 +446,8 @@ def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
 
     try:
         interpret_jaxpr(closed_jaxpr, flat_args, eval_eqn)
-    except _Found as found:
-        return found.values
+    except _Found as found:  # refs (inside `run_state`) as the values they hold
+        return [x[...] if isinstance(x, jax_core.Ref) else x for x in found.values]
     except _NotLaunched:
         return None
     return None
@@ -286,6 +469,12 @@ def _first_launch(eqn: Any, ins: list[Any], target: Any,
         carry = ins[cn + bn:]
         if bool(np.asarray(interpret_jaxpr(p["cond_jaxpr"], [*ins[:cn], *carry], eval_eqn)[0])):
             interpret_jaxpr(p["body_jaxpr"], [*ins[cn:cn + bn], *carry], eval_eqn)
+        return True
+    if name == "run_state" and _holds(p["jaxpr"], target):
+        # The body works on refs initialised with the operands (`pl.run_state`): run it on
+        # real refs, so the kernel finds them as the equations before it left them.
+        refs = [jax.new_ref(x) for x in ins]
+        interpret_jaxpr(p["jaxpr"], refs, eval_eqn)
         return True
     if name == "cond" and any(_holds(b, target) for b in p["branches"]):
         taken = min(max(int(np.asarray(ins[0])), 0), len(p["branches"]) - 1)
