@@ -30,6 +30,8 @@ HEAD_STEPS = 64 * MAX_EXAMPLES  # steps a rule keeps to pick its examples from
 
 CODES = (
     "tpu-block-shape",
+    "tpu-buffer-count",
+    "tpu-mixed-element",
     "block-out-of-bounds",
     "partial-block",
     "uncovered-output",
@@ -78,7 +80,10 @@ def find(
     rules = Rules.for_kernel(kernel, backend)
     found: list[Finding] = []
     if rules.tpu:
-        found += [f for op in kernel.blocked_operands if (f := tpu_block_shape(op)) is not None]
+        rules_here = [r for r in TPU_OPERAND_RULES
+                      if kernel.kind != "pipeline" or r is not tpu_buffer_count]
+        found += [f for op in kernel.blocked_operands for rule in rules_here
+                  if (f := rule(op)) is not None]
     if kernel.programs == 0:
         found.append(empty_grid(kernel))
     if tiling is None:
@@ -133,6 +138,55 @@ def tpu_block_shape(op: Operand) -> Finding | None:
         f"the TPU tiling rule ({rule}): {'; '.join(problems)}.",
         operand=op.origin,
     )
+
+
+def _named(op: Operand) -> str:
+    return f"{op.origin} ({op.param})" if op.param else op.origin
+
+
+# Mosaic TPU's pallas_call pipeline (jax/_src/pallas/mosaic/lowering.py) refuses other counts;
+# emit_pipeline's own pipeline (nested kernels, not checked here) takes more.
+TPU_MAX_BUFFERS = 2
+
+
+def tpu_buffer_count(op: Operand) -> Finding | None:
+    """Mosaic's rule: a pallas_call BlockSpec is single- or double-buffered, nothing else."""
+    n = op.buffer_count
+    if n is None or 1 <= n <= TPU_MAX_BUFFERS:
+        return None
+    return Finding(
+        "tpu-buffer-count", "error",
+        f"{_named(op)}: pipeline_mode=pl.Buffered({n}) asks for {n} buffers, but Mosaic TPU's "
+        "pallas_call pipeline supports only single (1) and double (2) buffering (\"Only single "
+        f"(1) and double (2) buffering are supported. Got {n}.\"). Rule: pl.Buffered(1) or "
+        "pl.Buffered(2) in a TPU pallas_call; deeper pipelines need pltpu.emit_pipeline.",
+        operand=op.origin,
+    )
+
+
+def tpu_mixed_element(op: Operand) -> Finding | None:
+    """Mosaic's rule: if one block dimension is `pl.Element`, every other one is `pl.Element`
+    or squeezed (None)."""
+    kinds = [d.kind for d in op.block_dims or ()]
+    if "element" not in kinds:
+        return None
+    blocked = [i for i, k in enumerate(kinds) if k not in ("element", "squeezed")]
+    if not blocked:
+        return None
+    dims = ", ".join(f"dim {i} ({kinds[i]}, {op.block_dims[i].size})"  # type: ignore[index]
+                     for i in blocked)
+    return Finding(
+        "tpu-mixed-element", "error",
+        f"{_named(op)}: block shape {op.block_shape} mixes pl.Element dimensions with "
+        f"non-Element ones ({dims}); Mosaic TPU rejects it (\"All block dimensions must be "
+        "Elements or none of them can be Elements.\"). Rule: make every block dimension "
+        "pl.Element (or squeezed), or none of them.",
+        operand=op.origin,
+    )
+
+
+TPU_OPERAND_RULES: tuple[Callable[[Operand], Finding | None], ...] = (
+    tpu_block_shape, tpu_mixed_element, tpu_buffer_count)
 
 
 def empty_grid(kernel: Kernel) -> Finding:
