@@ -14,24 +14,55 @@ from pallaslab.model import _jax
 from pallaslab.model.kernel import Capture, Kernel
 
 
-def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Capture:
+def capture(fn: Callable[..., Any], *args: Any, chip: str | None = None,
+            **kwargs: Any) -> Capture:
     """Trace `fn(*args, **kwargs)` (nothing runs) and describe every Pallas kernel it launches.
 
     Arguments may be arrays or `jax.ShapeDtypeStruct`s. With concrete arrays, dynamic grid
     dimensions and scalar-prefetch values are evaluated, so index maps that read them can be
     analysed; with abstract ones those stay unknown. Arguments holding no array (flags such as
     `interpret=True`, block sizes) are passed through as Python values, as the call sees them.
+
+    On a host without a TPU, a kernel whose tracing asks the TPU (emit_pipeline, run_scoped
+    DMAs, default core counts, SparseCore meshes) is traced under the abstract TPU of `chip`
+    ("v5e" when None; a chip with SparseCores when the kernel needs them), which each kernel
+    records in `traced_for_chip`.
     """
     traced, dyn_args, dyn_kwargs = _hold_static(fn, args, kwargs)
-    handle = _jax.trace(traced, dyn_args, dyn_kwargs)
+    handle = _jax.trace(traced, dyn_args, dyn_kwargs, chip=chip)
+    return _capture_from(handle, getattr(fn, "__name__", type(fn).__name__))
+
+
+def recapture(cap: Capture, chip: str) -> Capture:
+    """The same call traced again under `chip`'s abstract TPU ("v5e", "tpu-v6e", ...), so a
+    kernel whose tracing asks the chip (core counts, tiling, VMEM) is traced for that chip:
+    what lowering for one TPU target needs. Raises `RecaptureError` for a capture that does
+    not hold its traced function."""
+    handle = cap.handle
+    if handle is None or getattr(handle, "fn", None) is None:
+        raise RecaptureError(
+            f"capture of {cap.function_name}(...) holds no traced function, so it cannot be "
+            f"traced again for chip {chip!r}: capture it with pallaslab.capture(fn, *args).")
+    new = _jax.trace(handle.fn, handle.args, handle.kwargs, chip=chip, force_chip=True)
+    return _capture_from(new, cap.function_name)
+
+
+class RecaptureError(PallasLabError, ValueError):
+    """A capture cannot be traced again (it does not hold its function)."""
+
+
+def _capture_from(handle: Any, name: str) -> Capture:
     found = _jax.find_kernels(handle.closed_jaxpr)
-    name = getattr(fn, "__name__", type(fn).__name__)
     if not found:
         raise NoKernelError(
             f"{name}(...) launched no Pallas kernel: tracing it found no `pallas_call`, "
             "`pl.kernel` or `plgpu.kernel`. Call the function that launches the kernel "
             "(the cell's last expression must be that call)."
         )
+    structure = (_jax.find_kernels(handle.structure_jaxpr)
+                 if handle.structure_jaxpr is not None else None)
+    if structure is not None and len(structure) != len(found):
+        structure = None  # the two traces disagree: keep the plain one's view
     concrete = _all_concrete(handle.flat_args)
     wanted = {id(f.eqn) for f in found if _jax.needs_concrete_values(f.eqn)}
     values = (
@@ -39,7 +70,10 @@ def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Capture:
         if concrete and wanted else {}
     )
     kernels = tuple(
-        _jax.kernel_from_eqn(f, i, values.get(id(f.eqn))) for i, f in enumerate(found)
+        _jax.kernel_from_eqn(f, i, values.get(id(f.eqn)),
+                             structure[i] if structure is not None else None,
+                             handle.traced_for_chip)
+        for i, f in enumerate(found)
     )
     for kernel in kernels:
         check_grid(kernel)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -50,5 +50,18 @@ class KernelHandle:
 
 @dataclasses.dataclass(frozen=True)
 class CaptureHandle:
+    """The traced call: its jaxpr and flat arguments, and what re-tracing it needs."""
+
     closed_jaxpr: Any
     flat_args: tuple[Any, ...]
+    # The traced function (array-free arguments bound) and its array arguments, so lowering can
+    # re-trace it under each target's abstract TPU (`pallaslab.model.capture.recapture`).
+    fn: Callable[..., Any] | None = None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The TPU chip ("v5e") whose abstract device the call was traced under; None: traced as is.
+    traced_for_chip: str | None = None
+    # The same call traced with the `emit_pipeline` primitive (None when no kernel body uses
+    # emit_pipeline): read for nested pipelines only, since JAX's TPU interpreter cannot run it
+    # off a TPU.
+    structure_jaxpr: Any = None

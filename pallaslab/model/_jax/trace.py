@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import re
@@ -37,14 +38,49 @@ _INDEX_MAP_DTYPE = re.compile(
 )
 
 
-def trace(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]) -> CaptureHandle:
+def trace(
+    fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any], *, chip: str | None = None,
+    force_chip: bool = False,
+) -> CaptureHandle:
     """Trace `fn(*args, **kwargs)` to a jaxpr without running it.
+
+    Traced as is first. When that fails because tracing asked the TPU (emit_pipeline, run_scoped
+    DMAs, default core counts, SparseCore meshes) and no TPU is attached, it is traced again
+    under the abstract TPU of `chip` (v5e by default), or of a chip with SparseCores when the
+    kernel needs them. `force_chip` traces under `chip` straight away (per-target re-traces).
 
     Pallas's own BlockSpec validation errors become `IndexMapError`s; any other exception
     (the user's own) propagates unchanged.
     """
+    args, kwargs = tuple(args), dict(kwargs)
+    if force_chip:
+        used = abstract_tpu_name(chip or DEFAULT_TRACE_CHIP)
+        closed = _make_jaxpr(fn, args, kwargs, used, False)
+    else:
+        try:
+            closed, used = _make_jaxpr(fn, args, kwargs, None, False), None
+        except Exception as err:
+            if not asks_tpu(err) or _tpu_attached():
+                raise
+            closed, used = _trace_for_chip(fn, args, kwargs, chip, err)
+    flat_args = tuple(jax.tree.leaves((args, kwargs)))
+    structure = None
+    if any(_uses_emit_pipeline(f.eqn) for f in find_kernels(closed)):
+        try:
+            structure = _make_jaxpr(fn, args, kwargs, used, True)
+        except Exception:  # the structure is extra: the kernels stay captured without it
+            structure = None
+    return CaptureHandle(closed, flat_args, fn=fn, args=args, kwargs=kwargs,
+                         traced_for_chip=used, structure_jaxpr=structure)
+
+
+def _make_jaxpr(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
+                chip: str | None, pipeline_primitive: bool) -> Any:
+    from jax._src import config as jax_config
+
     try:
-        closed = jax.make_jaxpr(fn)(*args, **kwargs)
+        with _abstract_tpu(chip), jax_config.use_emit_pipeline_primitive(pipeline_primitive):
+            return jax.make_jaxpr(fn)(*args, **kwargs)
     except ValueError as err:
         translated = _translate_index_map_error(str(err)) or _x64_error(str(err))
         if translated is None:
@@ -55,8 +91,130 @@ def trace(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Captu
         if arity is None:
             raise
         raise arity from None
-    flat_args = tuple(jax.tree.leaves((tuple(args), dict(kwargs))))
-    return CaptureHandle(closed, flat_args)
+
+
+def _trace_for_chip(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    chip: str | None, first: Exception) -> tuple[Any, str]:
+    """Trace under the chosen chip's abstract TPU, then under one with SparseCores if the
+    kernel needs them. A failure that is again the TPU's question re-raises the first error;
+    any other is the user's own, raised as is."""
+    chosen = abstract_tpu_name(chip or DEFAULT_TRACE_CHIP)
+    try:
+        return _make_jaxpr(fn, args, kwargs, chosen, False), chosen
+    except Exception as err:
+        if not _needs_sparse_cores(err):
+            if asks_tpu(err):
+                raise first from None
+            raise
+        sparse = sparse_core_chip(chosen)
+    try:
+        return _make_jaxpr(fn, args, kwargs, sparse, False), sparse
+    except Exception as err:
+        if asks_tpu(err) or _needs_sparse_cores(err):
+            raise first from None
+        raise
+
+
+# Chip name -> (device_kind, TensorCores per JAX device) of its abstract TPU: the device kinds
+# JAX's `tpu_info.chip_version_from_device_kind` knows, and the per-device core counts of
+# libtpu's topologies (2 on v5p's megacore, 1 where each core is a device of its own).
+_ABSTRACT_TPUS: dict[str, tuple[str, int]] = {
+    "v4": ("TPU v4", 1),
+    "v5e": ("TPU v5 lite", 1),
+    "v5p": ("TPU v5", 2),
+    "v6e": ("TPU v6 lite", 1),
+    "7x": ("TPU7x", 1),
+}
+_CHIP_ALIASES = {"v7x": "7x", "tpu7x": "7x", "v5litepod": "v5e", "v6litepod": "v6e"}
+DEFAULT_TRACE_CHIP = "v5e"
+# Where the chosen chip has no SparseCores, SparseCore kernels are traced for this one (the
+# generation SparseCore kernels are written for; tpu_info gives it 2 SparseCores per chip).
+DEFAULT_SPARSE_CORE_CHIP = "7x"
+
+
+def abstract_tpu_name(chip: str) -> str:
+    """'tpu-v5e', 'v5e', 'TPU v5 lite' -> 'v5e' (a chip with an abstract TPU to trace under)."""
+    text = chip.strip()
+    for name, (kind, _) in _ABSTRACT_TPUS.items():
+        if text == kind:
+            return name
+    text = text.lower().removeprefix("tpu-")
+    text = _CHIP_ALIASES.get(text, text)
+    if text not in _ABSTRACT_TPUS:
+        raise ValueError(f"unknown TPU chip {chip!r} to trace under: known chips are "
+                         f"{', '.join(_ABSTRACT_TPUS)}")
+    return text
+
+
+def sparse_core_chip(chip: str) -> str:
+    """`chip` when JAX's chip facts give it SparseCores, else `DEFAULT_SPARSE_CORE_CHIP`."""
+    from jax._src import tpu_info
+
+    info = tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion(chip), 1)
+    return chip if info.sparse_core is not None else DEFAULT_SPARSE_CORE_CHIP
+
+
+@contextlib.contextmanager
+def _abstract_tpu(chip: str | None) -> Iterator[None]:
+    """Trace under `chip`'s abstract TPU. Auto axes: with Explicit ones the captured jaxpr
+    could not be evaluated outside the mesh (executors re-run it on the CPU)."""
+    if chip is None:
+        yield
+        return
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType
+
+    kind, cores = _ABSTRACT_TPUS[chip]
+    device = AbstractDevice(device_kind=kind, num_cores=cores, platform="tpu")
+    mesh = AbstractMesh((1,), ("x",), (AxisType.Auto,), abstract_device=device)
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield
+
+
+# Functions of JAX that ask the attached device about the TPU while tracing.
+_TPU_QUERIES = frozenset({"_get_default_num_cores", "get_num_device_cores", "get_device_kind",
+                          "get_tpu_info"})
+
+
+def asks_tpu(err: BaseException) -> bool:
+    """Did tracing fail because it asked the TPU (and the host has none)?"""
+    if isinstance(err, ValueError) and "Unsupported TPU device kind" in str(err):
+        return True
+    if isinstance(err, AttributeError):
+        tb = err.__traceback__
+        last = None
+        while tb is not None:
+            last = tb.tb_frame.f_code.co_name
+            tb = tb.tb_next
+        return last in _TPU_QUERIES
+    return _needs_sparse_cores(err)
+
+
+def _needs_sparse_cores(err: BaseException) -> bool:
+    return isinstance(err, RuntimeError) and "does not have SparseCores" in str(err)
+
+
+def _tpu_attached() -> bool:
+    try:
+        return jax.default_backend() == "tpu"
+    except RuntimeError:  # pragma: no cover -- no backend at all
+        return False
+
+
+def _uses_emit_pipeline(eqn: Any) -> bool:
+    """Does a kernel body hold an inlined `emit_pipeline` (its scopes name every step)?"""
+    for sub in all_sub_jaxprs(eqn.params):
+        for e in sub.eqns:
+            if _EP_SCOPE.search(str(e.source_info.name_stack)) or _uses_emit_pipeline(e):
+                return True
+    return False
+
+
+_EP_SCOPE = re.compile(r"(^|/)ep_")
+
+
+def all_sub_jaxprs(params: Mapping[str, Any]) -> Iterator[Jaxpr]:
+    """Every sub-jaxpr of an equation (cond branches, loop bodies, calls)."""
+    return _sub_jaxprs(params)
 
 
 def _translate_index_map_error(message: str) -> IndexMapError | None:

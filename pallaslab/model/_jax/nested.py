@@ -1,0 +1,268 @@
+"""What a TPU kernel body does beyond its BlockSpecs: nested `emit_pipeline`s, `run_scoped`
+buffers, manual DMAs and semaphore operations, read off the kernel's jaxpr.
+
+The body is walked with every ref named by its origin in the enclosing kernel ("args[0]",
+"outputs", "scratch[1]", "scoped[0]"), so a DMA or an inner pipeline says which of the kernel's
+refs it reads and writes. Pipelines come from a trace with JAX's `emit_pipeline` primitive
+(`CaptureHandle.structure_jaxpr`): there its grid mapping is intact, where the plain trace has
+inlined it into loops of DMAs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from jax._src import core as jax_core
+from jax._src.pallas import core as pallas_core
+from jax._src.state import types as state_types
+
+from pallaslab.model._jax.base import KernelHandle
+from pallaslab.model.kernel import DmaCopy, Kernel, Operand, SemaphoreOp
+
+# Loops: what they run, runs once per iteration.
+_LOOPS = frozenset({"scan", "while"})
+_SEMAPHORE_OPS = {"semaphore_signal": "signal", "semaphore_wait": "wait",
+                  "semaphore_read": "read"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Nested:
+    pipelines: tuple[Kernel, ...]
+    scoped: tuple[Operand, ...]
+    dmas: tuple[DmaCopy, ...]
+    semaphore_ops: tuple[SemaphoreOp, ...]
+
+
+@dataclasses.dataclass
+class _Walk:
+    """The walk's accumulators; `origin` names every ref variable met so far."""
+
+    origin: dict[Any, str]
+    pipelines: list[Kernel] = dataclasses.field(default_factory=list)
+    scoped: list[Operand] = dataclasses.field(default_factory=list)
+    dmas: list[DmaCopy] = dataclasses.field(default_factory=list)
+    semaphore_ops: list[SemaphoreOp] = dataclasses.field(default_factory=list)
+
+
+def nested_structure(kernel: Kernel, body: Any) -> Nested:
+    """The nested structure of `kernel` whose body jaxpr (open) is `body`: its invars are the
+    kernel's operands in order."""
+    walk = _Walk(origin={v: op.origin for v, op in zip(body.invars, kernel.operands,
+                                                          strict=False)})
+    _walk_jaxpr(body, walk, repeated=False, kernel=kernel)
+    return Nested(tuple(walk.pipelines), tuple(walk.scoped), tuple(walk.dmas),
+                  tuple(walk.semaphore_ops))
+
+
+def _walk_jaxpr(jaxpr: Any, walk: _Walk, *, repeated: bool, kernel: Kernel) -> None:
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "emit_pipeline":
+            walk.pipelines.append(_pipeline(eqn, walk, kernel, len(walk.pipelines)))
+        elif name == "dma_start":
+            walk.dmas.append(_dma(eqn, walk, repeated, "async"))
+        elif name == "dma_wait":
+            sem = _dma_refs(eqn)[2]
+            if sem is not None:
+                walk.semaphore_ops.append(SemaphoreOp("dma_wait", _name(sem, walk),
+                                                      _source(eqn)))
+        elif name in _SEMAPHORE_OPS:
+            walk.semaphore_ops.append(_semaphore_op(eqn, walk))
+        elif name == "run_scoped":
+            _run_scoped(eqn, walk, repeated, kernel)
+        else:
+            _descend(eqn, walk, repeated, kernel)
+
+
+def _descend(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
+    """Into control flow and calls, mapping each sub-jaxpr's parameters to the operands."""
+    name = eqn.primitive.name
+    params = eqn.params
+    inner_repeated = repeated or (name in _LOOPS and params.get("length", 2) != 1)
+    if name == "cond":
+        subs = [(b.jaxpr, eqn.invars[1:]) for b in params["branches"]]
+    elif name == "while":
+        nc, nb = params["cond_nconsts"], params["body_nconsts"]
+        carry = eqn.invars[nc + nb:]
+        subs = [(params["body_jaxpr"].jaxpr, [*eqn.invars[nc:nc + nb], *carry])]
+    else:
+        subs = [(sub, eqn.invars) for sub in _jaxprs(params)]
+    for sub, outer in subs:
+        if len(sub.invars) == len(outer):
+            _bind(walk, sub.invars, outer)
+        _walk_jaxpr(sub, walk, repeated=inner_repeated, kernel=kernel)
+
+
+def _run_scoped(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
+    """`run_scoped`: its jaxpr's parameters are the new buffers, its constvars the refs it
+    closes over. `sync_copy` is a run_scoped DMA semaphore around one start and wait: a sync
+    DMA, not a buffer of the user's."""
+    jaxpr = eqn.params["jaxpr"]
+    _bind(walk, jaxpr.constvars, eqn.invars)
+    if _is_sync_copy(jaxpr):  # the user's line is sync_copy's, on the run_scoped equation
+        dma = _dma(jaxpr.eqns[0], walk, repeated, "sync")
+        walk.dmas.append(dataclasses.replace(dma, source=dma.source or _source(eqn)))
+        return
+    names = getattr(jaxpr.debug_info, "arg_names", None) or ()
+    for i, v in enumerate(jaxpr.invars):
+        origin = f"scoped[{len(walk.scoped)}]"
+        walk.origin[v] = origin
+        param = str(names[i]) if i < len(names) and names[i] else None
+        walk.scoped.append(dataclasses.replace(_scoped_operand(origin, v.aval), param=param))
+    _walk_jaxpr(jaxpr, walk, repeated=repeated, kernel=kernel)
+
+
+def _is_sync_copy(jaxpr: Any) -> bool:
+    prims = [e.primitive.name for e in jaxpr.eqns]
+    if prims != ["dma_start", "dma_wait"] or len(jaxpr.invars) != 1:
+        return False
+    sem = _dma_refs(jaxpr.eqns[0])[2]
+    return sem is not None and _ref_var(sem) is jaxpr.invars[0]
+
+
+def _scoped_operand(origin: str, aval: Any) -> Operand:
+    from pallaslab.model._jax.kernels import _is_numpy_dtype, _memory_space
+
+    inner = getattr(aval, "inner_aval", aval)
+    dtype = getattr(inner, "dtype", None)
+    return Operand(origin=origin, role="scratch", shape=tuple(int(s) for s in inner.shape),
+                   dtype=np.dtype(dtype) if _is_numpy_dtype(dtype) else np.dtype("int32"),
+                   memory_space=_memory_space(aval))
+
+
+# --- DMAs and semaphores -----------------------------------------------------------------------
+
+
+def _dma_refs(eqn: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """(src, dst, dst semaphore, src semaphore, device id) of a dma_start / dma_wait."""
+    return tuple(eqn.params["tree"].unflatten(eqn.invars))  # type: ignore[return-value]
+
+
+def _dma(eqn: Any, walk: _Walk, repeated: bool, kind: str) -> DmaCopy:
+    from pallaslab.model._jax.kernels import _is_numpy_dtype, _memory_space
+
+    src, dst, sem, _, device_id = _dma_refs(eqn)
+    src_aval, dst_aval, *_ = eqn.params["tree"].unflatten([v.aval for v in eqn.invars])
+    window = _window_shape(dst_aval)
+    dtype = _base_aval(dst_aval).dtype
+    return DmaCopy(
+        kind="remote" if device_id is not None else kind,  # type: ignore[arg-type]
+        src=_name(src, walk), dst=_name(dst, walk),
+        src_memory_space=_memory_space(_base_aval(src_aval)),
+        dst_memory_space=_memory_space(_base_aval(dst_aval)),
+        shape=window,
+        dtype=np.dtype(dtype) if _is_numpy_dtype(dtype) else np.dtype("int32"),
+        semaphore=None if kind == "sync" or sem is None else _name(sem, walk),
+        source=_source(eqn), repeated=repeated,
+    )
+
+
+def _semaphore_op(eqn: Any, walk: _Walk) -> SemaphoreOp:
+    parts = eqn.params["args_tree"].unflatten(eqn.invars)
+    # signal's arguments: (sem, transforms, value, device_id, core_index)
+    device = eqn.primitive.name == "semaphore_signal" and any(
+        p is not None for p in parts[3:5])
+    return SemaphoreOp(_SEMAPHORE_OPS[eqn.primitive.name],  # type: ignore[arg-type]
+                       walk.origin.get(parts[0], "local"), _source(eqn), device=device)
+
+
+def _ref_var(ref: Any) -> Any:
+    return ref.ref if isinstance(ref, state_types.TransformedRef) else ref
+
+
+def _base_aval(aval: Any) -> Any:
+    return aval.ref if isinstance(aval, state_types.TransformedRef) else aval
+
+
+def _window_shape(aval: Any) -> tuple[int, ...]:
+    return tuple(int(s) for s in aval.shape)
+
+
+def _name(ref: Any, walk: _Walk) -> str:
+    """A ref's origin in the enclosing kernel ("local" for one the body made itself)."""
+    return walk.origin.get(_ref_var(ref), "local")
+
+
+def _source(eqn: Any) -> str | None:
+    from pallaslab.model._jax.kernels import _call_site
+
+    return _call_site(eqn)
+
+
+def _bind(walk: _Walk, inner: Sequence[Any], outer: Sequence[Any]) -> None:
+    for iv, ov in zip(inner, outer, strict=False):
+        if isinstance(ov, jax_core.Var) and ov in walk.origin:
+            walk.origin[iv] = walk.origin[ov]
+
+
+def _jaxprs(params: Any) -> Iterator[Any]:
+    from pallaslab.model._jax.trace import all_sub_jaxprs
+
+    return all_sub_jaxprs(params)
+
+
+# --- emit_pipeline --------------------------------------------------------------------------
+
+
+def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
+    """A nested `emit_pipeline` as a Kernel of kind "pipeline": its grid mapping read as a
+    pallas_call's, each operand with the enclosing kernel's ref it windows (`outer`)."""
+    from pallaslab.model._jax.kernels import (
+        _block_operand,
+        _call_site,
+        _func_src,
+        _index_map_evaluator,
+        _semantics_name,
+    )
+
+    params = eqn.params
+    gm = params["grid_mapping"]
+    body = params["body_jaxpr"]
+    args = params["args_tree"].unflatten(eqn.invars)
+    refs = params["refs_tree"].unflatten(list(args.refs_flat))
+    flat_refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    n_in = gm.num_inputs
+    n_out = len(gm.block_mappings) - n_in
+    names = list(getattr(body.debug_info, "arg_names", None) or ())
+    operands = []
+    for k, bm in enumerate(gm.block_mappings):
+        role = "input" if k < n_in else "output"
+        origin = f"args[{k}]" if k < n_in else (
+            "outputs" if n_out == 1 else f"outputs[{k - n_in}]")
+        op = _block_operand(bm, role, None)
+        outer = _name(flat_refs[k], walk) if k < len(flat_refs) else None
+        # emit_pipeline's blocks live in VMEM unless the BlockSpec says otherwise.
+        space = "vmem" if op.memory_space == "default" else op.memory_space
+        operands.append(dataclasses.replace(
+            op, origin=origin, memory_space=space, outer=outer,
+            param=str(names[k]) if k < len(names) and names[k] else None))
+    grid = tuple(None if pallas_core.is_dynamic_dim(g) else int(g) for g in gm.grid)
+    semantics = params.get("dimension_semantics")
+    fn_name, source = _func_src(body)
+    # Index maps closing over values of the enclosing kernel cannot be evaluated on their own.
+    closed_over = any(bm.index_map_jaxpr.consts for bm in gm.block_mappings)
+    handle = KernelHandle(eqn=eqn,
+                          index_map_evaluator=None if closed_over else _index_map_evaluator(gm),
+                          num_dynamic_grid=int(gm.num_dynamic_grid_bounds),
+                          prefetch_concrete=False)
+    return Kernel(
+        index=index, name=str(fn_name or "pipeline"), kind="pipeline", source=source,
+        call_site=_call_site(eqn), context=(*kernel.context, kernel.name), grid=grid,
+        grid_names=None,
+        dynamic_grid_dims=tuple(i for i, g in enumerate(grid) if g is None),
+        vmapped_dims=(),
+        dimension_semantics=tuple(_semantics_name(s) for s in semantics) if semantics
+        else None,
+        operands=tuple(operands), input_output_aliases=(), compiler_params={},
+        backend="tpu", cost_estimate=None, kernel_jaxpr=str(body),
+        traced_for_chip=kernel.traced_for_chip, handle=handle,
+    )
+
+
+def mesh_scratch(body: Any, n_operands: int) -> tuple[Operand, ...]:
+    """A mesh kernel's `scratch_types`: its body's parameters after the inputs and outputs."""
+    return tuple(_scoped_operand(f"scratch[{j}]", v.aval)
+                 for j, v in enumerate(body.invars[n_operands:]))
