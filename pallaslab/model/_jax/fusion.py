@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -181,9 +182,18 @@ def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
 
 
 @dataclasses.dataclass(frozen=True)
+class _UserFunction:
+    """A producer (prologue) or consumer (epilogue) of a `fusible` call, in the user's code."""
+
+    lines: tuple[str, ...]
+    primitives: tuple[str, ...]  # sorted: what the kernel side must have re-bound
+    names: tuple[str, ...] = ()  # the arrays it reads (prologues), as the kernel gets them
+
+
+@dataclasses.dataclass(frozen=True)
 class _FusibleCall:
-    prologues: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]  # (lines, array names)
-    epilogues: tuple[tuple[str, ...], ...]  # lines
+    prologues: tuple[_UserFunction, ...]
+    epilogues: tuple[_UserFunction, ...]
 
 
 def fuser_sources(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
@@ -193,14 +203,15 @@ def fuser_sources(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[s
 
     Traces `fn` again with `fuser.fuse` switched off (JAX's own `disable_nested_fuse`, which
     `fuse` uses for the same purpose), so each `fusible` call appears as one equation with the
-    user's producers before it and consumers after it. Fusible calls and fused kernels are
-    matched in launch order; prologues in argument order, epilogues in output order.
+    user's producers before it and consumers after it. Fusible calls that fuse something and
+    fused kernels are matched in launch order; within one, each kernel-side function takes
+    the user's function with the same primitives, else the next one in order.
     """
     if not any(k.fusion for k in kernels):
         return tuple(kernels)
     with jaxpr_fusion.disable_nested_fuse(True):
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
-    calls = iter(_fusible_calls(closed.jaxpr))
+    calls = iter(c for c in _fusible_calls(closed.jaxpr) if c.prologues or c.epilogues)
     out = []
     for kernel in kernels:
         call = next(calls, None) if kernel.fusion else None
@@ -210,20 +221,30 @@ def fuser_sources(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[s
 
 def _linked(kernel: Kernel, call: _FusibleCall) -> Kernel:
     assert kernel.fusion is not None
-    prologues, epilogues = iter(call.prologues), iter(call.epilogues)
+    left = {"prologue": list(call.prologues), "epilogue": list(call.epilogues)}
     functions, arrays = [], dict(kernel.fusion.operand_arrays)
     for f in kernel.fusion.functions:
-        if f.role == "prologue" and (p := next(prologues, None)) is not None:
-            lines, names = p
-            f = dataclasses.replace(f, sources=lines or f.sources)
+        user = _take(left[f.role], tuple(sorted(_PRIMITIVE.findall(f.jaxpr))))
+        if user is not None:
+            f = dataclasses.replace(f, sources=user.lines or f.sources)
             leaves = [op.origin for op in kernel.inputs
                       if op.origin == f.operand or op.origin.startswith(f.operand + "[")]
-            arrays.update(zip(leaves, names, strict=False))
-        elif f.role == "epilogue" and (after := next(epilogues, None)) is not None:
-            f = dataclasses.replace(f, sources=after or f.sources)
+            if f.role == "prologue":
+                arrays.update(zip(leaves, user.names, strict=False))
         functions.append(f)
     return dataclasses.replace(
         kernel, fusion=Fusion(functions=tuple(functions), operand_arrays=arrays))
+
+
+_PRIMITIVE = re.compile(r"= ([a-z_]\w*)")
+
+
+def _take(candidates: list[_UserFunction], primitives: tuple[str, ...]) -> _UserFunction | None:
+    same = [c for c in candidates if c.primitives == primitives]
+    pick = same[0] if same else (candidates[0] if candidates else None)
+    if pick is not None:
+        candidates.remove(pick)
+    return pick
 
 
 def _fusible_calls(jaxpr: Any) -> Iterator[_FusibleCall]:
@@ -242,12 +263,17 @@ def _fusible_call(jaxpr: Any, index: int, prim: Fusible) -> _FusibleCall:
     prologues = []
     for var in eqn.invars[prim.num_consts:]:
         producers = _backward(before, [var])
-        if not producers:
-            continue  # the fusible reads this argument as is: nothing fused
-        prologues.append((_user_lines(producers), _free_names(producers, jaxpr)))
+        if producers:  # else the fusible reads this argument as is: nothing fused
+            prologues.append(_UserFunction(_user_lines(producers), _primitives(producers),
+                                           _free_names(producers, jaxpr)))
     consumers = _forward(after, eqn.outvars)
-    epilogues = (_user_lines(consumers),) if consumers else ()
+    epilogues = ((_UserFunction(_user_lines(consumers), _primitives(consumers)),)
+                 if consumers else ())
     return _FusibleCall(tuple(prologues), epilogues)
+
+
+def _primitives(eqns: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(sorted(e.primitive.name for e in eqns))
 
 
 def _arg_names(jaxpr: Any) -> dict[Any, str]:
