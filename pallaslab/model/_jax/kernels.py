@@ -31,11 +31,17 @@ from pallaslab.model.kernel import (
 
 
 def kernel_from_eqn(
-    found: FoundKernel, index: int, leading_values: list[np.ndarray] | None
+    found: FoundKernel, index: int, leading_values: list[np.ndarray] | None,
+    structure: FoundKernel | None = None, traced_for_chip: str | None = None,
 ) -> Kernel:
+    """`structure`: the same kernel from a trace with the emit_pipeline primitive, read for its
+    nested pipelines; `traced_for_chip`: the chip whose abstract TPU the call was traced under.
+    """
     if found.eqn.primitive is PALLAS_CALL:
-        return _pallas_call_kernel(found, index, leading_values)
-    return _mesh_kernel(found, index)
+        kernel = _pallas_call_kernel(found, index, leading_values)
+    else:
+        kernel = _mesh_kernel(found, index)
+    return _with_nested(kernel, structure, traced_for_chip)
 
 
 def _pallas_call_kernel(
@@ -455,3 +461,31 @@ def eval_index_map_once(kernel: Kernel, origin: str, program: Sequence[int]) -> 
             out = fn(*[jnp.int32(p) for p in program], *kernel.prefetch_values)
             return tuple(int(v) for v in out[: len(bm.block_shape)])
     raise KeyError(origin)
+
+
+# --------------------------------------------------------------------------------------------
+# Beyond BlockSpecs: mesh scratch, nested pipelines, scoped buffers, DMAs, semaphores
+
+
+def _with_nested(kernel: Kernel, structure: FoundKernel | None,
+                 traced_for_chip: str | None) -> Kernel:
+    from pallaslab.model._jax.nested import mesh_scratch, nested_structure
+
+    eqn = kernel.handle.eqn
+    if kernel.kind == "mesh":
+        body = eqn.params["jaxprs"][0]
+        names = body.debug_info.arg_names or ()
+        scratch = tuple(
+            dataclasses.replace(op, param=str(names[len(kernel.operands) + j]))
+            if len(names) > len(kernel.operands) + j and names[len(kernel.operands) + j]
+            else op
+            for j, op in enumerate(mesh_scratch(body, len(kernel.operands))))
+        kernel = dataclasses.replace(kernel, operands=(*kernel.operands, *scratch))
+    kernel = dataclasses.replace(kernel, traced_for_chip=traced_for_chip)
+    source_eqn = structure.eqn if structure is not None and \
+        structure.eqn.primitive is eqn.primitive else eqn
+    body = source_eqn.params["jaxpr"] if source_eqn.primitive is PALLAS_CALL else \
+        source_eqn.params["jaxprs"][0]
+    nested = nested_structure(kernel, body)
+    return dataclasses.replace(kernel, pipelines=nested.pipelines, scoped=nested.scoped,
+                               dmas=nested.dmas, semaphore_ops=nested.semaphore_ops)
