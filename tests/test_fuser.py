@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 
+import jax
+import jax.numpy as jnp
 import pytest
-from catalog import CATALOG
+from catalog import CATALOG, rand
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import fuser
 from kernels import vector_add
 from kernels_tpu import fused_scale_add
 
@@ -123,3 +128,50 @@ def test_interpret_matches_the_reference():
     (out,) = result.outputs
     (pair,) = out.pairs
     assert pair.allclose and pair.mismatched_elements == 0, pair
+
+
+def _add_kernel(x_refs, y_refs, o_ref, *, x_fn, y_fn):
+    pids = (pl.program_id(0),)
+    x = x_fn(pids, (), jax.tree.map(lambda r: r[...], x_refs))
+    y = y_fn(pids, (), jax.tree.map(lambda r: r[...], y_refs))
+    o_ref[...] = x + y
+
+
+@fuser.fusible
+def _fusible_add(x: fuser.Fusion, y: fuser.Fusion, out: fuser.Fusion | None):
+    """Adds two fused inputs; the consumer stays outside (applied to the kernel's result)."""
+    spec = pl.BlockSpec((64, 128), lambda i: (i, 0))
+    fns, specs, values = [], [], []
+    for arg in (x, y):
+        fn, vals, _ = fuser.get_fusion_values(arg)
+        fn, (vspec,), _ = fuser.pull_block_spec(fn, spec, grid_len=1)(vals)
+        fns.append(fn), specs.append(vspec), values.append(vals)
+    result = pl.pallas_call(
+        functools.partial(_add_kernel, x_fn=fns[0], y_fn=fns[1]),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 64,),
+        in_specs=specs, out_specs=spec,
+    )(*values)
+    return result if out is None else out(result)
+
+
+def test_two_prologues_each_named_after_its_arrays_and_an_epilogue_left_outside():
+    @fuser.fuse
+    def fn(a, w, c):
+        left = jnp.tanh(a) * w
+        right = jnp.sin(c)
+        return _fusible_add(left, right) + 1.0
+
+    args = (rand((128, 128)), rand((128, 128), seed=1), rand((128, 128), seed=2))
+    cap = capture(jax.jit(fn), *args)
+    (kernel,) = fuser_sources(jax.jit(fn), args, {}, cap.kernels)
+    assert [(f.role, f.operand) for f in kernel.fusion.functions] == [
+        ("prologue", "args[0]"), ("prologue", "args[1][0]")]  # `+ 1.0` runs after the kernel
+    lines, first = inspect.getsourcelines(fn)
+    at = {text: f"test_fuser.py:{first + next(i for i, s in enumerate(lines) if text in s)}"
+          for text in ("jnp.tanh(a) * w", "jnp.sin(c)")}
+    assert [_short(f.sources) for f in kernel.fusion.functions] == [
+        [at["jnp.tanh(a) * w"]], [at["jnp.sin(c)"]]]
+    assert "tanh" in kernel.fusion.functions[0].jaxpr and "mul" in kernel.fusion.functions[0].jaxpr
+    assert "sin" in kernel.fusion.functions[1].jaxpr
+    assert dict(kernel.fusion.operand_arrays) == {
+        "args[0][0]": "a", "args[0][1]": "w", "args[1][0]": "c"}
