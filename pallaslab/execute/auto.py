@@ -26,6 +26,7 @@ import jax
 
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Capture, Kernel, _jax
+from pallaslab.model._jax.compiled import cached_jaxpr_callable
 
 
 class InterpretedRunError(PallasLabError, RuntimeError):
@@ -96,7 +97,8 @@ def evaluate(cap: Capture, *, timeout: float | None = None) -> Evaluation:
     pending = needing_interpretation(cap)
     if not pending:
         try:
-            outputs = tuple(_jax.jaxpr_callable(handle.closed_jaxpr)(*handle.flat_args))
+            # kernels compiled for an identical earlier capture are reused (a re-run)
+            outputs = tuple(cached_jaxpr_callable(handle.closed_jaxpr)(*handle.flat_args))
         except Exception as err:  # the user's computation failing, as the plain call would
             return Evaluation(None, err)
         return Evaluation(outputs)

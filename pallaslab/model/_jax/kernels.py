@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -16,6 +16,7 @@ from jax._src.pallas import core as pallas_core
 from jax._src.state import discharge as state_discharge
 
 from pallaslab.model._jax.base import PALLAS_CALL, KernelHandle
+from pallaslab.model._jax.compiled import CacheStats, CompiledCache, structural_key
 from pallaslab.model._jax.fusion import kernel_fusion
 from pallaslab.model._jax.trace import FoundKernel
 from pallaslab.model.kernel import (
@@ -419,11 +420,45 @@ def _index_map_evaluator(
     """One jitted, vmapped function computing every operand's block indices for many programs.
 
     Called with `program_ids` of shape (grid_rank, P) in execution order and the concrete
-    scalar-prefetch arrays; returns one (P, ndim) int array per block mapping.
+    scalar-prefetch arrays; returns one (P, ndim) int array per block mapping. The jitted
+    function is shared by identical re-captures (`_INDEX_MAPS`), so a re-run does not compile
+    it again.
     """
     mappings = list(gm.block_mappings)
     if not mappings:
         return None
+    batched = _INDEX_MAPS.get(lambda: _index_maps_key(gm), lambda: _batched_index_maps(gm))
+
+    def evaluate(program_ids: np.ndarray, prefetch: Sequence[np.ndarray]) -> list[np.ndarray]:
+        ids = np.ascontiguousarray(program_ids, dtype=np.int32)
+        with jax.default_device(jax.devices("cpu")[0]):
+            outs = batched(ids, tuple(np.asarray(p) for p in prefetch))
+        return [np.asarray(o) for o in outs]
+
+    return evaluate
+
+
+# The whole-grid index-map functions of recent captures, by what they compute (each costs a
+# compile, ~0.25 s for a matmul).
+_INDEX_MAPS: CompiledCache[Callable[..., list[jax.Array]]] = CompiledCache(maxsize=32)
+
+
+def index_map_cache_stats() -> CacheStats:
+    """Hits and misses of the whole-grid index-map functions."""
+    return _INDEX_MAPS.stats()
+
+
+def _index_maps_key(gm: Any) -> Hashable:
+    """What the batched index maps compute: the grid's rank and, per block mapping, its index
+    map jaxpr, block shape and array's shape/dtype (the grid's extent and the prefetch arrays'
+    shapes are the jitted function's own arguments)."""
+    return ("index-maps", len(gm.grid),
+            tuple((structural_key(bm.index_map_jaxpr), structural_key(bm.block_shape),
+                   structural_key(bm.array_aval)) for bm in gm.block_mappings))
+
+
+def _batched_index_maps(gm: Any) -> Callable[..., list[jax.Array]]:
+    mappings = list(gm.block_mappings)
     n_grid = len(gm.grid)
     pure = [_pure_index_map(bm) for bm in mappings]
 
@@ -436,15 +471,7 @@ def _index_map_evaluator(
                         else jnp.zeros((0,), jnp.int32))
         return outs
 
-    batched = jax.jit(jax.vmap(all_maps, in_axes=(1, None)))
-
-    def evaluate(program_ids: np.ndarray, prefetch: Sequence[np.ndarray]) -> list[np.ndarray]:
-        ids = np.ascontiguousarray(program_ids, dtype=np.int32)
-        with jax.default_device(jax.devices("cpu")[0]):
-            outs = batched(ids, tuple(np.asarray(p) for p in prefetch))
-        return [np.asarray(o) for o in outs]
-
-    return evaluate
+    return jax.jit(jax.vmap(all_maps, in_axes=(1, None)))
 
 
 def _pure_index_map(bm: Any) -> Callable[..., list[Any]]:
