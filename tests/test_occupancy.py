@@ -192,3 +192,36 @@ def test_gpu_blocks_per_sm():
 def test_unknown_chip_message():
     with pytest.raises(ValueError, match=r"unknown TPU chip 'v9': known chips are v4, v5e"):
         chip("v9")
+
+
+def _doubling(rows, limit):
+    """A grid of 2 over (rows, 128) f32 blocks: 4 pipeline buffers, under `vmem_limit_bytes`."""
+    def fn(x):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+            out_shape=S(x.shape, x.dtype), grid=(2,),
+            in_specs=[pl.BlockSpec((rows, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((rows, 128), lambda i: (i, 0)),
+            compiler_params=pltpu.CompilerParams(vmem_limit_bytes=limit))(x)
+
+    return pallaslab.capture(fn, S((2 * rows, 128), jnp.float32))[0]
+
+
+def test_a_limit_above_the_chip_is_capped_not_refused():
+    # libtpu caps vmem_limit_bytes at the chip's VMEM (tests/test_findings_vs_compiler.py).
+    (f,) = vmem_findings(kernel_of("vmem_limit_above_chip"), ("v5e", "v6e", "7x"))
+    assert (f.code, f.severity) == ("vmem-limit-above-chip", "info")
+    assert f.message.startswith("_double on TPU 7x asks for vmem_limit_bytes=104857600 "
+                                "(100.00 MiB), more than the chip's 64.00 MiB of VMEM: the "
+                                "compiler caps the limit at 64.00 MiB")
+    occ = occupancy(kernel_of("vmem_limit_above_chip"), "7x")
+    assert (occ.limit, occ.effective_limit, occ.fits) == (100 << 20, 64 << 20, True)
+
+
+def test_buffers_beyond_the_capped_limit_overflow():
+    k = _doubling(rows=17 * 2048, limit=100 << 20)  # 4 x 17 MiB = 68 MiB
+    assert occupancy(k, "v6e").fits  # 128 MiB of VMEM
+    (f,) = vmem_findings(k, ("v6e", "7x"))
+    assert (f.code, f.severity, f.operand) == ("vmem-overflow", "error", "args[0]")
+    assert "on TPU 7x needs 68.00 MiB of scoped VMEM, more than the chip's 64.00 MiB of VMEM " \
+        "(the compiler caps vmem_limit_bytes=104857600 at the chip's VMEM)" in f.message

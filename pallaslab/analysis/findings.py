@@ -38,6 +38,7 @@ CODES = (
     "output-revisit",
     "parallel-write-conflict",
     "vmem-overflow",
+    "vmem-limit-above-chip",
     "tiling-unavailable",
     "empty-grid",
 )

@@ -95,13 +95,19 @@ class Occupancy:
                 "here (measured with libtpu: up to about twice the largest such value)")
 
     @property
+    def effective_limit(self) -> int:
+        """The limit the compiler applies: libtpu 0.0.52 caps a `vmem_limit_bytes` above the
+        chip's VMEM at the VMEM (v5e/v6e 128 MiB, 7x 64 MiB; re-checked by
+        tests/test_findings_vs_compiler.py)."""
+        return min(self.limit, self.vmem_capacity)
+
+    @property
     def fits(self) -> bool:
-        return (self.bytes <= self.limit and self.limit <= self.vmem_capacity
-                and self.smem_bytes <= self.smem_capacity)
+        return self.bytes <= self.effective_limit and self.smem_bytes <= self.smem_capacity
 
     @property
     def fraction(self) -> float:
-        return self.bytes / self.limit if self.limit else math.inf
+        return self.bytes / self.effective_limit if self.effective_limit else math.inf
 
     def operand(self, origin: str) -> OperandOccupancy:
         for op in self.operands:
@@ -317,7 +323,9 @@ def vmem_section(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> dict[s
 
 
 def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple[Finding, ...]:
-    """A `vmem-overflow` error for every chip the kernel's buffers do not fit."""
+    """A `vmem-overflow` error for every chip the kernel's buffers do not fit; a
+    `vmem-limit-above-chip` note where its `vmem_limit_bytes` exceeds the chip's VMEM (the
+    compiler caps it, it does not refuse it)."""
     if not applies(kernel):
         return ()
     out = []
@@ -325,7 +333,20 @@ def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple
         occ = occupancy(kernel, name)
         if not occ.fits:
             out.append(overflow_finding(occ))
+        elif occ.limit > occ.vmem_capacity:
+            out.append(limit_above_chip_finding(occ))
     return tuple(out)
+
+
+def limit_above_chip_finding(occ: Occupancy) -> Finding:
+    return Finding(
+        code="vmem-limit-above-chip", severity="info",
+        message=f"{occ.kernel} on TPU {occ.chip} asks for vmem_limit_bytes={occ.limit} "
+                f"({_kib(occ.limit)}), more than the chip's {_kib(occ.vmem_capacity)} of VMEM: "
+                f"the compiler caps the limit at {_kib(occ.vmem_capacity)}, and the "
+                f"{_kib(occ.bytes)} the kernel needs fit under it. Rule: scoped VMEM is "
+                "bounded by min(vmem_limit_bytes, the chip's VMEM).",
+    )
 
 
 def overflow_finding(occ: Occupancy) -> Finding:
@@ -334,8 +355,9 @@ def overflow_finding(occ: Occupancy) -> Finding:
     if occ.smem_bytes > occ.smem_capacity:
         what = f"needs {_kib(occ.smem_bytes)} of SMEM, more than the {_kib(occ.smem_capacity)}"
     elif occ.limit > occ.vmem_capacity:
-        what = (f"asks for vmem_limit_bytes={occ.limit}, more than the chip's "
-                f"{_kib(occ.vmem_capacity)} of VMEM")
+        what = (f"needs {_kib(occ.bytes)} of scoped VMEM, more than the chip's "
+                f"{_kib(occ.vmem_capacity)} of VMEM (the compiler caps vmem_limit_bytes="
+                f"{occ.limit} at the chip's VMEM)")
     else:
         what = (f"needs {_kib(occ.bytes)} of scoped VMEM but the limit is {_kib(occ.limit)} "
                 f"({occ.limit_source})")
