@@ -11,7 +11,7 @@ from typing import Any
 from pallaslab.analysis.findings import Finding, Rules, find
 from pallaslab.analysis.occupancy import DEFAULT_CHIPS, vmem_findings, vmem_section
 from pallaslab.analysis.tiling import Tiling, tile
-from pallaslab.model import Capture, Kernel
+from pallaslab.model import Capture, DmaCopy, Kernel
 
 SCHEMA_VERSION = 1
 
@@ -64,11 +64,45 @@ def kernel_json(insp: KernelInspection) -> dict[str, Any]:
         "findings": [f.to_json() for f in insp.findings],
         "vmem": insp.vmem,
         "fusion": fusion_json(k),
+        "traced_for_chip": k.traced_for_chip,
+        "pipelines": [pipeline_json(p) for p in k.pipelines],
+        "scoped": [_operand_json(None, op) for op in k.scoped],
+        "dmas": [_dma_json(d) for d in k.dmas],
+        "semaphore_ops": [{"kind": s.kind, "semaphore": s.semaphore,
+                           "source": _short_source(s.source), "device": s.device}
+                          for s in k.semaphore_ops],
     }
 
 
-def _operand_json(insp: KernelInspection, op: Any) -> dict[str, Any]:
-    ot = insp.tiling.operands.get(op.origin) if insp.tiling is not None else None
+def pipeline_json(pipeline: Kernel) -> dict[str, Any]:
+    """A nested `emit_pipeline`: its own grid and operands (the kernel schema), each operand
+    with `outer`, the enclosing kernel's ref it windows."""
+    tiling = tile(pipeline)
+    return {
+        "name": pipeline.name,
+        "source": _short_source(pipeline.source),
+        "call_site": _short_source(pipeline.call_site),
+        "grid": list(pipeline.grid),
+        "programs": pipeline.programs,
+        "dimension_semantics": list(pipeline.dimension_semantics)
+        if pipeline.dimension_semantics else None,
+        "operands": [{**_operand_json(tiling, op), "outer": op.outer}
+                     for op in pipeline.operands],
+    }
+
+
+def _dma_json(d: DmaCopy) -> dict[str, Any]:
+    return {"kind": d.kind, "src": d.src, "dst": d.dst,
+            "src_memory_space": d.src_memory_space, "dst_memory_space": d.dst_memory_space,
+            "shape": list(d.shape), "dtype": str(d.dtype), "bytes": d.nbytes,
+            "semaphore": d.semaphore, "source": _short_source(d.source),
+            "repeated": d.repeated}
+
+
+def _operand_json(tiling: KernelInspection | Tiling | None, op: Any) -> dict[str, Any]:
+    if isinstance(tiling, KernelInspection):
+        tiling = tiling.tiling
+    ot = tiling.operands.get(op.origin) if tiling is not None else None
     return {
         "origin": op.origin,
         "param": op.param,

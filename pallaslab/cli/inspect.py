@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 
 from rich.table import Table
@@ -14,7 +15,8 @@ from pallaslab.analysis.inspection import (
     kernel_json,
 )
 from pallaslab.analysis.occupancy import DEFAULT_CHIPS
-from pallaslab.cli._shared import chip_name, console, load_and_capture, print_json, safe
+from pallaslab.cases import capture_case, load_case
+from pallaslab.cli._shared import chip_name, console, print_json, safe
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -31,7 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _, cap = load_and_capture(args.case)
+    case = load_case(args.case)
+    if args.chip:
+        # The first --chip is also the abstract TPU for kernels whose tracing asks the chip
+        # (capture's own `chip` keyword, handed through the case's keyword arguments).
+        case = dataclasses.replace(case, kwargs={**case.kwargs, "chip": args.chip[0]})
+    cap = capture_case(case)
     inspections = inspect_capture(cap, chips=args.chip or DEFAULT_CHIPS)
     if args.json:
         print_json(capture_json(inspections))
@@ -72,6 +79,11 @@ def render(insp: KernelInspection, out) -> None:
             _num(op["hbm_bytes"]),
         )
     out.print(table)
+    if data["traced_for_chip"]:
+        out.print(f"  [dim]traced under an abstract TPU {safe(data['traced_for_chip'])} "
+                  "(its tracing asks the chip; no TPU attached)[/]")
+    for line in nested_lines(data):
+        out.print(f"  {safe(line)}")
     for line in fusion_lines(data["fusion"]):
         out.print(f"  {safe(line)}")
     for target, v in data["vmem"].items():
@@ -83,6 +95,32 @@ def render(insp: KernelInspection, out) -> None:
     for f in insp.findings:
         out.print(f"  [{SEVERITY_STYLE[f.severity]}]{f.severity} {f.code}[/]: {safe(f.message)}")
     out.print()
+
+
+def nested_lines(data: dict) -> list[str]:
+    """Briefly, what the kernel body does beyond its BlockSpecs: each nested pipeline (grid and
+    operand windows), run_scoped buffers and manual DMAs."""
+    lines = []
+    for p in data["pipelines"]:
+        grid = " x ".join("?" if g is None else str(g) for g in p["grid"]) or "()"
+        lines.append(f"pipeline {p['name']} ({p['call_site'] or '?'}): grid {grid}")
+        for op in p["operands"]:
+            block = _shape(op["block_shape"]) if op["block_shape"] is not None else "-"
+            fetches = f", {op['fetches']:,} fetches" if op["fetches"] is not None else ""
+            lines.append(f"  {op['param'] or op['origin']} ({op['origin']}): block {block} "
+                         f"of {op['outer'] or '?'} {_shape(op['shape'])}, "
+                         f"{op['memory_space']}, {_num(op['buffer_count'])} buffers{fetches}")
+    for op in data["scoped"]:
+        name = f"{op['param']} ({op['origin']})" if op["param"] else op["origin"]
+        lines.append(f"scoped {name}: {_shape(op['shape'])} {op['dtype']} "
+                     f"{op['memory_space']}")
+    for d in data["dmas"]:
+        sem = f" on {d['semaphore']}" if d["semaphore"] else ""
+        loop = " (in a loop)" if d["repeated"] else ""
+        lines.append(f"{d['kind']} DMA {d['src']} ({d['src_memory_space']}) -> {d['dst']} "
+                     f"({d['dst_memory_space']}): {_shape(d['shape'])} {d['dtype']}, "
+                     f"{d['bytes']:,} B{sem}{loop}  ({d['source'] or '?'})")
+    return lines
 
 
 def fusion_lines(fusion: dict | None) -> list[str]:
