@@ -91,7 +91,7 @@ def execute(work: dict[str, Any]) -> Any:
         # Traced under the abstract mesh or TPU the parent traced under (if any): same chip,
         # same kernels; the captured jaxpr runs outside it.
         with capabilities.retracing(work):
-            prepared = prepare(work["fn"], work["args"], work["kwargs"])
+            prepared = prepare(work["fn"], work["args"], work["kwargs"], chip=work.get("chip"))
     except Exception as err:
         return {"error": f"{executor.name}: capturing the function failed in the executor "
                          f"worker process: {_one_line(err)}"}
@@ -120,8 +120,9 @@ def open_stepper(work: dict[str, Any], config: dict[str, Any]) -> Any:
     from pallaslab.model import _jax, capture
 
     try:
+        chip = {"chip": work["chip"]} if work.get("chip") else {}
         with capabilities.retracing(work):
-            kernel = capture(work["fn"], *work["args"], **work["kwargs"])[work["kernel"]]
+            kernel = capture(work["fn"], *work["args"], **chip, **work["kwargs"])[work["kernel"]]
         if kernel.name != work["name"] or tuple(kernel.grid) != tuple(work["grid"]):
             return {"error": f"the worker process captured kernel {kernel.name} with grid "
                              f"{kernel.grid} where this process has {work['name']} with grid "

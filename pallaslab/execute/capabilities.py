@@ -9,8 +9,8 @@
   interpreter's limit, not the kernel's fault, so the executor is *unavailable* for that
   kernel, with the primitive and the user's line named.
 - Kernels traced under an abstract TPU (`Kernel.traced_for_chip`, because their tracing asks
-  the chip) are traced again under the same abstract TPU wherever they are re-traced (the
-  executor worker process), so the re-trace sees the same chip.
+  the chip) are traced again for the same chip wherever they are re-traced (the executor
+  worker process), and under the caller's own abstract mesh when there is one.
 """
 
 from __future__ import annotations
@@ -111,25 +111,6 @@ def traced_chip(kernels: Iterable[Kernel]) -> str | None:
     return next((k.traced_for_chip for k in kernels if k.traced_for_chip), None)
 
 
-@contextlib.contextmanager
-def abstract_tpu(chip: str | None) -> Iterator[None]:
-    """Trace under the abstract TPU of `chip` (Auto axes, so the jaxpr also runs outside the
-    mesh); nothing when `chip` is None."""
-    if chip is None:
-        yield
-        return
-    import jax
-    from jax.sharding import AbstractDevice, AbstractMesh, AxisType
-
-    from pallaslab.analysis.chips import chip as chip_facts
-
-    device = AbstractDevice(device_kind=chip_facts(chip).device_kind, num_cores=1,
-                            platform="tpu")
-    mesh = AbstractMesh((1,), ("x",), (AxisType.Auto,), abstract_device=device)
-    with jax.sharding.use_abstract_mesh(mesh):
-        yield
-
-
 def retrace_context(kernels: Iterable[Kernel]) -> dict[str, Any]:
     """What another process needs to trace a function as this one did: the abstract mesh
     the caller is under (`jax.sharding.use_abstract_mesh`, if any), else the abstract TPU
@@ -144,14 +125,14 @@ def retrace_context(kernels: Iterable[Kernel]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def retracing(context: dict[str, Any]) -> Iterator[None]:
-    """Trace under the abstract mesh or chip of `retrace_context` (nothing when neither)."""
+    """Trace under the caller's abstract mesh of `retrace_context` (nothing when none; the
+    chip goes to `capture(..., chip=)`, which traces under it when tracing asks the TPU)."""
     import jax
 
-    if context.get("abstract_mesh") is not None:
-        with jax.sharding.use_abstract_mesh(context["abstract_mesh"]):
-            yield
+    if context.get("abstract_mesh") is None:
+        yield
         return
-    with abstract_tpu(context.get("chip")):
+    with jax.sharding.use_abstract_mesh(context["abstract_mesh"]):
         yield
 
 

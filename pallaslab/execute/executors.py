@@ -52,8 +52,10 @@ class Prepared:
 
 
 def prepare(kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
-            kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED) -> Prepared:
-    """Capture on concrete arguments (abstract ones get seeded random data)."""
+            kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED,
+            chip: str | None = None) -> Prepared:
+    """Capture on concrete arguments (abstract ones get seeded random data); `chip`: the
+    abstract TPU to trace under when tracing asks the TPU (see `capture`)."""
     kwargs = dict(kwargs or {})
     if isinstance(kernel_or_fn, Kernel):
         fn = _lone_kernel_fn(kernel_or_fn)
@@ -63,7 +65,8 @@ def prepare(kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
         fn = kernel_or_fn
         args, kwargs = concretize_for_kernels(fn, tuple(args), kwargs, seed=seed)
     with _jax.debug_checks_enabled():  # kernels keep their pl.debug_checks for executors
-        cap = capture(fn, *args, **kwargs)
+        cap = capture(fn, *args, **kwargs) if chip is None else \
+            capture(fn, *args, chip=chip, **kwargs)
     return Prepared(fn, tuple(args), kwargs, cap, _output_info(cap))
 
 
