@@ -138,7 +138,7 @@ def _scoped_operand(origin: str, aval: Any) -> Operand:
 
 def _dma_refs(eqn: Any) -> tuple[Any, Any, Any, Any, Any]:
     """(src, dst, dst semaphore, src semaphore, device id) of a dma_start / dma_wait."""
-    return tuple(eqn.params["tree"].unflatten(eqn.invars))  # type: ignore[return-value]
+    return tuple(eqn.params["tree"].unflatten(eqn.invars))
 
 
 def _dma(eqn: Any, walk: _Walk, repeated: bool, kind: str) -> DmaCopy:
