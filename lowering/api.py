@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from lowering import cache, params
 from lowering.cross import CrossLowered, cross_lower
+from lowering.diagnostics import headline
 from lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
 from lowering.targets import Target, get_target
 from pallaslab.model import Capture, Kernel, capture
@@ -29,19 +30,52 @@ def lower(
     compiler for the kernel's true scoped-VMEM need. Results are cached on disk.
     """
     tgt = get_target(target)
-    kernels = _kernels(fn_or_capture, args, kwargs)
+    kernels, notes = _for_chip(_kernels(fn_or_capture, args, kwargs), tgt)
     compile = compile or vmem_exact
     return LoweringResult(tgt.name, tuple(
-        lower_kernel(k, tgt, compile=compile, vmem_exact=vmem_exact, use_cache=use_cache)
+        _noted(lower_kernel(k, tgt, compile=compile, vmem_exact=vmem_exact,
+                            use_cache=use_cache), notes)
         for k in kernels))
 
 
-def _kernels(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Kernel]:
+def _kernels(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> Capture | tuple[Kernel, ...]:
     if isinstance(obj, Kernel):
         return (obj,)
     if isinstance(obj, Capture):
-        return obj.kernels
-    return capture(obj, *args, **kwargs).kernels
+        return obj
+    return capture(obj, *args, **kwargs)
+
+
+def _for_chip(kernels: Capture | tuple[Kernel, ...], target: Target
+              ) -> tuple[tuple[Kernel, ...], tuple[Diagnostic, ...]]:
+    """The kernels as traced for the target's chip: a capture whose tracing asked the chip
+    (tiling, default core counts) under another chip's abstract device is traced again for
+    this one, so what is lowered is what the target would run. A lone Kernel has no traced
+    function to trace again and is lowered as captured. Where the call cannot be traced for
+    this chip (e.g. a SparseCore kernel on a chip without SparseCores), the kernels are lowered
+    as captured, with a note saying why, and Mosaic gives its verdict."""
+    if not isinstance(kernels, Capture):
+        return tuple(kernels), ()
+    chips = {k.traced_for_chip for k in kernels} - {None, target.chip}
+    if target.chip is None or not chips:
+        return kernels.kernels, ()
+    from pallaslab.model.capture import recapture
+
+    try:
+        return recapture(kernels, target.chip).kernels, ()
+    except Exception as err:  # the call's own verdict on this chip
+        return kernels.kernels, (Diagnostic(
+            "warning", "traced-for-other-chip",
+            f"{kernels.function_name}(...) could not be traced for {target.name}'s chip "
+            f"({type(err).__name__}: {headline(str(err), max_lines=1)}); its kernels are "
+            f"lowered as traced for {', '.join(sorted(str(c) for c in chips))}."),)
+
+
+def _noted(result: KernelLowering, notes: tuple[Diagnostic, ...]) -> KernelLowering:
+    if not notes:
+        return result
+    return dataclasses.replace(result, diagnostics=(*notes, *result.diagnostics))
 
 
 def lower_kernel(kernel: Kernel, target: Target, *, compile: bool = False,

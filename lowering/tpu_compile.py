@@ -198,6 +198,10 @@ _BUFFER = re.compile(r"llo\.type = memref<(?:(?P<shape>\d+(?:x\d+)*)x)?"
                      r"(?:, #xir\.tiled<\((?P<tile>[\d,]+)\)[^>]*>)?"
                      r", #xir\.memory_space<(?P<space>\w+)")
 _ATTR = r"\b{}\s*=\s*(\d+)"
+_ALLOCA_VMEM = re.compile(r"llo\.alloca_vmem (\d+)")
+# `llo.alloca_vmem N` counts 512-byte units (one 128-lane row of 32-bit words): a 128x128
+# f32 run_scoped buffer (64 KiB) is `alloca_vmem 128` on v4, v5e, v6e and 7x alike.
+_VMEM_ALLOCA_UNIT = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,11 +231,12 @@ def module_buffers(text: str) -> Buffers:
     attrs = head[1] if len(head) > 1 else ""
     prefetch = _int_attr(attrs, "scalar_prefetch")
     scratch = _int_attr(attrs, "scratch_operands")
-    windows = attrs.count("transform_indices") if "window_params" in attrs else None
+    # no window_params: no grid, so no operand is pipelined (all stay in HBM/ANY or whole)
+    windows = attrs.count("transform_indices") if "window_params" in attrs else 0
     buffers = list(_BUFFER.finditer(head[0]))
-    if not buffers or windows is None:
+    if not buffers:
         return Buffers(None, None)
-    params = attrs.split("window_params", 1)[1]
+    params = attrs.split("window_params", 1)[-1]
     synchronous = [m.group(0) for m in re.finditer(r"\{[^{}]*\}", params)]
     vmem = smem = 0
     n = len(buffers)
@@ -251,6 +256,8 @@ def module_buffers(text: str) -> Buffers:
             vmem += copies * size
         elif m["space"] == "smem":
             smem += copies * size
+    # Buffers the body allocates itself (run_scoped, emit_pipeline's double buffers).
+    vmem += sum(int(n) for n in _ALLOCA_VMEM.findall(text)) * _VMEM_ALLOCA_UNIT
     return Buffers(vmem, smem)
 
 

@@ -84,6 +84,17 @@ def test_compiler_rejections_keep_their_words_and_codes(matrix, name, target):
     assert d.message == f"{operand}: Mosaic TPU could not lower kernel '_double': {words}"
 
 
+@pytest.mark.parametrize(("name", "kib"), [("run_scoped_sync_copy", 64),
+                                         ("emit_pipeline_matmul", 384)])
+def test_buffers_the_body_allocates_count_in_vmem(matrix, name, kib):
+    """run_scoped / emit_pipeline buffers live inside the body (`llo.alloca_vmem`), not in
+    the signature; both figures are the smallest vmem_limit_bytes libtpu accepts (measured
+    with vmem_exact): one 128x128 f32 buffer, and 3 operands x 2 buffers of 128x128 f32."""
+    for target in TARGETS:
+        (k,) = matrix[name, target].kernels
+        assert k.resources.vmem_bytes == kib * 1024, target
+
+
 def test_every_tpu_target_lowers_run_scoped_sync_copy():
     fn, args, _ = _case("run_scoped_sync_copy")
     cap = pallaslab.capture(fn, *args)
