@@ -196,8 +196,8 @@ class _FusibleCall:
     epilogues: tuple[_UserFunction, ...]
 
 
-def fuser_sources(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
-                  kernels: Sequence[Kernel]) -> tuple[Kernel, ...]:
+def fuser_sources(fn: Callable[..., Any] | None, args: Sequence[Any],
+                  kwargs: Mapping[str, Any], kernels: Sequence[Kernel]) -> tuple[Kernel, ...]:
     """`kernels` with their fused functions linked to the user's lines and each fused
     operand to the user's array it reads (`Fusion.operand_arrays`).
 
@@ -207,7 +207,7 @@ def fuser_sources(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[s
     fused kernels are matched in launch order; within one, each kernel-side function takes
     the user's function with the same primitives, else the next one in order.
     """
-    if not any(k.fusion for k in kernels):
+    if fn is None or not any(k.fusion for k in kernels):
         return tuple(kernels)
     with jaxpr_fusion.disable_nested_fuse(True):
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
