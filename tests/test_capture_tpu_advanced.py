@@ -330,3 +330,35 @@ def test_cli_inspect_table_lists_nested_structure(capsys):
     assert "x_ref (args[0]): block (128, 128) of args[0] (256, 256), vmem, 2 buffers" in out
     assert "traced under an abstract TPU v5e" in out
 
+
+
+def _right_permute(x_ref, o_ref, send_sem, recv_sem):
+    right = jax.lax.rem(jax.lax.axis_index("x") + 1, jax.lax.axis_size("x"))
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,),
+                                        device_id_type=pl.DeviceIdType.MESH)
+    copy.start()
+    copy.wait()
+
+
+def test_remote_copy_under_shard_map():
+    from jax.sharding import PartitionSpec as P
+
+    def fn(x):
+        mesh = jax.make_mesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+        any_spec = pl.BlockSpec(memory_space=pl.ANY)
+        permute = pl.pallas_call(
+            _right_permute, out_shape=jax.ShapeDtypeStruct((8, 128), np.float32),
+            in_specs=[any_spec], out_specs=any_spec,
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])
+        return jax.shard_map(permute, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                             check_vma=False)(x)
+
+    (kernel,) = pallaslab.capture(fn, jax.ShapeDtypeStruct((8, 128), np.float32))
+    assert kernel.context == ("shard_map",)
+    ((kind, src, dst, shape, sem),) = [(d.kind, d.src, d.dst, d.shape, d.semaphore)
+                                       for d in kernel.dmas]
+    assert (kind, src, dst, shape, sem) == ("remote", "args[0]", "outputs", (8, 128),
+                                            "scratch[1]")
+    # wait() waits for the send (its semaphore) and then the receive.
+    assert [(s.kind, s.semaphore) for s in kernel.semaphore_ops] == [
+        ("dma_wait", "scratch[0]"), ("dma_wait", "scratch[1]")]
