@@ -362,3 +362,13 @@ def test_remote_copy_under_shard_map():
     # wait() waits for the send (its semaphore) and then the receive.
     assert [(s.kind, s.semaphore) for s in kernel.semaphore_ops] == [
         ("dma_wait", "scratch[0]"), ("dma_wait", "scratch[1]")]
+
+
+def test_sparsecore_kernel_in_json_and_table(capsys):
+    assert main(["inspect", "tests/kernels.py:sparsecore_vector_add", "--json"]) == 0
+    (k,) = json.loads(capsys.readouterr().out)["kernels"]
+    assert k["traced_for_chip"] == "7x"
+    assert k["mesh"] == {"kind": "VectorSubcoreMesh", "axes": [["core", 1], ["subcore", 16]]}
+    assert main(["inspect", "tests/kernels.py:sparsecore_vector_add"]) == 0
+    assert "traced under an abstract TPU 7x (a SparseCore kernel, traced for a chip with " \
+        "SparseCores; no TPU attached)" in capsys.readouterr().out

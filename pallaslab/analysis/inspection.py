@@ -65,6 +65,8 @@ def kernel_json(insp: KernelInspection) -> dict[str, Any]:
         "vmem": insp.vmem,
         "fusion": fusion_json(k),
         "traced_for_chip": k.traced_for_chip,
+        "mesh": {"kind": k.mesh.kind, "axes": [[name, size] for name, size in k.mesh.axes]}
+        if k.mesh is not None else None,
         "pipelines": [pipeline_json(p) for p in k.pipelines],
         "scoped": [_operand_json(None, op) for op in k.scoped],
         "dmas": [_dma_json(d) for d in k.dmas],

@@ -80,8 +80,11 @@ def render(insp: KernelInspection, out) -> None:
         )
     out.print(table)
     if data["traced_for_chip"]:
+        why = ("a SparseCore kernel, traced for a chip with SparseCores"
+               if data["mesh"] and "Subcore" in data["mesh"]["kind"]
+               else "its tracing asks the chip")
         out.print(f"  [dim]traced under an abstract TPU {safe(data['traced_for_chip'])} "
-                  "(its tracing asks the chip; no TPU attached)[/]")
+                  f"({why}; no TPU attached)[/]")
     for line in nested_lines(data):
         out.print(f"  {safe(line)}")
     for line in fusion_lines(data["fusion"]):
