@@ -33,6 +33,9 @@ REJECTED = {
 }
 # SparseCore kernels need a chip with SparseCores (v5p, v6e, 7x): v5e has none.
 NO_SPARSECORE = {("sparsecore_vector_add", "tpu-v5e")}
+# libtpu compiles these but writes no TensorCore Mosaic pass dump to read VMEM from: the
+# core_map inside run_state (no dump at all), the SparseCore kernel (an SC module).
+NO_TC_DUMP = {"core_map_kernel", "sparsecore_vector_add"}
 
 
 def _case(name):
@@ -69,8 +72,9 @@ def test_advanced_kernel_lowers_and_compiles(matrix, name, target):
         assert not k.errors
         assert k.stage_names[:2] == ("jaxpr", "mosaic")
         assert "func.func @" in k.stage("mosaic").text
-        assert k.stage_names[-1].startswith("mosaic:")  # libtpu's passes ran
-        assert k.resources.vmem_bytes is not None
+        if name not in NO_TC_DUMP:
+            assert k.stage_names[-1] == "mosaic:post-finalize-llo"  # libtpu's passes ran
+            assert k.resources.vmem_bytes is not None
 
 
 @pytest.mark.parametrize("target", TARGETS)
