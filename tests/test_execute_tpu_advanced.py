@@ -10,10 +10,13 @@ import jax
 import numpy as np
 import pytest
 from catalog import catalog_names
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 from kernels import CATALOG
 
 import pallaslab
+from pallaslab.errors import UnavailableError
 from pallaslab.execute import ExecutorError, compare, run
 from pallaslab.execute.auto import evaluate
 from pallaslab.model import capture
@@ -185,3 +188,38 @@ def test_pallas_calls_with_manual_dmas_and_semaphores_step(name):
     eqs = st.equations()
     assert eqs and all(e.source is None or re.search(r"\.py:\d+$", e.source) for e in eqs)
     assert any(e.source and "kernels_tpu.py" in e.source for e in eqs)
+
+
+def _signalling_cores(x_hbm, o_hbm, sem):
+    core = jax.lax.axis_index("core")
+
+    @pl.when(core == 0)
+    def _signal_core_one():
+        pl.semaphore_signal(sem, 1, core_index=1)
+
+    @pl.when(core == 1)
+    def _wait_for_core_zero():
+        pl.semaphore_wait(sem, 1)
+
+    rows = pl.ds(core * 8, 8)
+    pltpu.sync_copy(x_hbm.at[rows], o_hbm.at[rows])
+
+
+def signalling_cores(x):
+    mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
+    return pl.kernel(_signalling_cores, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                     mesh=mesh, scratch_types=[pltpu.SemaphoreType.REGULAR])(x)
+
+
+def test_cores_that_signal_each_other_run_whole_and_say_why_they_cannot_be_stepped():
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+    result = run(signalling_cores, x, executor="tpu-interpret")
+    assert result.status == "ran"
+    np.testing.assert_array_equal(result.outputs[0], x)
+    signal = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                  if "pl.semaphore_signal(sem, 1, core_index=1)" in line)
+    with pytest.raises(UnavailableError, match=re.escape(
+            "mesh kernel _signalling_cores cannot be stepped core by core: its cores signal "
+            f"each other (a semaphore signal or DMA to another core at {__file__}:{signal}), "
+            "so no core can run alone. Run it whole under tpu-interpret")):
+        pallaslab.step(signalling_cores, x)

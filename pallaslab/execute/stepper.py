@@ -428,6 +428,14 @@ def _tiling_or_raise(kernel: Kernel) -> Tiling:
 
 
 def _mesh_runner_or_raise(kernel: Kernel) -> ProgramRunner:
+    talking = [op.source or op.semaphore for op in kernel.semaphore_ops if op.device] + \
+        [d.source or d.dst for d in kernel.dmas if d.kind == "remote"]
+    if talking:  # alone, a core would wait for a signal no one sends (or lose its effect)
+        raise UnavailableError(
+            f"mesh kernel {kernel.name} cannot be stepped core by core: its cores signal "
+            f"each other (a semaphore signal or DMA to another core at {talking[0]}), so no "
+            "core can run alone. Run it whole under tpu-interpret: pallaslab.run(fn, *args, "
+            "executor='tpu-interpret')")
     try:
         return _jax.program_runner(kernel)
     except Exception as err:
