@@ -91,9 +91,14 @@ def lower_kernel(kernel: Kernel, target: Target, *, compile: bool = False,
 
 
 def _stale(hit: KernelLowering) -> bool:
-    """A TPU compile cached before its VMEM/SMEM buffers were read from the module."""
-    return (hit.compiled and hit.ok and hit.backend == "mosaic-tpu"
-            and hit.resources.vmem_bytes is None)
+    """A TPU compile cached before its VMEM/SMEM buffers were read from the module: its last
+    pass would give a figure now (modules that give none, e.g. SparseCore's, stay cached)."""
+    if not (hit.compiled and hit.ok and hit.backend == "mosaic-tpu"
+            and hit.resources.vmem_bytes is None and hit.stages):
+        return False
+    from lowering import tpu_compile
+
+    return tpu_compile.module_buffers(hit.stages[-1].text).vmem_bytes is not None
 
 
 def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
