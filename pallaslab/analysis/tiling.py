@@ -186,7 +186,7 @@ def over_limit_reason(kernel: Kernel) -> str | None:
 
 def tiling_unavailable_reason(kernel: Kernel) -> str | None:
     """Why `tile(kernel)` cannot build tables, or None when it can."""
-    if kernel.kind != "pallas_call":
+    if kernel.kind == "mesh":  # nested emit_pipelines ("pipeline") tile like pallas_calls
         return "mesh kernels (pl.kernel / plgpu.kernel) have no BlockSpecs to tile"
     if not kernel.grid_known:
         dims = ", ".join(str(d) for d in kernel.dynamic_grid_dims)

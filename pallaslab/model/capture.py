@@ -75,6 +75,8 @@ def _capture_from(handle: Any, name: str) -> Capture:
                              handle.traced_for_chip)
         for i, f in enumerate(found)
     )
+    kernels = _jax.fuser_sources(handle.fn, handle.args, handle.kwargs, kernels,
+                                 handle.traced_for_chip)
     for kernel in kernels:
         check_grid(kernel)
     return Capture(kernels=kernels, function_name=name, concrete=concrete, handle=handle)

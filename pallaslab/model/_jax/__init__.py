@@ -15,6 +15,7 @@ from pallaslab.model._jax.chips import (
     kernel_body_values,
     tpu_chip_facts,
 )
+from pallaslab.model._jax.fusion import fuser_sources
 from pallaslab.model._jax.kernels import (
     eval_index_map_once,
     kernel_from_eqn,
@@ -64,6 +65,7 @@ __all__ = [
     "eval_index_map_once",
     "find_kernels",
     "full_dimension_semantics_params",
+    "fuser_sources",
     "instrument_kernel",
     "is_pallas_call",
     "jaxpr_callable",

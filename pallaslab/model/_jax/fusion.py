@@ -197,7 +197,8 @@ class _FusibleCall:
 
 
 def fuser_sources(fn: Callable[..., Any] | None, args: Sequence[Any],
-                  kwargs: Mapping[str, Any], kernels: Sequence[Kernel]) -> tuple[Kernel, ...]:
+                  kwargs: Mapping[str, Any], kernels: Sequence[Kernel],
+                  chip: str | None = None) -> tuple[Kernel, ...]:
     """`kernels` with their fused functions linked to the user's lines and each fused
     operand to the user's array it reads (`Fusion.operand_arrays`).
 
@@ -209,7 +210,10 @@ def fuser_sources(fn: Callable[..., Any] | None, args: Sequence[Any],
     """
     if fn is None or not any(k.fusion for k in kernels):
         return tuple(kernels)
-    with jaxpr_fusion.disable_nested_fuse(True):
+    from pallaslab.model._jax.trace import abstract_tpu  # trace imports kernels -> fusion
+
+    # Under the chip the capture was traced for, if any: the fuser's trace asks the same.
+    with jaxpr_fusion.disable_nested_fuse(True), abstract_tpu(chip):
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
     calls = iter(c for c in _fusible_calls(closed.jaxpr) if c.prologues or c.epilogues)
     out = []

@@ -79,7 +79,7 @@ def _make_jaxpr(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     from jax._src import config as jax_config
 
     try:
-        with _abstract_tpu(chip), jax_config.use_emit_pipeline_primitive(pipeline_primitive):
+        with abstract_tpu(chip), jax_config.use_emit_pipeline_primitive(pipeline_primitive):
             return jax.make_jaxpr(fn)(*args, **kwargs)
     except ValueError as err:
         translated = _translate_index_map_error(str(err)) or _x64_error(str(err))
@@ -155,7 +155,7 @@ def sparse_core_chip(chip: str) -> str:
 
 
 @contextlib.contextmanager
-def _abstract_tpu(chip: str | None) -> Iterator[None]:
+def abstract_tpu(chip: str | None) -> Iterator[None]:
     """Trace under `chip`'s abstract TPU. Auto axes: with Explicit ones the captured jaxpr
     could not be evaluated outside the mesh (executors re-run it on the CPU)."""
     if chip is None:
