@@ -202,6 +202,9 @@ def operand_occupancy(
     op: Operand, kernel: Kernel, chip: Chip, constant_index: bool = False
 ) -> OperandOccupancy:
     space = _space(op)
+    if space == "vmem" and op.memory_space == "default" and op.role != "scratch" \
+            and kernel is not None and kernel.kind == "mesh":
+        space = "hbm"  # a mesh kernel's (pl.kernel, pl.core_map) operands stay in HBM
     shape = _buffer_shape(op)
     dtype = _storage_dtype(op.dtype)
     if space == "hbm":
@@ -253,6 +256,61 @@ def _buffers(op: Operand, kernel: Kernel, constant_index: bool) -> int:
     return op.buffer_count if op.buffer_count is not None else 2
 
 
+# --- buffers the kernel body allocates: run_scoped, nested emit_pipelines --------------------
+
+
+def body_occupancy(kernel: Kernel, chip: Chip, prefix: str = "") -> tuple[OperandOccupancy, ...]:
+    """`run_scoped` buffers (once each) and every nested `emit_pipeline`'s buffers, recursively.
+
+    Summed, although sequential scopes may share memory: an upper bound when a body has
+    several, exact for one (tests/test_vmem_fidelity.py).
+    """
+    out = [dataclasses.replace(operand_occupancy(op, kernel, chip), origin=prefix + op.origin)
+           for op in kernel.scoped]
+    spaces = {op.origin: op.memory_space for op in (*kernel.operands, *kernel.scoped)}
+    for i, pipeline in enumerate(kernel.pipelines):
+        label = f"{prefix}pipelines[{i}]."
+        out += [pipeline_operand_occupancy(op, spaces.get(op.outer or ""), chip, label)
+                for op in pipeline.operands]
+        out += body_occupancy(pipeline, chip, label)
+    return tuple(out)
+
+
+def pipeline_operand_occupancy(op: Operand, outer_space: str | None, chip: Chip,
+                               label: str) -> OperandOccupancy:
+    """One operand of an `emit_pipeline`, as jax/_src/pallas/mosaic/pipeline.py allocates it:
+    `buffer_count` (default 2) buffers of one block, even for a single step or a constant
+    index map (and as many DMA semaphores, see `pipeline_semaphores`) -- unless the outer ref
+    already lives in the block's memory space: the pipeline then windows it in place."""
+    one = operand_occupancy(dataclasses.replace(op, role="scratch"), _NO_KERNEL, chip)
+    count = 0 if _in_place(op, outer_space, one.space) else (op.buffer_count or 2)
+    return dataclasses.replace(one, origin=label + op.origin, role=op.role, buffers=count,
+                               bytes=count * one.buffer_bytes)
+
+
+def pipeline_semaphores(kernel: Kernel) -> int:
+    """DMA semaphores of the nested pipelines: one per buffer of each copied operand."""
+    total = 0
+    spaces = {op.origin: op.memory_space for op in (*kernel.operands, *kernel.scoped)}
+    for pipeline in kernel.pipelines:
+        total += sum(op.buffer_count or 2 for op in pipeline.operands
+                     if not _in_place(op, spaces.get(op.outer or ""), _space(op)))
+        total += pipeline_semaphores(pipeline)
+    return total
+
+
+def _in_place(op: Operand, outer_space: str | None, space: Space) -> bool:
+    """The pipeline aliases the outer ref (no copy): same memory space, or an HBM window."""
+    if space == "hbm":
+        return True
+    return outer_space is not None and (
+        outer_space == space or (outer_space == "default" and space == "vmem"))
+
+
+# `operand_occupancy` reads the enclosing kernel only for pipelined (non-scratch) operands.
+_NO_KERNEL: Kernel = None  # type: ignore[assignment]
+
+
 # --- per kernel -------------------------------------------------------------------------------
 
 
@@ -273,7 +331,7 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
     c = chip if isinstance(chip, Chip) else get_chip(chip)
     constant = _jax.constant_index_maps(kernel)
     ops = tuple(operand_occupancy(op, kernel, c, constant.get(op.origin, False))
-                for op in kernel.operands)
+                for op in kernel.operands) + body_occupancy(kernel, c)
     limit, source = vmem_limit(kernel, c)
     return Occupancy(
         kernel=kernel.name,
@@ -285,7 +343,8 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
         vmem_capacity=c.vmem_capacity,
         smem_bytes=sum(o.bytes for o in ops if o.space == "smem"),
         smem_capacity=c.smem_capacity,
-        semaphores=sum(o.bytes for o in ops if o.space == "semaphore"),
+        semaphores=sum(o.bytes for o in ops if o.space == "semaphore")
+        + pipeline_semaphores(kernel),
         large_values=large_values(kernel, c),
     )
 
