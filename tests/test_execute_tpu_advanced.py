@@ -94,6 +94,18 @@ def test_default_executors_choose_one_that_runs_the_kernel_and_say_which():
     assert cmp.notes == ("executors chosen by default: interpret, tpu-interpret",)
 
 
+def test_run_without_an_executor_chooses_one_that_runs_the_kernel():
+    fn, args = CATALOG["mesh_kernel"].case()
+    result = run(fn, *args)
+    assert result.executor == "tpu-interpret" and result.status == "ran"
+    assert result.notes[0] == ("executor chosen by default: tpu-interpret (the HLO interpreter "
+                               "cannot run mesh kernels (TensorCoreMesh); tpu-interpret can "
+                               "(kernel _triple_my_rows))")
+    fn, args = CATALOG["run_scoped_sync_copy"].case()
+    result = run(fn, *args)
+    assert result.executor == "interpret" and result.status == "ran" and not result.notes
+
+
 def test_the_value_of_a_mesh_kernel_call_comes_from_tpu_interpret_with_a_note():
     fn, args = CATALOG["core_map_kernel"].case()
     ev = evaluate(capture(fn, *args))

@@ -316,53 +316,6 @@ class TpuInterpretExecutor:
         return result
 
 
-class GpuInterpretExecutor:
-    """Mosaic GPU interpret mode, for `plgpu.kernel` kernels."""
-
-    name = "gpu-interpret"
-
-    def unavailable(self) -> str | None:
-        try:
-            from jax.experimental.pallas import mosaic_gpu  # noqa: F401
-        except ImportError as err:  # pragma: no cover - absl-py missing
-            return f"Mosaic GPU interpret mode cannot be imported ({err}); " \
-                   'install it with: pip install "pallaslab[gpu]"'
-        return None
-
-    def cannot_run(self, prepared: Prepared) -> str | None:
-        for k in prepared.capture:
-            if k.kind != "mesh" or k.backend != "mosaic_gpu":
-                return (f"kernel {k.name} is a {k.kind} kernel for {k.backend or 'no backend'}: "
-                        "GPU interpret mode runs plgpu.kernel (Mosaic GPU mesh) kernels only")
-        return None
-
-    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
-        from jax.experimental.pallas import mosaic_gpu as plgpu
-
-        # Rebinding the captured equation misses the interpreter's ordered effects: re-trace
-        # the user's function with GPU interpret mode forced instead.
-        monitor = RunMonitor(list(prepared.capture), desc=self.name, deadline=deadline)
-        t0 = time.perf_counter()
-        with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams()):
-            compiled = jax.jit(prepared.fn).lower(*prepared.args, **prepared.kwargs).compile()
-        compile_time = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        outputs: tuple[np.ndarray, ...] | None = None
-        error, findings = None, []
-        with monitor.watching():
-            try:
-                outs = compiled(*prepared.args, **prepared.kwargs)
-                jax.block_until_ready(outs)
-                jax.effects_barrier()
-                outputs = _numpy(jax.tree.leaves(outs))
-            except Exception as err:
-                error = diagnostics.short_error(str(err))
-                findings.append(Finding("interpret-error", "error", error))
-        return RunResult(self.name, outputs, prepared.output_info, time.perf_counter() - t1,
-                         compile_time, prints=monitor.prints, findings=tuple(findings),
-                         error=error, inputs=_numpy(prepared.flat_args))
-
-
 def attached_accelerator() -> tuple[Any | None, str | None]:
     """(device, None) for an attached TPU or GPU, else (None, why not)."""
     for platform in ("tpu", "gpu"):
@@ -452,6 +405,12 @@ class ReferenceExecutor:
                          inputs=_numpy(prepared.flat_args))
 
 
+def _gpu_interpret() -> Executor:
+    from pallaslab.execute.gpu_interpret import GpuInterpretExecutor
+
+    return GpuInterpretExecutor()
+
+
 class ExecutorError(PallasLabError, ValueError):
     """An executor name or reference that does not fit."""
 
@@ -466,7 +425,7 @@ def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None =
     factories: dict[str, Callable[[], Executor]] = {
         "interpret": InterpretExecutor,
         "tpu-interpret": TpuInterpretExecutor,
-        "gpu-interpret": GpuInterpretExecutor,
+        "gpu-interpret": _gpu_interpret,
         "device": DeviceExecutor,
         "reference": lambda: ReferenceExecutor(reference),
     }
@@ -476,21 +435,32 @@ def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None =
     return factories[name]()
 
 
-def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any, executor: str | Executor =
-        "interpret", reference: Callable[..., Any] | None = None, seed: int = DEFAULT_SEED,
-        timeout: float | None = None, **kwargs: Any) -> RunResult:
-    """Run `fn(*args, **kwargs)` (or a captured `Kernel` on its operands) with one executor.
+def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
+        executor: str | Executor | None = None, reference: Callable[..., Any] | None = None,
+        seed: int = DEFAULT_SEED, timeout: float | None = None, **kwargs: Any) -> RunResult:
+    """Run `fn(*args, **kwargs)` (or a captured `Kernel` on its operands) with one executor;
+    None: the interpreter that can run the kernels (`interpret` unless it cannot, e.g.
+    `tpu-interpret` for TPU mesh kernels), the result's notes saying why when not `interpret`.
 
     Abstract arguments get seeded random data (see `pallaslab.execute.data`). The result's
     `status` says whether it ran, was unavailable here, failed, or was stopped by the time
     limit (`timeout` seconds; see `pallaslab.execute.isolation`); nothing the kernel does
     wrong raises.
     """
+    from pallaslab.execute.auto import interpreter_choice, interpreter_for
     from pallaslab.execute.isolation import time_limit
 
-    chosen = get_executor(executor, reference=reference)
+    chosen = None if executor is None else get_executor(executor, reference=reference)
     time_limit(timeout)  # a bad limit is an error before anything runs
-    return run_with(chosen, kernel_or_fn, args, kwargs, seed=seed, timeout=timeout)
+    if chosen is not None:
+        return run_with(chosen, kernel_or_fn, args, kwargs, seed=seed, timeout=timeout)
+    prepared = prepare(kernel_or_fn, args, kwargs, seed=seed)
+    result = execute(get_executor(interpreter_for(prepared.capture)), prepared,
+                     timeout=timeout)
+    if (why := interpreter_choice(prepared.capture)) is None:
+        return result
+    note = f"executor chosen by default: {result.executor} ({why})"
+    return dataclasses.replace(result, notes=(note, *result.notes))
 
 
 def require_device() -> Any:
