@@ -149,7 +149,8 @@ def execute_here(executor: Executor, prepared: Prepared, limit: float) -> RunRes
         result = _failed(executor.name, prepared, str(err))
     except Exception as err:  # an executor failing must not abort the others
         result = _failed(executor.name, prepared, _error_text(executor, err))
-        if why := capabilities.unimplemented(executor.name, str(err), list(prepared.capture)):
+        text = f"{type(err).__name__}: {err}"
+        if why := capabilities.unimplemented(executor.name, text, list(prepared.capture)):
             result = dataclasses.replace(result, error=None, unavailable=why)
     return result
 
