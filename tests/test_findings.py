@@ -157,3 +157,35 @@ def test_smem_and_any_operands_are_exempt_from_the_tpu_rule():
 
     (k,) = pallaslab.capture(fn, rand((10, 100)), jnp.zeros((3,), jnp.int32))
     assert [f.code for f in find(k, tile(k))] == []
+
+
+def test_tpu_buffer_count_names_the_operand_value_and_rule():
+    (f,) = findings_of("buffered_three")
+    assert (f.code, f.severity, f.operand) == ("tpu-buffer-count", "error", "args[0]")
+    assert f.message.startswith(
+        "args[0] (x_ref): pipeline_mode=pl.Buffered(3) asks for 3 buffers, but Mosaic TPU's "
+        "pallas_call pipeline supports only single (1) and double (2) buffering")
+    assert "Rule: pl.Buffered(1) or pl.Buffered(2) in a TPU pallas_call" in f.message
+    assert findings_of("buffered_three", backend="triton") == []
+
+
+def test_tpu_mixed_element_names_the_blocked_dims():
+    (f,) = findings_of("mixed_element_blocked")
+    assert (f.code, f.severity, f.operand) == ("tpu-mixed-element", "error", "args[0]")
+    assert f.message.startswith(
+        "args[0] (x_ref): block shape (pl.Element(64), 128) mixes pl.Element dimensions with "
+        "non-Element ones (dim 1 (blocked 128)); Mosaic TPU rejects it")
+    assert "Rule: make every block dimension pl.Element (or squeezed), or none" in f.message
+
+
+def test_element_with_squeezed_dims_is_allowed():
+    def fn(x):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]),
+            out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype), grid=(4,),
+            in_specs=[pl.BlockSpec((None, pl.Element(8), pl.Element(128)),
+                                   lambda i: (i, 0, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)))(x)
+
+    (k,) = pallaslab.capture(fn, rand((4, 8, 128)))
+    assert "tpu-mixed-element" not in [f.code for f in find(k, tile(k))]

@@ -174,12 +174,14 @@ def tpu_mixed_element(op: Operand) -> Finding | None:
     blocked = [i for i, k in enumerate(kinds) if k not in ("element", "squeezed")]
     if not blocked:
         return None
-    dims = ", ".join(f"dim {i} ({kinds[i]}, {op.block_dims[i].size})"  # type: ignore[index]
-                     for i in blocked)
+    dims = op.block_dims or ()
+    shown = ", ".join(f"pl.Element({d.size})" if d.kind == "element" else
+                      "None" if d.squeezed else str(d.size) for d in dims)
+    which = ", ".join(f"dim {i} ({kinds[i]} {dims[i].size})" for i in blocked)
     return Finding(
         "tpu-mixed-element", "error",
-        f"{_named(op)}: block shape {op.block_shape} mixes pl.Element dimensions with "
-        f"non-Element ones ({dims}); Mosaic TPU rejects it (\"All block dimensions must be "
+        f"{_named(op)}: block shape ({shown}) mixes pl.Element dimensions with "
+        f"non-Element ones ({which}); Mosaic TPU rejects it (\"All block dimensions must be "
         "Elements or none of them can be Elements.\"). Rule: make every block dimension "
         "pl.Element (or squeezed), or none of them.",
         operand=op.origin,
