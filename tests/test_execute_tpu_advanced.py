@@ -235,3 +235,12 @@ def test_cores_that_signal_each_other_run_whole_and_say_why_they_cannot_be_stepp
             f"each other (a semaphore signal or DMA to another core at {__file__}:{signal}), "
             "so no core can run alone. Run it whole under tpu-interpret")):
         pallaslab.step(signalling_cores, x)
+
+
+def test_a_fused_kernel_runs_in_the_worker_process():
+    # fuser.fuse's wrapper refers to JAX config options: they travel by name.
+    fn, args = CATALOG["fused_scale_add"].case()
+    result = run(fn, *args, executor="interpret")
+    assert result.status == "ran" and not result.notes, result.notes
+    np.testing.assert_allclose(result.outputs[0], reference_outputs("fused_scale_add", args)[0],
+                               rtol=1e-5)

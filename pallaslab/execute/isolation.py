@@ -151,7 +151,44 @@ def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:
     # The outer layer is plain pickle: the worker sets its path and options before it
     # rebuilds the user's objects (which may import the user's modules).
     return pickle.dumps({"kind": kind, "sys_path": list(sys.path), "config": config,
-                         "work": cloudpickle.dumps(work)})
+                         "work": _dumps(work)})
+
+
+def _dumps(work: dict[str, Any]) -> bytes:
+    """cloudpickle, with JAX's config options sent by name: JAX's own closures (the fuser's
+    `fuse` wrapper) refer to them, and they cannot be pickled themselves."""
+    import io
+
+    import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if type(obj).__module__.startswith("jaxlib") and type(obj).__name__ == "Config":
+                where = _jax_attribute(obj)
+                if where is not None:
+                    return _jax_attribute_value, where
+            return super().reducer_override(obj)
+
+    buffer = io.BytesIO()
+    Pickler(buffer).dump(work)
+    return buffer.getvalue()
+
+
+def _jax_attribute(obj: Any) -> tuple[str, str] | None:
+    """(module, attribute) of a loaded jax module holding `obj`, or None."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "jax" or name.startswith("jax.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is obj:
+                return name, attr
+    return None
+
+
+def _jax_attribute_value(module: str, attr: str) -> Any:
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
 
 
 def why_not_sent(err: BaseException) -> str:
