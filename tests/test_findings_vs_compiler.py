@@ -90,3 +90,36 @@ def test_every_rejecting_code_is_exercised(verdicts):
     # Each rule is checked on at least one kernel the compiler does refuse.
     seen = set().union(*(foreseen for foreseen, _ in verdicts.values()))
     assert seen == set(REJECTING.values())
+
+
+def _doubling(rows: int, limit: int):
+    """A grid of 2 over (rows, 128) f32 blocks (4 pipeline buffers) under `vmem_limit_bytes`."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def fn(x):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+            in_specs=[pl.BlockSpec((rows, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((rows, 128), lambda i: (i, 0)),
+            compiler_params=pltpu.CompilerParams(vmem_limit_bytes=limit))(x)
+
+    return pallaslab.capture(fn, jax.ShapeDtypeStruct((2 * rows, 128), jnp.float32))
+
+
+@pytest.mark.tpu_compiler
+@pytest.mark.parametrize(("blocks_mib", "compiles"), [(15, True), (17, False)])
+def test_a_limit_above_the_chips_vmem_is_capped_at_it(blocks_mib, compiles):
+    # vmem_limit_bytes=100 MiB on 7x (64 MiB of VMEM): libtpu caps the limit at the VMEM, so
+    # 4 x 15 MiB compile and 4 x 17 MiB do not -- and the findings say the same.
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip('needs libtpu: pip install "pallaslab[tpu]"')
+    cap = _doubling(blocks_mib * 2048, 100 << 20)
+    (result,) = pallaslab.lower(cap, target="tpu-7x", compile=True).kernels
+    codes = [(f.code, f.severity) for f in vmem_findings(cap[0], ("7x",))]
+    assert result.ok == compiles, [d.message for d in result.diagnostics]
+    assert codes == ([("vmem-limit-above-chip", "info")] if compiles
+                     else [("vmem-overflow", "error")])

@@ -11,10 +11,14 @@ What Mosaic allocates in scoped VMEM for a `pallas_call`:
   at most 8 rows; a rank-1 buffer to a multiple of 128 x packing elements.
 - an operand whose index map is constant (the same block every step), or any operand of a
   single-step grid, gets one buffer: there is nothing to prefetch.
-SMEM holds scalar-prefetch operands, SMEM blocks and SMEM scratch; semaphores are counted.
+- what the body allocates: `run_scoped` buffers once each; each nested `emit_pipeline`
+  `buffer_count` (default 2) buffers per operand it copies, whatever its grid.
+SMEM holds scalar-prefetch operands, SMEM blocks and SMEM scratch; semaphores are counted
+(nested pipelines: one DMA semaphore per buffer).
 
 The total is judged against the kernel's `vmem_limit_bytes` or the chip's default scoped
-limit (measured with libtpu, see `chips.py`). tests/test_vmem_fidelity.py compares these
+limit (measured with libtpu, see `chips.py`); libtpu caps a limit above the chip's VMEM at it.
+tests/test_vmem_fidelity.py compares these
 estimates with the smallest `vmem_limit_bytes` the real compiler accepts.
 """
 
