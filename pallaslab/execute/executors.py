@@ -1,10 +1,13 @@
 """Executors: one protocol, five ways to run a captured function.
 
-- `interpret`: JAX's HLO interpreter (`interpret=True`);
+- `interpret`: JAX's HLO interpreter (`interpret=True`); not for TPU mesh kernels (it binds
+  no mesh axes), which its status says in one line;
 - `tpu-interpret`: TPU interpret mode, `pltpu.InterpretParams(detect_races=True,
   on_race="warn", out_of_bounds_reads="raise", uninitialized_memory="nan",
   num_cores_or_threads=2)`: two cores, so programs along "parallel" dimensions really overlap
-  and races show; races, out-of-bounds reads and revisited outputs become findings;
+  and races show; races, out-of-bounds reads and revisited outputs become findings. Also runs
+  TPU mesh kernels (`pl.kernel` / `pl.core_map` over tensorcore and SparseCore meshes), one
+  simulated core per mesh core;
 - `gpu-interpret`: Mosaic GPU interpret mode (`plgpu.InterpretGPUParams()`), for `plgpu.kernel`
   kernels only (it rejects BlockSpec windows);
 - `device`: compiled for an attached TPU or GPU; unavailable (with the reason) elsewhere;
@@ -12,6 +15,8 @@
 
 Whole functions run by re-running their captured jaxpr with every kernel's `interpret`
 parameter replaced, so library kernels that hard-code `interpret=False` run interpreted too.
+What an interpreter cannot run (see `pallaslab.execute.capabilities`) makes it *unavailable*
+with a one-line reason, never a traceback.
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ its blocks back; scratch persists from program to program. Outputs are read-modi
 every step, which is what TPU does for an accumulator revisited in consecutive steps. After the
 last program the outputs equal the `interpret` executor's bit for bit.
 
+A TPU mesh kernel (`pl.kernel` / `pl.core_map`) is stepped core by core: its programs are its
+cores (program ids = mesh coordinates, `axis_index` of a mesh axis = the core's coordinate),
+each operand one whole-array block carried from core to core, each core with its own fresh
+scratch. Cores that signal each other cannot run alone: such kernels are refused, with the
+user's line, in favour of running them whole under tpu-interpret.
+
 The single-program function is compiled once (`jax.jit` of the kernel body, taking program
 ids, scalar-prefetch values, blocks and scratch). History keeps, per step, only the blocks and
 scratch values that step changed (their previous contents), so `back()` is cheap and memory
