@@ -18,8 +18,8 @@ SMEM holds scalar-prefetch operands, SMEM blocks and SMEM scratch; semaphores ar
 
 The total is judged against the kernel's `vmem_limit_bytes` or the chip's default scoped
 limit (measured with libtpu, see `chips.py`); libtpu caps a limit above the chip's VMEM at it.
-tests/test_vmem_fidelity.py compares these
-estimates with the smallest `vmem_limit_bytes` the real compiler accepts.
+tests/test_vmem_fidelity.py compares these estimates with the smallest `vmem_limit_bytes` the
+real compiler accepts.
 """
 
 from __future__ import annotations
