@@ -244,3 +244,16 @@ def test_a_fused_kernel_runs_in_the_worker_process():
     assert result.status == "ran" and not result.notes, result.notes
     np.testing.assert_allclose(result.outputs[0], reference_outputs("fused_scale_add", args)[0],
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ADVANCED)
+def test_every_advanced_kernel_steps_to_its_reference(name):
+    fn, args = CATALOG[name].case()
+    st = pallaslab.step(fn, *args)
+    st.step(st.programs)
+    assert st.done
+    # core_map_kernel writes the ref pl.run_state made (its args[1]); the others an output.
+    written = st.outputs() or (st.blocks()["args[1]"].written,)
+    expected = reference_outputs(name, args)[0]
+    np.testing.assert_allclose(written[0], expected, rtol=1e-5,
+                               atol=1e-5 * float(np.abs(expected).max()))
