@@ -106,14 +106,21 @@ class PallasMagics(Magics):
         traced = _traced(expr, filename, flags, ns)
         cap = _capture(traced)
         wb, comparison = _workbench(cap, traced, options)
-        from pallaslab.execute.auto import evaluate, stopped_in
-
-        evaluation = stopped_in(comparison) or evaluate(cap, timeout=options["timeout"])
-        if evaluation.note:
-            print(evaluation.note)
         from IPython.display import display
 
+        from pallaslab.execute.auto import evaluate, needing_interpretation, stopped_in
+
+        evaluation = stopped_in(comparison)
+        if evaluation is None and needing_interpretation(cap):
+            # interpreted here, within the time limit: its one-line note reads above the workbench
+            evaluation = evaluate(cap, timeout=options["timeout"])
+        if evaluation is not None and evaluation.note:
+            print(evaluation.note)
         display(wb)
+        if evaluation is None:
+            # Kernels run as written are dispatched after the workbench is built: its index
+            # maps then do not wait behind the value's computation on the device.
+            evaluation = evaluate(cap, timeout=options["timeout"])
         if evaluation.error is not None:  # after the workbench, as the plain cell would fail
             if evaluation.error.__traceback__ is None:  # ours (the interpreted run): at the line
                 _raise_at(evaluation.error, last, filename)
