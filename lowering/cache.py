@@ -28,7 +28,7 @@ from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resourc
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
 
-SCHEMA = 2  # 2: kernels lowered under the target's own abstract device
+SCHEMA = 3  # 2: lowered under the target's own abstract device; 3: VMEM of body allocations
 
 
 class CacheError(PallasLabError, OSError):

@@ -93,10 +93,15 @@ def test_compiler_rejections_keep_their_words_and_codes(matrix, name, target):
 def test_buffers_the_body_allocates_count_in_vmem(matrix, name, kib):
     """run_scoped / emit_pipeline buffers live inside the body (`llo.alloca_vmem`), not in
     the signature; both figures are the smallest vmem_limit_bytes libtpu accepts (measured
-    with vmem_exact): one 128x128 f32 buffer, and 3 operands x 2 buffers of 128x128 f32."""
+    with vmem_exact): one 128x128 f32 buffer, and 3 operands x 2 buffers of 128x128 f32.
+    On 7x the compiler places small ANY operands in VMEM itself, outside scoped VMEM."""
     for target in TARGETS:
         (k,) = matrix[name, target].kernels
         assert k.resources.vmem_bytes == kib * 1024, target
+    fn, args, _ = _case(name)
+    (k,) = lowering.lower(fn, *args, target="tpu-7x", compile=True).kernels
+    assert "unspecified_memory_space" in k.stages[-1].text
+    assert k.resources.vmem_bytes == kib * 1024
 
 
 def test_every_tpu_target_lowers_run_scoped_sync_copy():
