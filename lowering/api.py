@@ -55,11 +55,15 @@ def _for_chip(kernels: Capture | tuple[Kernel, ...], target: Target
     function to trace again and is lowered as captured. Where the call cannot be traced for
     this chip (e.g. a SparseCore kernel on a chip without SparseCores), the kernels are lowered
     as captured, with a note saying why, and Mosaic gives its verdict."""
-    if not isinstance(kernels, Capture):
-        return tuple(kernels), ()
     chips = {k.traced_for_chip for k in kernels} - {None, target.chip}
     if target.chip is None or not chips:
-        return kernels.kernels, ()
+        return tuple(kernels), ()
+    if not isinstance(kernels, Capture):
+        return tuple(kernels), (Diagnostic(
+            "warning", "traced-for-other-chip",
+            f"kernel traced for {', '.join(sorted(str(c) for c in chips))}, lowered as traced: "
+            f"a Kernel alone cannot be traced again for {target.name}'s chip; pass its "
+            "Capture (or the function and its arguments) to lower what that chip runs."),)
     from pallaslab.model.capture import recapture
 
     try:

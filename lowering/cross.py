@@ -2,7 +2,10 @@
 
 JAX lowers for a platform it has no device for when an abstract mesh says which device kind
 to assume (`jax.sharding.use_abstract_mesh`), and `lower(lowering_platforms=...)` names the
-platform. The kernel is bound alone (`_jax.kernel_callable`), with its operand avals.
+platform. The kernel is bound alone, with its operand avals. Its body's equations carry the
+device context they were traced under (none on a CPU host, or the user's chip), which Pallas's
+rules re-enter while lowering; so the body is re-stamped with the target's abstract device
+first (`kernel_callable_for_device`), never the capture's.
 """
 
 from __future__ import annotations

@@ -65,6 +65,10 @@ def test_advanced_kernel_lowers_and_compiles(matrix, name, target):
         (d,) = k.errors
         assert not k.ok and d.code == "unsupported-target"
         assert "SparseCore is not available on the current device (v5e)" in d.message
+        (note,) = [d for d in k.diagnostics if d.severity == "warning"]
+        assert (note.code, note.message) == ("traced-for-other-chip", (
+            "fn(...) could not be traced for tpu-v5e's chip (RuntimeError: The current TPU "
+            "does not have SparseCores); its kernels are lowered as traced for 7x."))
         return
     for k in result:
         assert k.backend == "mosaic-tpu"
@@ -159,6 +163,19 @@ def test_chip_dependent_trace_is_redone_for_the_target(target):
     assert k.ok and direct.ok
     assert k.stage("mosaic").text == direct.stage("mosaic").text
     assert f"iteration_bounds = array<i64: {tgt.cores}>" in k.stage("mosaic").text
+
+
+def test_a_lone_kernel_traced_for_another_chip_is_lowered_as_traced_and_says_so():
+    fn, args, _ = _case("mesh_kernel_default_cores")
+    (kernel,) = pallaslab.capture(fn, *args).kernels
+    (k,) = lowering.lower(kernel, target="tpu-v5p", use_cache=False).kernels
+    assert k.ok and "iteration_bounds = array<i64: 1>" in k.stage("mosaic").text
+    (note,) = k.diagnostics
+    assert (note.severity, note.code) == ("warning", "traced-for-other-chip")
+    assert note.message == (
+        "kernel traced for v5e, lowered as traced: a Kernel alone cannot be traced again for "
+        "tpu-v5p's chip; pass its Capture (or the function and its arguments) to lower what "
+        "that chip runs.")
 
 
 def test_targets_lower_for_the_cores_libtpu_compiles_for():
