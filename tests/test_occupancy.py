@@ -213,9 +213,10 @@ def test_a_limit_above_the_chip_is_capped_not_refused():
     assert (f.code, f.severity) == ("vmem-limit-above-chip", "info")
     assert f.message.startswith("_double on TPU 7x asks for vmem_limit_bytes=104857600 "
                                 "(100.00 MiB), more than the chip's 64.00 MiB of VMEM: the "
-                                "compiler caps the limit at 64.00 MiB")
+                                "compiler caps the limit at the 63.94 MiB it lets kernels use")
     occ = occupancy(kernel_of("vmem_limit_above_chip"), "7x")
-    assert (occ.limit, occ.effective_limit, occ.fits) == (100 << 20, 64 << 20, True)
+    assert (occ.limit, occ.effective_limit, occ.fits) == (100 << 20, (64 << 20) - 64 * KiB, True)
+    assert occupancy(kernel_of("vmem_limit_above_chip"), "v5e").effective_limit == 100 << 20
 
 
 def test_buffers_beyond_the_capped_limit_overflow():
@@ -223,5 +224,6 @@ def test_buffers_beyond_the_capped_limit_overflow():
     assert occupancy(k, "v6e").fits  # 128 MiB of VMEM
     (f,) = vmem_findings(k, ("v6e", "7x"))
     assert (f.code, f.severity, f.operand) == ("vmem-overflow", "error", "args[0]")
-    assert "on TPU 7x needs 68.00 MiB of scoped VMEM, more than the chip's 64.00 MiB of VMEM " \
-        "(the compiler caps vmem_limit_bytes=104857600 at the chip's VMEM)" in f.message
+    assert "on TPU 7x needs 68.00 MiB of scoped VMEM, more than the 63.94 MiB of the chip's " \
+        "64.00 MiB of VMEM the compiler lets kernels use (it caps vmem_limit_bytes=104857600 " \
+        "there)" in f.message

@@ -88,6 +88,7 @@ class Occupancy:
     # In-kernel values of at least SPILL_RISK_BYTES (largest first): the compiler may keep
     # them in scoped VMEM on top of `bytes` (not counted; see `spill_note`).
     large_values: tuple[tuple[tuple[int, ...], str, int], ...] = ()
+    vmem_usable: int | None = None  # the VMEM the compiler lets buffers use (None: capacity)
 
     @property
     def spill_note(self) -> str | None:
@@ -101,9 +102,10 @@ class Occupancy:
     @property
     def effective_limit(self) -> int:
         """The limit the compiler applies: libtpu 0.0.52 caps a `vmem_limit_bytes` above the
-        chip's VMEM at the VMEM (v5e/v6e 128 MiB, 7x 64 MiB; re-checked by
-        tests/test_findings_vs_compiler.py)."""
-        return min(self.limit, self.vmem_capacity)
+        chip's VMEM at the VMEM it lets kernels use (`Chip.vmem_usable`: v5e 128 MiB, v6e
+        128 MiB - 64 KiB, 7x 64 MiB - 64 KiB; re-checked by tests/test_findings_vs_compiler.py)."""
+        usable = self.vmem_capacity if self.vmem_usable is None else self.vmem_usable
+        return min(self.limit, usable)
 
     @property
     def fits(self) -> bool:
@@ -350,6 +352,7 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
         semaphores=sum(o.bytes for o in ops if o.space == "semaphore")
         + pipeline_semaphores(kernel),
         large_values=large_values(kernel, c),
+        vmem_usable=c.vmem_usable,
     )
 
 
@@ -396,7 +399,7 @@ def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple
         occ = occupancy(kernel, name)
         if not occ.fits:
             out.append(overflow_finding(occ))
-        elif occ.limit > occ.vmem_capacity:
+        elif occ.limit > occ.effective_limit:
             out.append(limit_above_chip_finding(occ))
     return tuple(out)
 
@@ -406,9 +409,9 @@ def limit_above_chip_finding(occ: Occupancy) -> Finding:
         code="vmem-limit-above-chip", severity="info",
         message=f"{occ.kernel} on TPU {occ.chip} asks for vmem_limit_bytes={occ.limit} "
                 f"({_kib(occ.limit)}), more than the chip's {_kib(occ.vmem_capacity)} of VMEM: "
-                f"the compiler caps the limit at {_kib(occ.vmem_capacity)}, and the "
-                f"{_kib(occ.bytes)} the kernel needs fit under it. Rule: scoped VMEM is "
-                "bounded by min(vmem_limit_bytes, the chip's VMEM).",
+                f"the compiler caps the limit at the {_kib(occ.effective_limit)} it lets "
+                f"kernels use, and the {_kib(occ.bytes)} the kernel needs fit under it. Rule: "
+                "scoped VMEM is bounded by min(vmem_limit_bytes, the chip's usable VMEM).",
     )
 
 
@@ -417,10 +420,10 @@ def overflow_finding(occ: Occupancy) -> Finding:
     parts = ", ".join(f"{o.origin} {o.buffers} x {_kib(o.buffer_bytes)}" for o in top)
     if occ.smem_bytes > occ.smem_capacity:
         what = f"needs {_kib(occ.smem_bytes)} of SMEM, more than the {_kib(occ.smem_capacity)}"
-    elif occ.limit > occ.vmem_capacity:
-        what = (f"needs {_kib(occ.bytes)} of scoped VMEM, more than the chip's "
-                f"{_kib(occ.vmem_capacity)} of VMEM (the compiler caps vmem_limit_bytes="
-                f"{occ.limit} at the chip's VMEM)")
+    elif occ.limit > occ.effective_limit:
+        what = (f"needs {_kib(occ.bytes)} of scoped VMEM, more than the "
+                f"{_kib(occ.effective_limit)} of the chip's {_kib(occ.vmem_capacity)} of VMEM "
+                f"the compiler lets kernels use (it caps vmem_limit_bytes={occ.limit} there)")
     else:
         what = (f"needs {_kib(occ.bytes)} of scoped VMEM but the limit is {_kib(occ.limit)} "
                 f"({occ.limit_source})")
