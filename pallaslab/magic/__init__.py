@@ -1,0 +1,200 @@
+"""`%%pallas`: run the cell; inspect every kernel its last line launches.
+
+    %load_ext pallaslab
+    %%pallas --tab grid
+    x = jnp.ones((256, 256))
+    jnp.sum(my_kernel(x)) * 2     # any expression, or `out = ...`: its value stays the cell's
+
+The magic parses flags, runs the cell's statements before the last one in the user's
+namespace exactly as IPython would, and traces the last line's value once with
+`pallaslab.capture`:
+
+- a call whose callee and arguments call nothing themselves (`f(x, w.T, block=128)`): the
+  callee and the arguments are evaluated as Python would, and the call is traced;
+- any other expression (`f(x).sum()`, `f(x) + g(y)`, `jax.grad(loss)(x)`): it becomes a
+  function of the names it reads that hold arrays (or pytrees of arrays), in the order they
+  first appear; everything else it reads is closed over.
+
+The cell's value is computed from that trace (`pallaslab.execute.auto.evaluate`), so the
+user's code runs once per cell. With no TPU/GPU attached, kernels written for one run
+interpreted, and one line says so. The value is then shown (or assigned) exactly as the plain
+cell would. The workbench gets the caller's names for the traced function's flat arguments
+as `options["arg_names"]` (`["x", "w.T"]`). The magic has no logic of its own beyond that.
+
+Its parts: `options` (the flags, checked), `line` (the last line as a function to trace and
+its value rebuilt) and `user_code` (running the user's code so their errors read as without
+the magic).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from pallaslab.magic.line import SHAPES, last_value, traced_line
+from pallaslab.magic.options import EXTRA_OPTIONS as _EXTRA_OPTIONS
+from pallaslab.magic.options import compare_reference
+from pallaslab.magic.options import options_from as _options
+from pallaslab.magic.user_code import (
+    capture_line,
+    exec_with,
+    raise_at,
+    run_code,
+    without_our_frames,
+)
+
+if TYPE_CHECKING:
+    from pallaslab.execute.auto import Evaluation
+    from pallaslab.magic.line import Traced
+
+__all__ = ["PallasMagics", "load_ipython_extension", "parse_argstring", "register_option"]
+
+
+@magics_class
+class PallasMagics(Magics):
+    # IPython puts one "%" before the parser's name: the usage line reads `%%pallas`.
+    @magic_arguments(name="%pallas")
+    @argument("--tab", default=None, metavar="NAME",
+              help="the tab to open first (overview, grid, and any tab added later)")
+    @argument("--chip", action="append", default=[], metavar="CHIP",
+              help="TPU chip for chip-specific views, e.g. v5e (repeatable)")
+    @argument("--target", action="append", default=[], metavar="T",
+              help="target whose rules the findings follow, e.g. tpu-v5e, gpu-h100 (repeatable)")
+    @argument("--kernel", default=None, metavar="N",
+              help="show only this kernel (launch index or name) when the call launches several")
+    @argument("--compare", default=None, metavar="EXECUTORS",
+              help="run these executors, compare their outputs and open the Compare tab, e.g. "
+                   "interpret,reference=my_ref. my_ref, a function of the notebook, takes what "
+                   "the last line's call takes (`matmul(x, y)`: my_ref(x, y)); when the last "
+                   "line is not a single call (`matmul(x, y).sum()`), it takes the arrays the "
+                   "line names, in the order they appear (my_ref(x, y)), and returns what the "
+                   "line returns. Executors: interpret, tpu-interpret, gpu-interpret, device, "
+                   "reference=NAME")
+    @argument("--timeout", default=None, metavar="SECONDS",
+              help="time limit of each run: the interpreted run that computes the cell's value "
+                   "when no TPU/GPU is attached, and each --compare run (default 300 s, or "
+                   "$PALLASLAB_TIMEOUT); a run past it is stopped and reported as timed out")
+    @argument("--gpu", action="store_true",
+              help="compile Triton kernels for a100 and h100 and show shared memory, registers "
+                   "and blocks per SM in the Memory tab")
+    @cell_magic
+    def pallas(self, line: str, cell: str) -> Any:
+        """Run the cell and open the pallaslab workbench on every kernel its last line launches.
+
+        The last line is any expression, or an assignment (`out = ...`, `out += ...`,
+        `a, b = ...`), e.g. `matmul(x, y)`, `matmul(x, y).sum()`, `f(x) + g(y)` or
+        `jax.grad(loss)(x)`. It is traced once to find its kernels, and the cell's value is
+        computed from that trace: your code runs once, and the value (or assignment) is what
+        the plain cell gives. With no TPU/GPU attached, kernels written for one (no
+        `interpret=True`) run under interpret mode, and one line says so.
+        """
+        __tracebackhide__ = True  # user exceptions show their own frames, not the magic's
+        options = _options(parse_argstring(self.pallas, line))
+        shell = self.shell
+        assert shell is not None
+        filename, body, last = _statements(shell, cell)
+        expr, assign = last_value(last)
+        ns = shell.user_ns
+        flags = shell.compile.flags
+        if body:
+            module = ast.Module(body=body, type_ignores=[])
+            run_code(compile(module, filename, "exec", flags=flags, dont_inherit=True), ns)
+        options["reference"] = compare_reference(options["compare"], ns)
+        traced = traced_line(expr, filename, flags, ns)
+        cap = capture_line(traced)
+        wb, comparison = _workbench(cap, traced, options)
+        evaluation = _show_and_evaluate(wb, cap, comparison, options["timeout"])
+        if evaluation.error is not None:  # after the workbench, as the plain cell would fail
+            if evaluation.error.__traceback__ is None:  # ours (the interpreted run): at the line
+                raise_at(evaluation.error, last, filename)
+            raise without_our_frames(evaluation.error)
+        assert evaluation.outputs is not None
+        value = traced.value(evaluation.outputs)
+        if assign is not None:  # `out = ...`: assign as the plain cell would
+            exec_with(compile(assign, filename, "exec", dont_inherit=True), ns,
+                      {"__pl_value": value})
+            return None
+        return value
+
+
+def _statements(shell: Any, cell: str) -> tuple[str, list[ast.stmt], ast.stmt]:
+    """The cell's file name (for tracebacks), its statements before the last, and the last."""
+    __tracebackhide__ = True
+    source = shell.transform_cell(cell)
+    filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError as err:
+        # The cell fails as a plain cell would (IPython shows it as a syntax error), so Run All
+        # stops here.
+        raise err.with_traceback(None) from None
+    if not tree.body:
+        raise UsageError("%%pallas: the cell is empty; its last line must be an expression "
+                         f"that launches the kernel(s) to inspect, {SHAPES}")
+    *body, last = tree.body
+    return filename, body, last
+
+
+def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, timeout: float | None
+                       ) -> Evaluation:
+    """Display the workbench and compute the line's value from the trace (errors are kept in
+    the evaluation, for the caller to raise after the workbench)."""
+    from IPython.display import display
+
+    from pallaslab.execute.auto import evaluate, needing_interpretation, stopped_in
+
+    evaluation = stopped_in(comparison)
+    if evaluation is None and needing_interpretation(cap):
+        # interpreted here, within the time limit: its one-line note reads above the workbench
+        evaluation = evaluate(cap, timeout=timeout)
+    if evaluation is not None and evaluation.note:
+        print(evaluation.note)
+    display(wb)
+    if evaluation is None:
+        # Kernels run as written are dispatched after the workbench is built: its index maps
+        # then do not wait behind the value's computation on the device.
+        evaluation = evaluate(cap, timeout=timeout)
+    return evaluation
+
+
+def register_option(*flags: str, **kwargs: Any) -> None:
+    """Add a `%%pallas` flag for a later tab, e.g. `register_option("--executors", default=None,
+    help=...)`. Its parsed value reaches every view as `ctx.options[dest]`."""
+    func = PallasMagics.pallas
+    parser = func.parser
+    action = parser.add_argument(*flags, **kwargs)
+    if action.dest not in _EXTRA_OPTIONS:
+        _EXTRA_OPTIONS.append(action.dest)
+    func.__doc__ = parser.format_help()  # `%%pallas?` lists it
+
+
+def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, Any]:
+    """The workbench (with its comparison, when `--compare` asked for one)."""
+    from pallaslab.errors import PallasLabError
+    from pallaslab.workbench import Workbench
+
+    options["extra"]["arg_names"] = traced.arg_names
+    comparison = None
+    try:
+        compared = options.get("compare")
+        wb = Workbench(cap, chips=options["chips"], targets=options["targets"],
+                       tab=options["tab"] or ("compare" if compared else None),
+                       kernel=options["kernel"], options=options["extra"])
+        if compared:
+            from pallaslab.views.compare import attach_comparison, user_call
+
+            comparison = attach_comparison(
+                wb, executors=compared[0], reference=options.get("reference"),
+                call=user_call(*traced.call), timeout=options["timeout"])
+    except PallasLabError as err:
+        raise UsageError(f"%%pallas: {err}") from None
+    return wb, comparison
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext pallaslab`: register the `%%pallas` cell magic."""
+    ipython.register_magics(PallasMagics)

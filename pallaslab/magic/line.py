@@ -1,0 +1,233 @@
+"""The cell's last line as a function to trace once: its value expression (or an assignment's),
+the arrays it names, the caller's expression for each argument, and its value rebuilt from the
+trace's outputs."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import symtable
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from pallaslab.magic.user_code import eval_code
+
+SHAPES = ("e.g. `matmul(x, y)`, `out = matmul(x, y)` or `jnp.sum(matmul(x, y)) * 2`")
+
+
+def last_value(node: ast.stmt) -> tuple[ast.expr, ast.Module | None]:
+    """The last statement's value expression, and (for an assignment) the statement that
+    assigns `__pl_value` to its targets as the original would."""
+    value = ast.Name("__pl_value", ast.Load())
+    stmt: ast.stmt | None = None
+    if isinstance(node, ast.Expr):
+        return node.value, None
+    if isinstance(node, ast.Assign):
+        expr, stmt = node.value, ast.Assign(targets=node.targets, value=value)
+    elif isinstance(node, ast.AugAssign):
+        expr, stmt = node.value, ast.AugAssign(target=node.target, op=node.op, value=value)
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        expr, stmt = node.value, ast.AnnAssign(target=node.target, annotation=node.annotation,
+                                               value=value, simple=node.simple)
+    else:
+        shown = ast.unparse(node).splitlines()[0]
+        raise UsageError(f"%%pallas: the cell's last line must be an expression or an "
+                         f"assignment whose value launches the kernel(s), {SHAPES}; it is "
+                         f"`{shown}`")
+    for n in ast.walk(stmt):
+        if isinstance(n, (ast.expr, ast.stmt)) and not hasattr(n, "lineno"):
+            ast.copy_location(n, node)
+    return expr, ast.fix_missing_locations(ast.Module(body=[stmt], type_ignores=[]))
+
+
+_MISSING = object()
+
+
+@dataclasses.dataclass
+class Traced:
+    """The function the magic traces, its arguments, and how to rebuild the line's value."""
+
+    fn: Callable[..., Any]  # records the value's structure when traced
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]  # the user's, for compare
+    arg_names: tuple[str, ...] | None  # the caller's expression for each traced argument
+    label: str  # the line, as shown in messages
+    treedef: Any = None
+    kept: list[Any] = dataclasses.field(default_factory=list)  # non-traced leaves, or _MISSING
+
+    def value(self, outputs: Sequence[Any]) -> Any:
+        """The line's value: its traced leaves from `outputs`, the others as they were."""
+        import jax
+
+        it = iter(outputs)
+        leaves = [next(it) if v is _MISSING else v for v in self.kept]
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+def traced_line(expr: ast.expr, filename: str, flags: int, ns: dict[str, Any]) -> Traced:
+    __tracebackhide__ = True
+    label = _label(expr)
+    if isinstance(expr, ast.Call) and _plain_call(expr):
+        fn, args, kwargs, texts, kw_texts = _evaluate_call(expr, filename, flags, ns)
+        traced = Traced(fn, tuple(args), kwargs, (fn, tuple(args), kwargs), None, label)
+        traced.arg_names = _argument_names(args, texts, kwargs, kw_texts)
+    else:
+        names = _array_names(expr, ns)
+        lam = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
+                                            kwonlyargs=[], kw_defaults=[], defaults=[]),
+                         body=expr)
+        ast.copy_location(lam, expr)
+        code = compile(ast.fix_missing_locations(ast.Expression(lam)), filename, "eval",
+                       flags=flags, dont_inherit=True)
+        fn = eval(code, ns)  # defines the function; runs nothing of the user's
+        fn.__name__ = fn.__qualname__ = "cell"
+        values = tuple(ns[n] for n in names)
+        traced = Traced(fn, values, {}, (fn, values, {}), None, label)
+        traced.arg_names = _argument_names(values, list(names), {}, {})
+    traced.fn = _recording(fn, traced)
+    return traced
+
+
+def _label(expr: ast.expr) -> str:
+    text = ast.unparse(expr).splitlines()[0]
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain_call(call: ast.Call) -> bool:
+    """A call whose callee and arguments launch nothing themselves (no call inside them):
+    evaluating those first, as Python does, and tracing only the call captures everything."""
+    parts: list[ast.AST] = [call.func, *call.args, *(k.value for k in call.keywords)]
+    return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom,
+                                  ast.NamedExpr))
+                   for part in parts for n in ast.walk(part))
+
+
+def _array_names(expr: ast.expr, ns: dict[str, Any]) -> list[str]:
+    """The free names the expression reads that hold arrays (or pytrees of arrays only), in
+    the order they first appear."""
+    text = ast.unparse(expr)
+    free: set[str] = set()
+    try:
+        tables = symtable.symtable(f"lambda: ({text})", "<cell>", "exec").get_children()
+        while tables:
+            table = tables.pop()
+            free |= {s.get_name() for s in table.get_symbols()
+                     if s.is_global() and s.is_referenced()}
+            tables.extend(table.get_children())
+    except SyntaxError:  # pragma: no cover - the cell parsed, so its unparse does too
+        free = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    loads = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id in free),
+                   key=lambda n: (n.lineno, n.col_offset))
+    names: list[str] = []
+    for n in loads:
+        if n.id not in names and n.id in ns and _only_arrays(ns[n.id]):
+            names.append(n.id)
+    return names
+
+
+def _array_leaf(leaf: Any) -> bool:
+    import jax
+    import numpy as np
+
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+def _only_arrays(value: Any) -> bool:
+    import jax
+
+    if callable(value) or isinstance(value, types.ModuleType):
+        return False
+    leaves = jax.tree_util.tree_leaves(value)
+    return bool(leaves) and all(_array_leaf(leaf) for leaf in leaves)
+
+
+def _holds_array(value: Any) -> bool:
+    """As `pallaslab.capture` decides which arguments it traces (the others stay static)."""
+    import jax
+
+    return any(_array_leaf(leaf) for leaf in jax.tree_util.tree_leaves(value))
+
+
+def _argument_names(args: Sequence[Any], texts: Sequence[str], kwargs: dict[str, Any],
+                    kw_texts: dict[str, str]) -> tuple[str, ...]:
+    """The caller's expression for each argument the trace takes (`x`, `w.T`, `params`), in
+    the order of the traced function's flat arguments: positional ones in order, then
+    keywords sorted by name (as JAX flattens them). Arguments holding no array are bound
+    before tracing (static), so they have no name here; an argument that is a pytree of arrays
+    has one name for all its leaves."""
+    names = [t for a, t in zip(args, texts, strict=True) if _holds_array(a)]
+    names += [kw_texts[k] for k in sorted(kwargs) if _holds_array(kwargs[k])]
+    return tuple(names)
+
+
+def _is_primary(text: str) -> bool:
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return False
+    return isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.List,
+                             ast.Tuple, ast.Dict))
+
+
+def _recording(fn: Callable[..., Any], traced: Traced) -> Callable[..., Any]:
+    """`fn`, returning its traced leaves only and remembering the value's structure and its
+    other leaves (Python values, arrays it did not compute), to rebuild the value from the
+    trace's outputs."""
+    import jax
+
+    def record(*args: Any, **kwargs: Any) -> list[Any]:
+        out = fn(*args, **kwargs)
+        leaves, traced.treedef = jax.tree_util.tree_flatten(out)
+        traced.kept = [_MISSING if isinstance(v, jax.core.Tracer) else v for v in leaves]
+        return [v for v in leaves if isinstance(v, jax.core.Tracer)]
+
+    try:
+        return functools.wraps(fn)(record)
+    except (AttributeError, TypeError):  # pragma: no cover - an exotic callable
+        return record
+
+
+def _evaluate_call(call: ast.Call, filename: str, flags: int, ns: dict[str, Any]
+                   ) -> tuple[Any, list[Any], dict[str, Any], list[str], dict[str, str]]:
+    """The callee, positional and keyword arguments of the call, each evaluated once, and the
+    caller's text for each argument."""
+
+    __tracebackhide__ = True
+
+    def ev(expr: ast.expr) -> Any:
+        __tracebackhide__ = True
+        code = compile(ast.fix_missing_locations(ast.Expression(expr)), filename, "eval",
+                       flags=flags, dont_inherit=True)
+        return eval_code(code, ns)
+
+    fn = ev(call.func)
+    args: list[Any] = []
+    texts: list[str] = []
+    for a in call.args:
+        if isinstance(a, ast.Starred):
+            items = list(ev(a.value))
+            text = ast.unparse(a.value)
+            base = text if _is_primary(text) else f"({text})"
+            args.extend(items)
+            texts.extend(f"{base}[{i}]" for i in range(len(items)))
+        else:
+            args.append(ev(a))
+            texts.append(ast.unparse(a))
+    kwargs: dict[str, Any] = {}
+    kw_texts: dict[str, str] = {}
+    for kw in call.keywords:
+        if kw.arg is None:
+            values = dict(ev(kw.value))
+            text = ast.unparse(kw.value)
+            base = text if _is_primary(text) else f"({text})"
+            kwargs.update(values)
+            kw_texts.update({k: f"{base}[{k!r}]" for k in values})
+        else:
+            kwargs[kw.arg] = ev(kw.value)
+            kw_texts[kw.arg] = ast.unparse(kw.value)
+    return fn, args, kwargs, texts, kw_texts

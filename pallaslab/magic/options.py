@@ -1,0 +1,93 @@
+"""`%%pallas` flags -> the options the workbench and the run take, checked: a bad value is a
+`UsageError` (one line, no traceback)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from IPython.core.error import UsageError
+
+EXTRA_OPTIONS: list[str] = []  # argparse dests added by `pallaslab.magic.register_option`
+
+
+def options_from(args: Any) -> dict[str, Any]:
+    from pallaslab.analysis.chips import normalize
+    from pallaslab.workbench import TARGETS, WorkbenchError, _tab_name
+
+    try:
+        tab = _tab_name(args.tab) if args.tab else None
+        chips = [normalize(c) for c in args.chip]
+    except (WorkbenchError, ValueError) as err:
+        raise UsageError(f"%%pallas: {err}") from None
+    targets = [t.strip().lower() for t in args.target]
+    for t in targets:
+        if t not in TARGETS:
+            raise UsageError(f"%%pallas: unknown --target {t!r}: the targets are "
+                             f"{', '.join(TARGETS)}")
+    kernel: int | str | None = args.kernel
+    if isinstance(kernel, str) and kernel.lstrip("-").isdigit():
+        kernel = int(kernel)
+    extra = {dest: getattr(args, dest) for dest in EXTRA_OPTIONS}
+    if args.gpu:
+        extra["gpu"] = True
+    return {"tab": tab, "chips": chips, "targets": targets, "kernel": kernel, "extra": extra,
+            "compare": compare_option(args.compare), "timeout": timeout_option(args.timeout)}
+
+
+def timeout_option(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise UsageError(f"%%pallas: --timeout {text}: a time limit is a positive number of "
+                         "seconds")
+    return value
+
+
+def compare_option(text: str | None) -> tuple[tuple[str, ...], str | None] | None:
+    """`--compare interpret,reference=my_ref` -> (executors, reference name)."""
+    if text is None:
+        return None
+    from pallaslab.execute import EXECUTOR_NAMES
+
+    executors: list[str] = []
+    reference = None
+    for item in (t.strip() for t in text.split(",")):
+        name, _, value = item.partition("=")
+        name = name.strip().lower()
+        if name not in EXECUTOR_NAMES:
+            raise UsageError(f"%%pallas: unknown executor {item!r} in --compare: the executors "
+                             f"are {', '.join(EXECUTOR_NAMES)} (reference=NAME)")
+        if name == "reference":
+            if not value.strip():
+                raise UsageError("%%pallas: --compare reference needs the reference function: "
+                                 "reference=my_ref (a function with the kernel call's signature)")
+            reference = value.strip()
+        executors.append(name)
+    if len(executors) < 2:
+        raise UsageError(f"%%pallas: --compare needs at least two executors to compare, e.g. "
+                         f"interpret,reference=my_ref; got {text!r}")
+    return tuple(executors), reference
+
+
+def compare_reference(compare: Any, ns: dict[str, Any]) -> Any:
+    """The `reference=NAME` function, looked up (dotted names too) in the user's namespace."""
+    if not compare or compare[1] is None:
+        return None
+    name = compare[1]
+    head, *rest = name.split(".")
+    if head not in ns:
+        raise UsageError(f"%%pallas: --compare reference={name}: no such name in the notebook")
+    value = ns[head]
+    for attr in rest:
+        if not hasattr(value, attr):
+            raise UsageError(f"%%pallas: --compare reference={name}: {head} has no {attr!r}")
+        value = getattr(value, attr)
+    if not callable(value):
+        raise UsageError(f"%%pallas: --compare reference={name} is not callable "
+                         f"(it is a {type(value).__name__})")
+    return value

@@ -1,0 +1,106 @@
+"""Running the user's code from the magic so that their exceptions read as without it: their
+frames only (the magic's hidden), their line as the last frame, tracing errors explained."""
+
+from __future__ import annotations
+
+import ast
+import os
+import types
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+if TYPE_CHECKING:
+    from pallaslab.magic.line import Traced
+
+
+def capture_line(traced: Traced) -> Any:
+    """Trace the line once; the user's own exception surfaces with their frames only."""
+    __tracebackhide__ = True
+    from pallaslab.errors import NoKernelError, PallasLabError
+    from pallaslab.model import capture
+
+    failure: BaseException
+    try:
+        return capture(traced.fn, *traced.args, **traced.kwargs)
+    except NoKernelError:
+        raise UsageError(f"%%pallas: `{traced.label}` launched no Pallas kernel: tracing the "
+                         "cell's last line found no `pallas_call`, `pl.kernel` or "
+                         "`plgpu.kernel`") from None
+    except PallasLabError as err:
+        raise UsageError(f"%%pallas: {err}") from None
+    except Exception as err:
+        failure = err
+    _explain_tracing(failure)
+    raise without_our_frames(failure)
+
+
+def _explain_tracing(err: BaseException) -> None:
+    import jax
+
+    tracing = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+               jax.errors.TracerIntegerConversionError)
+    if isinstance(err, tracing):
+        err.add_note("%%pallas traces the cell's last line once, as jax.jit would, to find its "
+                     "kernels and compute its value: Python there cannot read array values "
+                     "(`if` on an array, int(), float(), np.asarray(), .item()). Keep the "
+                     "kernel call on the last line (`out = f(x)`) and read values in the next "
+                     "cell.")
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # pallaslab/
+
+
+def without_our_frames(err: BaseException) -> BaseException:
+    """The exception with pallaslab's own frames removed from its traceback: the user sees
+    their line and their functions' frames, as without the magic."""
+    kept = []
+    tb = err.__traceback__
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE):
+            kept.append(tb)
+        tb = tb.tb_next
+    new: types.TracebackType | None = None
+    for t in reversed(kept):
+        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return err.with_traceback(new)
+
+
+# The helpers below run user code. `__tracebackhide__` keeps their frames out of IPython's
+# tracebacks, so a user's exception shows the frames it would show without the magic.
+
+
+def run_code(code: Any, ns: dict[str, Any]) -> None:
+    __tracebackhide__ = True
+    exec(code, ns)
+
+
+def exec_with(code: Any, ns: dict[str, Any], local: dict[str, Any]) -> None:
+    __tracebackhide__ = True
+    # Bind the temporary name, run, and remove it again: the namespace keeps only the cell's
+    # own assignment.
+    sentinel = object()
+    saved = {k: ns.get(k, sentinel) for k in local}
+    ns.update(local)
+    try:
+        exec(code, ns)
+    finally:
+        for k, v in saved.items():
+            if v is sentinel:
+                ns.pop(k, None)
+            else:
+                ns[k] = v
+
+
+def eval_code(code: Any, ns: dict[str, Any]) -> Any:
+    __tracebackhide__ = True
+    return eval(code, ns)
+
+
+def raise_at(err: BaseException, node: ast.stmt, filename: str) -> None:
+    """Raise `err` from the cell's own line: the traceback shows that line, not the magic."""
+    __tracebackhide__ = True
+    stmt = ast.copy_location(ast.Raise(exc=ast.Name("__pl_error", ast.Load()), cause=None), node)
+    code = compile(ast.fix_missing_locations(ast.Module(body=[stmt], type_ignores=[])),
+                   filename, "exec", dont_inherit=True)
+    exec(code, {"__pl_error": err})
