@@ -236,7 +236,7 @@ def test_a_timed_out_interpreted_run_still_shows_the_workbench(shell, shown):
         "stopped by its time limit" in out.stdout
     assert len(shown) == 1 and "slow" not in shell.user_ns
     text = plain_text(out)
-    assert "magic.py" not in text and "slow = matmul(x, y)" in text  # the user's line
+    assert "pallaslab/magic" not in text and "slow = matmul(x, y)" in text  # the user's line
 
 
 # --- errors: the user's, and usage ---------------------------------------------------------
@@ -250,7 +250,7 @@ def test_a_user_exception_in_an_expression_surfaces_as_in_the_plain_cell(shell, 
     assert str(magic.error_in_exec) == "user boom (256, 256)"
     shown_text = plain_text(magic_out)
     assert "r = boom(x).sum()" in shown_text and 'raise ValueError(f"user boom' in shown_text
-    assert "magic.py" not in shown_text and "pallaslab/model" not in shown_text
+    assert "pallaslab/magic" not in shown_text and "pallaslab/model" not in shown_text
     assert "Traceback" in shown_text
     tb = magic.error_in_exec.__traceback__
     files = []
