@@ -100,7 +100,9 @@ def _import_file(path: Path) -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     # The case's own directory is importable, as when running the file as a script.
-    sys.path.insert(0, str(path.resolve().parent))
+    folder = str(path.resolve().parent)
+    before = set(sys.modules)
+    sys.path.insert(0, folder)
     try:
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -108,8 +110,21 @@ def _import_file(path: Path) -> Any:
         sys.modules.pop(name, None)
         raise
     finally:
-        sys.path.remove(str(path.resolve().parent))
+        sys.path.remove(folder)
+    _pickle_by_value(set(sys.modules) - before, folder)
     return module
+
+
+def _pickle_by_value(names: set[str], folder: str) -> None:
+    """Sibling modules the case imported from its own folder travel by value to the executor
+    worker, which does not have that folder on its path."""
+    import cloudpickle
+
+    for name in names:
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None) or ""
+        if module is not None and str(Path(file).resolve().parent) == folder:
+            cloudpickle.register_pickle_by_value(module)
 
 
 def _require_no_arguments(spec: str, func_name: str, factory: Callable[..., Any]) -> None:

@@ -218,7 +218,7 @@ def _triple_my_rows(x_hbm, o_hbm, vbuf, sem):
 def mesh_kernel():
     """`pl.kernel` over a 2-core tensorcore mesh: each core DMAs its 8 rows to VMEM scratch,
     triples them and DMAs them back."""
-    mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
+    mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=2)
 
     def fn(x):
         return pl.kernel(_triple_my_rows, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -231,7 +231,7 @@ def mesh_kernel():
 
 @case("tpu", "tpu-advanced", "mesh", "asks-chip", reference=lambda x: x * 2.0)
 def mesh_kernel_default_cores():
-    """A mesh kernel as production kernels write it: `create_tensorcore_mesh` without
+    """A mesh kernel as production kernels write it: `pltpu.TensorCoreMesh` without
     `num_cores`, so tracing asks the TPU how many cores it has (one on v5e)."""
 
     def doubled(x_hbm, o_hbm, vbuf):
@@ -240,7 +240,7 @@ def mesh_kernel_default_cores():
         pltpu.sync_copy(vbuf, o_hbm)
 
     def fn(x):
-        mesh = pltpu.create_tensorcore_mesh("core")
+        mesh = pltpu.TensorCoreMesh(axis_name="core")
         return pl.kernel(doubled, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=mesh,
                          scratch_types=[pltpu.VMEM(x.shape, x.dtype)])(x)
 
@@ -248,7 +248,7 @@ def mesh_kernel_default_cores():
 
 
 def _add_one_per_core(x_ref, y_ref):
-    @pl.core_map(pltpu.create_tensorcore_mesh("core", num_cores=2))
+    @pl.core_map(pltpu.TensorCoreMesh(axis_name="core", num_cores=2))
     def _per_core():
         def scoped(vbuf, sem):
             rows = pl.ds(jax.lax.axis_index("core") * 8, 8)

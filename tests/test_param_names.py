@@ -56,6 +56,7 @@ def test_operand_param_defaults_to_none():
 class _Kernel:
     def __init__(self, operands):
         self.operands = operands
+        self.fusion = None
 
 
 def test_inspect_json_has_param_per_operand(capsys):

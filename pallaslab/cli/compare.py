@@ -40,10 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "pair of outputs; a mismatch names the grid programs that "
                                    "wrote the wrong blocks.")
     p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
-    p.add_argument("--executors", default="interpret,reference", metavar="E1,E2,...",
+    p.add_argument("--executors", default=None, metavar="E1,E2,...",
                    type=executor_list,
                    help=f"two or more, comma-separated, from: {', '.join(EXECUTOR_NAMES)} "
-                        "(default: interpret,reference)")
+                        "(default: the interpreter that can run the kernels, against "
+                        "--reference if given, else interpret against tpu-interpret; the "
+                        "result's notes say which)")
     p.add_argument("--reference", metavar="FILE.py:FUNC",
                    help="a pure-JAX function with the kernel function's signature")
     p.add_argument("--rtol", type=nonnegative_float, default=None,
@@ -63,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if "reference" in args.executors and not args.reference:
+    if args.executors is not None and "reference" in args.executors and not args.reference:
         raise UsageError("argument --executors: the 'reference' executor needs --reference "
                          "FILE.py:FUNC (a pure-JAX function with the kernel function's "
                          "signature)", prog="pallaslab compare")
@@ -91,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
 def render(result: Comparison) -> None:
     out = console()
     by_name = {r.executor: r for r in result.results}
+    for note in result.notes:
+        out.print(f"[dim]note: {safe(note)}[/]")
     for name, status in result.statuses.items():
         style = STATUS_STYLE.get(status.status, "bold red")
         r = by_name.get(name)
@@ -101,7 +105,7 @@ def render(result: Comparison) -> None:
             out.print(f"[{style}]{safe(name)}: {status.status}[/] ({safe(status.reason or '')})")
         for f in r.findings if r is not None else ():
             out.print(f"    [bold red]{safe(f.code)}[/]: {safe(f.message)}")
-    for o in result.outputs:
+    for o in (o for o in result.outputs if o.pairs):  # no pair ran: nothing to tabulate
         table = Table(title=f"{safe(o.origin)} {o.dtype}{list(o.shape)}", show_edge=False,
                       header_style="bold")
         for col in ("a", "b", "max abs", "max rel", "max ulp", "mismatched", "allclose",
