@@ -10,7 +10,7 @@ from jax.experimental import pallas as pl
 from kernels import CATALOG, scale_kernel, shifted_block_reference
 
 import pallaslab
-from pallaslab.views import compare as compare_view
+from pallaslab.views import compare_payload as compare_payload_module
 from pallaslab.views import registry
 from pallaslab.views.compare import attach_comparison, compare_payload, compare_workbench
 from pallaslab.views.report import encode_buffers, script_json
@@ -64,7 +64,7 @@ def test_big_outputs_are_downsampled_by_max_keeping_the_mismatch(monkeypatch):
     wb = pallaslab.inspect(fn, *args)
     comparison = attach_comparison(wb, executors=("interpret", "reference"),
                                    reference=lambda a, b: jnp.asarray(wrong))
-    monkeypatch.setattr(compare_view, "HEAT_SIDE", 64)
+    monkeypatch.setattr(compare_payload_module, "HEAT_SIDE", 64)
     ctx = wb.context(0)
     p = compare_payload(comparison, ctx.kernel, ctx.tiling)
     out = p["outputs"][0]

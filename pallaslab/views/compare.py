@@ -1,15 +1,9 @@
 """The Compare view: executors side by side, every mismatch traced to the program that wrote it.
 
-`compare_payload` is the pure function the widget, the report and the tests share. Per output
-and per pair of executors: the error |a - b| over the array as a heatmap (float32 binary buffer;
-arrays of more than two dimensions are reduced to their last two by max; past `HEAT_SIDE` cells
-a side each cell is the max over its elements), the mismatch mask (uint8 buffer, same cells),
-the block boundaries, and every mismatched block with the grid programs that wrote it. A table
-gives max abs/rel error, ULP distance and allclose per pair. Above it, the comparison's own
-verdict (`Comparison.verdict()`: all close / MISMATCH / errors found / INCOMPLETE when fewer
-than two executors ran, never a mismatch or a pass), each executor's status (ran /
-unavailable / failed / timed-out, with the reason and the run's notes) and what the runs found
-(`unwritten-output`, `data-race`, `debug-check-failed`, ...).
+Its payload is `compare_payload` (in `pallaslab.views.compare_payload`, re-exported here): error
+heatmaps, mismatch masks and the mismatched blocks with their writer programs, the verdict, each
+executor's status and what the runs found. This module opens a comparison on a workbench and
+holds the view: the widget, and the text and static HTML forms.
 
 The live widget sets `selection = {"action": "open", "program": [...], "nonce": ...}` when the
 user opens a program: `CompareView.open` runs the kernel's stepper to that program, switches the
@@ -23,16 +17,24 @@ interpret,reference=my_ref`); the workbench's Compare tab then shows that compar
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
 from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc, visible_payload
-from pallaslab.views.arrays import downsample, to_2d
+from pallaslab.views._html import esc
 from pallaslab.views.base import InteractiveView, View
+from pallaslab.views.compare_payload import (
+    ComparePayload,
+    compare_payload,
+    err_text,
+    finite_or_none,
+    last_two,
+    last_two_dims,
+    outcome,
+    run_status,
+)
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
 from pallaslab.views.session import Call, Session, session
@@ -40,248 +42,23 @@ from pallaslab.views.step import StepView
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison, OutputComparison, PairComparison
-    from pallaslab.model import Kernel
 
-PAYLOAD_VERSION = 1
-HEAT_SIDE = 256  # error heatmaps: at most this many cells per side (max-downsampled beyond)
-MAX_BLOCKS = 512  # mismatched blocks listed per pair
-MAX_WRITERS = 64  # programs listed per block
+__all__ = [
+    "ComparePayload",
+    "CompareView",
+    "attach_comparison",
+    "compare_payload",
+    "compare_workbench",
+    "outcome",
+    "run_status",
+    "user_call",
+]
+
 STATIC_MAX_BLOCKS = 48  # static HTML draws block maps up to this many blocks per side
-
-
-class MismatchedBlock(TypedDict):
-    block: list[int]  # the output block index (all dims)
-    window: list[int]  # [row0, row1, col0, col1]: its elements in the 2-D heatmap's array
-    programs: list[list[int]]  # the grid programs that wrote it, execution order
-    steps: list[int]
-    more_programs: int  # writers not listed (beyond MAX_WRITERS)
-
-
-class ComparePair(TypedDict):
-    a: str
-    b: str
-    max_abs_err: float | None  # None: infinite or NaN (not JSON)
-    max_rel_err: float | None
-    max_ulp: int
-    mismatched_elements: int
-    allclose: bool
-    rtol: float
-    atol: float
-    error: str | None  # one side did not run
-    heat: int | None  # table index: float32 rows*cols, max |a - b| per cell (inf kept)
-    mask: int | None  # table index: uint8 rows*cols, 1 where a cell holds a mismatch
-    blocks: list[MismatchedBlock]
-    more_blocks: int  # mismatched blocks not listed
-
-
-class CompareOutput(TypedDict):
-    origin: str
-    kernel: int | None
-    shape: list[int]
-    dtype: str
-    block: list[int] | None  # block extent in the heatmap's two dims (rows, cols)
-    rows: int  # heatmap cells
-    cols: int
-    shape2: list[int]  # the 2-D array the cells cover (elements)
-    factor: list[int]  # elements per cell (rows, cols)
-    note: str | None  # how the array was reduced to 2-D
-    pairs: list[ComparePair]
-
-
-class CompareRun(TypedDict):
-    executor: str
-    ok: bool
-    wall_time: float
-    error: str | None
-    unavailable: str | None
-    status: str  # "ran", "unavailable", "failed" or "timed-out"
-    reason: str | None  # why it did not run (None when it ran)
-    timed_out: str | None  # what was running when the time limit stopped it
-    notes: list[str]  # how it ran, e.g. "in-process: the time limit is soft"
-
-
-class CompareFinding(TypedDict):
-    executor: str  # the run that reported it
-    code: str  # e.g. "unwritten-output", "data-race", "debug-check-failed"
-    severity: str
-    message: str
-    operand: str | None
-    programs: list[list[int]]
-
-
-class ComparePayload(TypedDict):
-    version: int
-    kernel: str
-    index: int
-    grid: list[int]
-    programs: int
-    executors: list[str]
-    runs: list[CompareRun]
-    allclose: bool  # complete and every pair agrees (False when incomplete)
-    complete: bool  # at least two executors ran
-    passed: bool  # all close and no run reported an error finding
-    outcome: str  # "pass", "mismatch", "errors" or "incomplete"
-    verdict: str  # Comparison.verdict(): one line, why when not a pass
-    findings: list[CompareFinding]  # what the runs found (races, unwritten output, ...)
-    outputs: list[CompareOutput]
-    selected: list[int]  # [output, pair] shown first: the first pair with a mismatch
-    opened: list[int] | None  # the program last opened in the stepper
-    opened_note: str | None  # what opening it did: stepped, tab switched, Grid selected
-    interactive: bool
-    revision: int
-    error: str | None
-    tables: list[memoryview]
-
-
-def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | None, *,
-                    interactive: bool = False, revision: int = 0,
-                    opened: Sequence[int] | None = None, opened_note: str | None = None,
-                    error: str | None = None) -> ComparePayload:
-    """Everything the compare widget draws, from a comparison and the kernel shown (pure)."""
-    tables: list[np.ndarray] = []
-    infos = comparison.results[0].output_info if comparison.results else ()
-    tilings: dict[int, Tiling | None] = {kernel.index: tiling}
-    outputs = []
-    selected = None
-    for i, out in enumerate(comparison.outputs):
-        ot, t = _output_tiling(comparison, out, infos[i] if i < len(infos) else None, tilings)
-        outputs.append(_output(out, ot, t, tables))
-        for j, p in enumerate(out.pairs):
-            if selected is None and not p.allclose:
-                selected = [i, j]
-    return visible_payload(ComparePayload(
-        version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
-        grid=list(tiling.grid) if tiling is not None else [],
-        programs=tiling.programs if tiling is not None else 0,
-        executors=list(comparison.executors),
-        runs=[CompareRun(executor=r.executor, ok=r.ok, wall_time=float(r.wall_time),
-                         error=r.error, unavailable=r.unavailable, status=r.status,
-                         reason=r.reason, timed_out=r.timed_out, notes=list(r.notes))
-              for r in comparison.results],
-        allclose=comparison.allclose, complete=comparison.complete, passed=comparison.passed,
-        outcome=outcome(comparison), verdict=comparison.verdict(),
-        findings=[CompareFinding(executor=r.executor, code=f.code, severity=f.severity,
-                                 message=f.message, operand=f.operand,
-                                 programs=[list(q) for q in f.programs])
-                  for r in comparison.results for f in r.findings],
-        outputs=outputs, selected=selected or [0, 0],
-        opened=list(opened) if opened is not None else None, opened_note=opened_note,
-        interactive=interactive,
-        revision=revision, error=error, tables=[memoryview(t) for t in tables]))
-
-
-def outcome(comparison: Comparison) -> str:
-    """The verdict's kind: "incomplete" (fewer than two executors ran), "mismatch", "errors"
-    (all close, but a run found an error such as a race or unwritten output) or "pass"."""
-    if not comparison.complete:
-        return "incomplete"
-    if not comparison.allclose:
-        return "mismatch"
-    return "pass" if comparison.passed else "errors"
-
-
-def run_status(r: Any) -> str:
-    """One executor's status as text: "ran in 0.12 s" or "timed-out: why"."""
-    if r.status == "ran":
-        return f"ran in {r.wall_time:.3g} s"
-    return f"{r.status}: {r.reason}"
-
-
-def _output_tiling(comparison: Comparison, out: OutputComparison, info: Any,
-                   tilings: dict[int, Tiling | None]
-                   ) -> tuple[OperandTiling | None, Tiling | None]:
-    if out.kernel is None or info is None or info.origin is None:
-        return None, None
-    if out.kernel not in tilings:
-        kernels = {k.index: k for k in comparison.kernels}
-        tilings[out.kernel] = tile(kernels[out.kernel]) if out.kernel in kernels else None
-    t = tilings[out.kernel]
-    return (t.operands.get(info.origin) if t is not None else None), t
-
-
-def _output(out: OutputComparison, ot: OperandTiling | None, tiling: Tiling | None,
-            tables: list[np.ndarray]) -> CompareOutput:
-    shape2 = _shape2(out.shape)
-    rows, cols, factor, note = 1, 1, [1, 1], None
-    pairs = []
-    for p in out.pairs:
-        entry, dims = _pair(p, out, ot, tiling, tables)
-        if dims is not None:
-            rows, cols, factor, note = dims
-        pairs.append(entry)
-    if not any(p["heat"] is not None for p in pairs):
-        fr, fc = (max(1, -(-s // HEAT_SIDE)) for s in shape2)
-        rows, cols, factor = -(-shape2[0] // fr), -(-shape2[1] // fc), [fr, fc]
-    extent = out.block_shape
-    return CompareOutput(
-        origin=out.origin, kernel=out.kernel, shape=list(out.shape), dtype=str(out.dtype),
-        block=list(_last2(extent)) if extent else None, rows=rows, cols=cols,
-        shape2=list(shape2), factor=factor, note=note, pairs=pairs)
-
-
-def _pair(p: PairComparison, out: OutputComparison, ot: OperandTiling | None,
-          tiling: Tiling | None, tables: list[np.ndarray]
-          ) -> tuple[ComparePair, tuple[int, int, list[int], str | None] | None]:
-    heat = mask = None
-    dims = None
-    if p.error is None and p.abs_err.shape == tuple(out.shape):
-        err2, note = to_2d(p.abs_err, squeeze=False)
-        mis2, _ = to_2d(p.mismatch, squeeze=False)
-        cells, (fr, fc) = downsample(err2.astype(np.float64), HEAT_SIDE, "max")
-        mcells, _ = downsample(mis2.astype(np.float64), HEAT_SIDE, "max")
-        tables.append(np.ascontiguousarray(cells, "<f4").ravel())
-        heat = len(tables) - 1
-        tables.append((mcells > 0).astype(np.uint8).ravel())
-        mask = len(tables) - 1
-        dims = (int(cells.shape[0]), int(cells.shape[1]), [fr, fc], note)
-    blocks = [_block(b, out, ot, tiling) for b in p.mismatched_blocks[:MAX_BLOCKS]]
-    return ComparePair(
-        a=p.a, b=p.b, max_abs_err=_finite(p.max_abs_err), max_rel_err=_finite(p.max_rel_err),
-        max_ulp=int(p.max_ulp), mismatched_elements=int(p.mismatched_elements),
-        allclose=bool(p.allclose), rtol=float(p.rtol), atol=float(p.atol), error=p.error,
-        heat=heat, mask=mask, blocks=blocks,
-        more_blocks=max(0, len(p.mismatched_blocks) - MAX_BLOCKS)), dims
-
-
-def _block(b: tuple[int, ...], out: OutputComparison, ot: OperandTiling | None,
-           tiling: Tiling | None) -> MismatchedBlock:
-    steps = ot.steps_with_block(b) if ot is not None else np.zeros(0, np.int64)
-    programs = tiling.programs_at(steps, limit=MAX_WRITERS) if tiling is not None else []
-    extent = np.asarray(out.block_shape or [1] * len(b), np.int64)
-    start = (ot.starts[steps[0]] if len(steps) else np.asarray(b, np.int64) * extent) \
-        if ot is not None else np.asarray(b, np.int64) * extent
-    shape = np.asarray(out.shape, np.int64)
-    lo = np.clip(start, 0, shape)
-    hi = np.clip(start + extent, 0, shape)
-    (r0, c0), (r1, c1) = _last2(lo.tolist(), pad=0), _last2(hi.tolist(), pad=1)
-    return MismatchedBlock(block=[int(v) for v in b], window=[r0, r1, c0, c1],
-                           programs=[list(p) for p in programs],
-                           steps=[int(s) for s in steps[:MAX_WRITERS]],
-                           more_programs=max(0, len(steps) - MAX_WRITERS))
-
-
-def _last2(v: Sequence[int], pad: int = 1) -> tuple[int, int]:
-    v = [int(x) for x in v]
-    if len(v) >= 2:
-        return v[-2], v[-1]
-    return (pad, v[0]) if v else (pad, pad)
-
-
-def _shape2(shape: Sequence[int]) -> tuple[int, int]:
-    return (int(shape[-2]), int(shape[-1])) if len(shape) >= 2 else \
-        (1, int(shape[0]) if shape else 1)
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
 
 
 def _tuple(v: Sequence[int]) -> str:
     return f"({', '.join(map(str, v))}{',' if len(v) == 1 else ''})"
-
-
-def _num(x: float | None) -> str:
-    return "inf/NaN" if x is None else f"{x:.4g}"
 
 
 # --- opening a comparison on a workbench ---------------------------------------------------
@@ -448,8 +225,8 @@ class CompareView(InteractiveView):
                     lines.append(f"    {p.a} vs {p.b}: {p.error}")
                     continue
                 lines.append(
-                    f"    {p.a} vs {p.b}: max abs {_num(_finite(p.max_abs_err))}, max rel "
-                    f"{_num(_finite(p.max_rel_err))}, {p.max_ulp:,} ULP, "
+                    f"    {p.a} vs {p.b}: max abs {err_text(finite_or_none(p.max_abs_err))}, "
+                    f"max rel {err_text(finite_or_none(p.max_rel_err))}, {p.max_ulp:,} ULP, "
                     f"{p.mismatched_elements:,} mismatched, "
                     f"{'allclose' if p.allclose else 'NOT allclose'} (rtol {p.rtol:.3g}, "
                     f"atol {p.atol:.3g})")
@@ -485,8 +262,8 @@ class CompareView(InteractiveView):
         for out in c.outputs:
             for p in out.pairs:
                 rows.append((out.origin, f"{p.a} vs {p.b}",
-                             "-" if p.error else _num(_finite(p.max_abs_err)),
-                             "-" if p.error else _num(_finite(p.max_rel_err)),
+                             "-" if p.error else err_text(finite_or_none(p.max_abs_err)),
+                             "-" if p.error else err_text(finite_or_none(p.max_rel_err)),
                              "-" if p.error else f"{p.max_ulp:,}",
                              f"{p.mismatched_elements:,}",
                              p.error or ("yes" if p.allclose else "no")))
@@ -528,12 +305,12 @@ def _static_maps(c: Comparison, ctx: KernelContext) -> list[str]:
     for out in c.outputs:
         if not out.block_shape:
             continue
-        ext = _last2(out.block_shape)
-        shape2 = _shape2(out.shape)
+        ext = last_two(out.block_shape)
+        shape2 = last_two_dims(out.shape)
         nb = [max(1, -(-s // max(e, 1))) for s, e in zip(shape2, ext, strict=True)]
         if nb[0] > STATIC_MAX_BLOCKS or nb[1] > STATIC_MAX_BLOCKS:
             continue
-        bad = {_last2(b, pad=0) for p in out.pairs for b in p.mismatched_blocks}
+        bad = {last_two(b, pad=0) for p in out.pairs for b in p.mismatched_blocks}
         size = max(6, min(24, 320 // max(nb)))
         rects = "".join(
             f'<rect x="{col * size}" y="{r * size}" width="{size - 1}" height="{size - 1}" '
