@@ -23,6 +23,7 @@ import numpy as np
 
 from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
+from pallaslab.execute.capabilities import is_tpu_mesh
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
 from pallaslab.util.text import strip_ansi, visible
@@ -226,11 +227,10 @@ class StepView(InteractiveView):
     module = "step.js"
 
     def __init__(self, ctx: KernelContext):
-        if ctx.tiling is None:
+        if ctx.tiling is None and not is_tpu_mesh(ctx.kernel):
             raise PallasLabError(f"kernel {ctx.kernel.name!r} cannot be stepped: "
                                  f"{tiling_unavailable_reason(ctx.kernel)}")
         self.ctx = ctx
-        self.tiling: Tiling = ctx.tiling
         self.error: str | None = None
         self._revision = 0
         self._nonce: Any = None
@@ -248,6 +248,11 @@ class StepView(InteractiveView):
             raise PallasLabError(f"kernel {self.ctx.kernel.name!r} has no capture to re-run")
         fn, args, kwargs = self.session.call_args()
         return Stepper(fn, args, kwargs, kernel=self.ctx.kernel.index)
+
+    @functools.cached_property
+    def tiling(self) -> Tiling:
+        """The grid's tiling; a TPU mesh kernel's comes from its stepper (programs = cores)."""
+        return self.ctx.tiling if self.ctx.tiling is not None else self.stepper.tiling
 
     @property
     def started(self) -> bool:
@@ -408,7 +413,11 @@ def handle_action(view: StepView, sel: Mapping[str, Any]) -> StepView:
 
 def steppable(ctx: KernelContext) -> bool:
     k = ctx.kernel
-    if ctx.capture is None or k.kind != "pallas_call" or ctx.tiling is None:
+    if ctx.capture is None:
+        return False
+    if is_tpu_mesh(k):  # stepped core by core
+        return True
+    if k.kind != "pallas_call" or ctx.tiling is None:
         return False
     return not any(any(loop in c.lower() for loop in LOOP_CONTEXTS) for c in k.context)
 
