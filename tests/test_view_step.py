@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from kernels import CATALOG, shifted_block_reference
@@ -13,7 +15,8 @@ from pallaslab.views.step import StepView, step_payload, summarize
 
 # The line of scale_kernel's body in the catalog (where its only equation comes from).
 SCALE_LINE = "kernels.py:" + str(next(
-    n for n, line in enumerate(open(__file__.replace("test_view_step.py", "kernels.py")), 1)
+    n for n, line in enumerate(
+        (Path(__file__).parent / "kernels.py").read_text().splitlines(), 1)
     if "o_ref[...] = x_ref[...] * 2.0" in line))
 
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
-from pallaslab.execute.capabilities import is_tpu_mesh
 from pallaslab.errors import PallasLabError
+from pallaslab.execute.capabilities import is_tpu_mesh
 from pallaslab.model import Kernel
 from pallaslab.util.text import strip_ansi, visible
 from pallaslab.views import _html
