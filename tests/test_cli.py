@@ -115,7 +115,7 @@ def test_console_script_runs_in_a_fresh_process():
 
 
 SHIPPED = ["tpu_flash_attention", "tpu_matmul", "tpu_megablox_gmm", "tpu_paged_attention",
-           "gpu_softmax", "gpu_attention"]
+           "tpu_ragged_paged_attention", "gpu_softmax", "gpu_attention"]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -80,6 +81,36 @@ def unimplemented(executor: str, message: str, kernels: Sequence[Kernel]) -> str
     if m := _NOT_IMPLEMENTED.search(message):
         return f"{mode} does not implement what the kernel uses: {m['what'].strip()}"
     return None
+
+
+# An interpreter's own bug or missing feature: Python's "this object has no such attribute"
+# errors raised in JAX's Pallas code, in the text of a wrapped host-callback traceback.
+_INTERNAL_FRAME = re.compile(
+    r'File "(?P<file>[^"]*jax/_src/pallas/[^"]*)", line (?P<line>\d+), in \w+')
+_INTERNAL_ERRORS = ("AttributeError", "TypeError")
+
+
+def interpreter_internal_error(executor: str, err: BaseException) -> str | None:
+    """One line when an interpreter broke inside JAX's own Pallas code with an internal error
+    (an AttributeError/TypeError there means it does not handle something the kernel does),
+    None for any other error (a kernel bug the interpreter reports, a user error)."""
+    mode = _INTERPRETERS.get(executor)
+    if mode is None:
+        return None
+    text = f"{type(err).__name__}: {err}"
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(err.__traceback__)]
+    frames += [(m["file"], int(m["line"])) for m in _INTERNAL_FRAME.finditer(text)]
+    last = frames[-1] if frames else None
+    kind = next((k for k in _INTERNAL_ERRORS if f"{k}: " in text.splitlines()[-1]
+                 or type(err).__name__ == k), None)
+    if kind is None or last is None or "jax/_src/pallas/" not in last[0]:
+        return None
+    line = next((ln for ln in reversed(text.splitlines()) if ln.startswith(f"{kind}: ")),
+                f"{kind}: {err}")
+    where = f"{last[0].split('jax/_src/pallas/')[-1]}:{last[1]}"
+    return (f"{mode} broke inside its own code ({line.strip()}, at jax/_src/pallas/{where}): "
+            "it does not handle something this kernel does; not a verdict on the kernel. "
+            "Try the other interpreter, or compile it for a TPU (pallaslab lower --compile)")
 
 
 def _sources(kernels: Sequence[Kernel], primitive: str) -> str:

@@ -155,7 +155,8 @@ def execute_here(executor: Executor, prepared: Prepared, limit: float) -> RunRes
     except Exception as err:  # an executor failing must not abort the others
         result = _failed(executor.name, prepared, _error_text(executor, err))
         text = f"{type(err).__name__}: {err}"
-        if why := capabilities.unimplemented(executor.name, text, list(prepared.capture)):
+        if why := capabilities.unimplemented(executor.name, text, list(prepared.capture)) or \
+                capabilities.interpreter_internal_error(executor.name, err):
             result = dataclasses.replace(result, error=None, unavailable=why)
     return result
 
@@ -216,7 +217,8 @@ def _timed_jaxpr_run(name: str, prepared: Prepared, jaxpr: Any, monitor: RunMoni
                     "Cancelled: interrupted" in str(err):
                 raise KeyboardInterrupt(
                     f"{name} run interrupted after {monitor.programs_run} program(s)") from None
-            if why := capabilities.unimplemented(name, str(err), list(prepared.capture)):
+            if why := capabilities.unimplemented(name, str(err), list(prepared.capture)) or \
+                    capabilities.interpreter_internal_error(name, err):
                 return RunResult(name, None, prepared.output_info, 0.0, compile_time,
                                  unavailable=why, inputs=_numpy(flat))
             error = diagnostics.short_error(str(err))

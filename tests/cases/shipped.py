@@ -56,3 +56,19 @@ def gpu_attention():
 
     q = jax.ShapeDtypeStruct((1, 256, 2, 64), jnp.float16)
     return functools.partial(attention.mha, segment_ids=None), (q, q, q)
+
+
+def tpu_ragged_paged_attention():
+    """Manual DMAs of KV pages into double-buffered VMEM with DMA semaphores; its block sizes
+    come from a table keyed by the TPU generation, so tracing asks the chip."""
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel as rpa
+
+    num_seqs, pages_per_seq, page_size, heads, head_dim = 2, 4, 16, 4, 128
+    q = _rand((32, heads, head_dim))
+    kv_pages = _rand((num_seqs * pages_per_seq, page_size, heads, head_dim), seed=1)
+    kv_lens = jnp.array([40, 64], jnp.int32)
+    page_indices = jnp.arange(num_seqs * pages_per_seq, dtype=jnp.int32).reshape(num_seqs, -1)
+    cu_q_lens = jnp.array([0, 16, 32], jnp.int32)
+    fn = functools.partial(rpa.ragged_paged_attention, num_kv_pages_per_block=2,
+                           num_queries_per_block=16)
+    return fn, (q, kv_pages, kv_lens, page_indices, cu_q_lens, jnp.array([2], jnp.int32))
