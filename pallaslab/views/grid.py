@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from pallaslab.analysis.findings import Finding, Rules, concurrent_dims, write_back_mask
-from pallaslab.analysis.inspection import caller_names, operand_labels
+from pallaslab.analysis.inspection import caller_names, inspect_kernel, operand_labels
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
 from pallaslab.model import Kernel, Operand
 from pallaslab.util.text import visible
@@ -83,6 +83,15 @@ class GridPayload(TypedDict):
     operands: list[GridOperand]
     findings: list[GridFinding]
     tables: list[memoryview]  # int32 columns, little-endian
+    # Beyond BlockSpecs: the kernel's nested `emit_pipeline`s, each drawn like a pallas_call
+    # grid, and one line saying why a kernel has no grid of its own (mesh kernels).
+    pipelines: list[NestedGrid]
+    note: str | None
+
+
+class NestedGrid(TypedDict):
+    label: str  # "pipeline 0 (tests/kernels_tpu.py:57): grid 2 x 2 x 2"
+    payload: GridPayload
 
 
 def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
@@ -124,8 +133,50 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
         programs=tiling.programs,
         axes=[max(rank - 2, 0), max(rank - 1, 0)] if rank >= 2 else [0, 0],
         operands=operands, findings=[_finding(f, tiling) for f in findings],
-        tables=[memoryview(t) for t in tables],
+        tables=[memoryview(t) for t in tables], pipelines=nested_grids(kernel, backend),
+        note=None,
     ))
+
+
+def nested_grids(kernel: Kernel, backend: str | None = None) -> list[NestedGrid]:
+    """The nested `emit_pipeline`s of `kernel`, each as the grid payload of its own kernel
+    (operands labelled with the enclosing kernel's ref they window)."""
+    out = []
+    for i, pipe in enumerate(kernel.pipelines):
+        insp = inspect_kernel(pipe, backend=backend, chips=())
+        if insp.tiling is None:
+            continue  # a dynamic inner grid: nothing to draw
+        payload = grid_payload(pipe, insp.tiling, insp.findings, backend=backend)
+        for op in payload["operands"]:
+            outer = pipe.operand(op["origin"]).outer
+            if outer is not None:
+                op["label"] = f"{op['param'] or op['origin']} (window of {outer})"
+        undrawn = [op.param or op.origin for op in pipe.operands
+                   if op.windowed and op.origin not in insp.tiling.operands]
+        if undrawn:  # pl.BoundedSlice windows: their index maps return (start, size) pairs
+            payload["note"] = (f"not drawn: {', '.join(undrawn)} (BoundedSlice windows; the "
+                               "tiling computes fixed-size blocks only)")
+        where = f" ({_short(pipe.source)})" if pipe.source else ""
+        out.append(NestedGrid(label=f"pipeline {i}{where}: grid {_grid_text(pipe.grid)}",
+                              payload=payload))
+    return out
+
+
+def no_grid_note(kernel: Kernel) -> str:
+    """One line saying why a kernel without a tiling has no BlockSpec grid."""
+    if kernel.mesh is not None:
+        axes = " x ".join(f"{n} on mesh axis {a}" for a, n in kernel.mesh.axes)
+        return f"{kernel.mesh.kind} kernel: {axes} (the body runs once per core); no BlockSpec grid"
+    return f"no BlockSpec grid: {tiling_unavailable_reason(kernel)}"
+
+
+def empty_grid_payload(kernel: Kernel, backend: str | None = None) -> GridPayload:
+    """A kernel with no tiling of its own: only its nested pipelines and the reason."""
+    return visible_payload(GridPayload(
+        version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
+        source=_short(kernel.source), grid=[], grid_names=None, semantics=None, programs=0,
+        axes=[0, 0], operands=[], findings=[], tables=[],
+        pipelines=nested_grids(kernel, backend), note=no_grid_note(kernel)))
 
 
 def affine_fit(col: np.ndarray, ids: np.ndarray, grid: tuple[int, ...]) -> list[int] | None:
@@ -187,7 +238,7 @@ def _finding(f: Finding, tiling: Tiling) -> GridFinding:
 def kernel_grid_payload(ctx: KernelContext) -> GridPayload:
     k, tiling = ctx.kernel, ctx.tiling
     if tiling is None:
-        raise ValueError(f"kernel {k.name!r} has no grid tiling: {tiling_unavailable_reason(k)}")
+        return empty_grid_payload(k, ctx.backend)
     return grid_payload(k, tiling, ctx.findings, _callers(ctx), backend=ctx.backend)
 
 
@@ -224,7 +275,9 @@ class GridView(View):
 
     def to_text(self) -> str:
         k, tiling = self.ctx.kernel, self.ctx.tiling
-        assert tiling is not None
+        if tiling is None:
+            lines = [f"Grid of kernel {k.index} {k.name}: {no_grid_note(k)}"]
+            return visible("\n".join(lines + _nested_text(k, self.ctx.backend)))
         lines = [f"Grid of kernel {k.index} {k.name}: {_grid_text(k.grid)} = {tiling.programs:,} "
                  f"programs; semantics: {', '.join(k.dimension_semantics or ()) or '-'}"]
         labels = operand_labels(k, _callers(self.ctx))
@@ -238,11 +291,14 @@ class GridView(View):
         lines += [f"  {f.severity} {f.code}: {f.message}" for f in self.ctx.findings]
         if not self.ctx.findings:
             lines.append("  no findings")
-        return visible("\n".join(lines))
+        return visible("\n".join(lines + _nested_text(k, self.ctx.backend)))
 
     def to_html(self) -> str:
         k, tiling = self.ctx.kernel, self.ctx.tiling
-        assert tiling is not None
+        if tiling is None:
+            return (f'<h3 class="pl-title">Grid <code>{esc(k.name)}</code></h3>'
+                    f'<p class="pl-dim pl-grid-note">{esc(no_grid_note(k))}</p>'
+                    + _nested_html(k, self.ctx.backend))
         head = (f'<h3 class="pl-title">Grid <code>{esc(k.name)}</code> '
                 f'<span class="pl-dim">{esc(_grid_text(k.grid))} = {tiling.programs:,} programs'
                 f"</span></h3>")
@@ -256,7 +312,42 @@ class GridView(View):
         return (head + '<div class="pl-maps">' + "".join(maps) + "</div>"
                 + _html.table(("operand", "role", "block", "fetches", "revisits", "HBM bytes"),
                               rows, numeric=(3, 4, 5))
-                + _html.findings_list(self.ctx.findings))
+                + _html.findings_list(self.ctx.findings) + _nested_html(k, self.ctx.backend))
+
+
+def _nested_text(kernel: Kernel, backend: str | None) -> list[str]:
+    lines = []
+    for nested in nested_grids(kernel, backend):
+        p = nested["payload"]
+        lines.append(f"  nested {nested['label']} = {p['programs']:,} programs; semantics: "
+                     f"{', '.join(p['semantics'] or ()) or '-'}")
+        if p["note"]:
+            lines.append(f"    {p['note']}")
+        lines += [f"    {op['label']:<28} {op['role']:<7} {op['dtype']}{op['shape']} block "
+                  f"{_html.shape(tuple(op['block_shape']))}  fetches {_html.num(op['fetches'])}"
+                  for op in p["operands"]]
+        lines += [f"    {f['severity']} {f['code']}: {f['message']}" for f in p["findings"]]
+    return lines
+
+
+def _nested_html(kernel: Kernel, backend: str | None) -> str:
+    parts = []
+    for i, pipe in enumerate(kernel.pipelines):
+        insp = inspect_kernel(pipe, backend=backend, chips=())
+        if insp.tiling is None:
+            continue
+        labels = {op.origin: f"{op.param or op.origin} (window of {op.outer})"
+                  for op in pipe.operands}
+        maps = [_static_program_grid(insp.tiling)]
+        maps += [_static_operand(ot, labels[ot.origin]) for ot in insp.tiling.operands.values()]
+        rows = [(labels[ot.origin], ot.role, _html.shape(pipe.operand(ot.origin).block_shape),
+                 _html.num(ot.fetches)) for ot in insp.tiling.operands.values()]
+        parts.append(f'<h4 class="pl-nested">Nested pipeline {i}: grid '
+                     f"{esc(_grid_text(pipe.grid))} = {insp.tiling.programs:,} programs</h4>"
+                     '<div class="pl-maps">' + "".join(maps) + "</div>"
+                     + _html.table(("operand", "role", "block", "fetches"), rows, numeric=(3,))
+                     + _html.findings_list(insp.findings))
+    return "".join(parts)
 
 
 def _grid_text(grid: tuple[int | None, ...]) -> str:
@@ -329,7 +420,10 @@ def _static_operand(ot: OperandTiling, name: str) -> str:
 
 
 def _available(ctx: KernelContext) -> bool:
-    return ctx.kernel.kind == "pallas_call" and ctx.tiling is not None
+    # Mesh kernels and kernels with nested pipelines show those (or say why there is no grid).
+    k = ctx.kernel
+    tpu_mesh = k.mesh is not None and Rules.for_kernel(k, ctx.backend).tpu
+    return (k.kind == "pallas_call" and ctx.tiling is not None) or bool(k.pipelines) or tpu_mesh
 
 
 register_tab("grid", order=20, title="Grid", available=_available, build=GridView)

@@ -1,0 +1,72 @@
+"""Views of kernels beyond BlockSpecs (nested emit_pipelines, run_scoped buffers, manual DMAs,
+semaphores, mesh kernels): every view renders (payload, static HTML, text) for every
+"tpu-advanced" catalog kernel that captures, and shows what those kernels hold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from catalog import catalog_names
+from kernels import CATALOG
+
+import pallaslab
+from pallaslab.views.report import encode_buffers
+
+NAMES = catalog_names(tag="tpu-advanced")
+_WORKBENCHES: dict[str, pallaslab.Workbench] = {}
+
+
+def workbench(name: str) -> pallaslab.Workbench:
+    if name not in _WORKBENCHES:
+        fn, args = CATALOG[name].case()[:2]
+        _WORKBENCHES[name] = pallaslab.inspect(fn, *args)
+    return _WORKBENCHES[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("tab", ["grid", "pipeline", "memory"])
+def test_every_view_renders(name, tab):
+    wb = workbench(name)
+    for i, _ in enumerate(wb.kernels):
+        if tab not in [t.name for t in wb.tabs(i)]:
+            continue
+        view = wb.view(tab, i)
+        json.dumps(encode_buffers(view.payload()))
+        assert view.to_html().strip()
+        assert view.to_text().strip()
+        assert view._repr_mimebundle_()
+
+
+def test_grid_shows_the_nested_pipeline_of_emit_pipeline_matmul():
+    view = workbench("emit_pipeline_matmul").view("grid")
+    payload = view.payload()
+    assert payload["programs"] == 1  # the outer grid () is one program
+    [nested] = payload["pipelines"]
+    inner = nested["payload"]
+    assert inner["grid"] == [2, 2, 2] and inner["programs"] == 8
+    labels = [op["label"] for op in inner["operands"]]
+    assert labels == ["x_ref (window of args[0])", "y_ref (window of args[1])",
+                      "z_ref (window of outputs)"]
+    text = view.to_text()
+    assert "nested pipeline 0" in text and "grid 2 x 2 x 2 = 8 programs" in text
+    assert "Nested pipeline 0: grid 2 x 2 x 2" in view.to_html()
+
+
+def test_grid_of_bounded_slice_pipeline_windows_scratch():
+    payload = workbench("bounded_slice_pipeline").view("grid").payload()
+    [nested] = payload["pipelines"]
+    assert nested["payload"]["grid"] == [3, 2]
+    # The tiling computes fixed-size blocks only: the view says which windows it leaves out.
+    assert nested["payload"]["note"] == ("not drawn: x_ref, o_ref (BoundedSlice windows; the "
+                                         "tiling computes fixed-size blocks only)")
+
+
+def test_grid_of_a_mesh_kernel_says_why_there_is_no_grid():
+    view = workbench("mesh_kernel").view("grid")
+    payload = view.payload()
+    assert payload["programs"] == 0 and payload["pipelines"] == []
+    note = ("TensorCoreMesh kernel: 2 on mesh axis core (the body runs once per core); "
+            "no BlockSpec grid")
+    assert payload["note"] == note
+    assert note in view.to_text() and note in view.to_html()
