@@ -42,19 +42,57 @@ function gridHeader(payload) {
 }
 
 /**
- * Mount the grid view.
+ * Mount the grid view: the kernel's own grid, and a picker for its nested `emit_pipeline`s
+ * (each drawn exactly like a pallas_call grid from its own payload).
  * @param {{model: Model, el: HTMLElement}} ctx
  * @returns {() => void} cleanup
  */
 function render({ model, el }) {
   /** @type {GridPayload} */
   const payload = model.get("payload");
+  const nested = payload.pipelines || [];
+  if (!nested.length) return mountGrid(model, el, payload);
+  const outer = h("div", "pallaslab pl-grid-nested");
+  el.appendChild(outer);
+  const bar = h("div", "pl-toolbar");
+  const select = /** @type {HTMLSelectElement} */ (h("select", "pl-pipeline-select"));
+  select.setAttribute("aria-label", "grid shown");
+  const own = payload.programs > 0 ? `kernel grid ${payload.grid.length ? payload.grid.join(" × ") : "()"}`
+    : "kernel (no grid)";
+  select.append(new Option(own, "-1"), ...nested.map((n, i) => new Option(n.label, String(i))));
+  bar.append(h("span", "pl-dim", "show "), select);
+  const body = h("div", "pl-grid-body");
+  outer.append(bar, body);
+  let cleanup = mountGrid(model, body, payload);
+  const pick = () => {
+    cleanup();
+    const i = Number(select.value);
+    const shown = i < 0 ? payload : nested[i].payload;
+    cleanup = mountGrid(model, body, shown, i < 0 ? "" : `nested ${nested[i].label}`);
+  };
+  select.addEventListener("change", pick);
+  if (!(payload.programs > 0)) { select.value = "0"; pick(); }
+  return () => { cleanup(); select.removeEventListener("change", pick); outer.remove(); };
+}
+
+/**
+ * Mount one grid (the kernel's or a nested pipeline's) into `el`.
+ * @param {Model} model @param {HTMLElement} el @param {GridPayload} payload
+ * @param {string} [prefix] the nested pipeline shown ("" for the kernel's own grid)
+ * @returns {() => void} cleanup
+ */
+function mountGrid(model, el, payload, prefix = "") {
   const t = new Tiling(payload);
   const root = h("div", "pallaslab pl-grid");
   el.appendChild(root);
   root.appendChild(gridHeader(payload));
+  if (prefix) root.appendChild(h("div", "pl-dim pl-nested-label", prefix));
+  if (payload.note) root.appendChild(h("p", "pl-dim pl-grid-note", payload.note));
   root.dataset.programs = String(t.programs);
-  if (!(t.programs > 0)) return renderEmptyGrid(root, payload);
+  if (!(t.programs > 0)) {
+    if (payload.note) return () => root.remove();
+    return renderEmptyGrid(root, payload);
+  }
 
   /** @type {(() => void)[]} */
   const cleanups = [];

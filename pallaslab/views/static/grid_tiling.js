@@ -23,7 +23,8 @@ import { toInt32 } from "./prelude.js";
  * @typedef {{version: number, kernel: string, index: number, source: string | null,
  *   grid: number[], grid_names: string[] | null, semantics: string[] | null, programs: number,
  *   axes: number[], operands: GridOperand[], findings: GridFinding[],
- *   tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} GridPayload
+ *   tables: (DataView | ArrayBuffer | ArrayBufferView)[],
+ *   pipelines?: {label: string, payload: GridPayload}[], note?: string | null}} GridPayload
  */
 
 /** Per-block counts are not kept for operands with more blocks than this. */

@@ -1,0 +1,41 @@
+"""Views of kernels beyond BlockSpecs in real Chromium: the Grid of a nested emit_pipeline and
+the Pipeline view's manual DMAs."""
+
+from __future__ import annotations
+
+from harness import mount
+from kernels import CATALOG
+
+import pallaslab
+from pallaslab.analysis.tiling import tile
+
+
+def workbench(name):
+    fn, args = CATALOG[name].case()[:2]
+    return pallaslab.inspect(fn, *args)
+
+
+def test_grid_selects_the_nested_pipeline_and_hovers_an_inner_program(page):
+    wb = workbench("emit_pipeline_matmul")
+    pipe = wb.kernels[0].pipelines[0]
+    tiling = tile(pipe)
+    mount(page, "grid.js", wb.grid().payload())
+    assert page.locator(".pl-grid").get_attribute("data-programs") == "1"  # the outer grid ()
+    page.select_option("select.pl-pipeline-select", "0")
+    assert page.locator(".pl-grid").get_attribute("data-programs") == "8"
+    assert "grid 2 x 2 x 2" in page.locator(".pl-nested-label").inner_text()
+    # default axes: rows = inner axis 1, columns = inner axis 2, axis 0 fixed at 0
+    canvas = page.locator("canvas[data-role=grid]")
+    cell = float(canvas.get_attribute("data-cell"))
+    box = canvas.bounding_box()
+    page.mouse.move(box["x"] + 0.5 * cell, box["y"] + 1.5 * cell)
+    program = (0, 1, 0)
+    assert page.locator(".pl-info .pl-program").inner_text() == f"program {program}"
+    step = tiling.step_of(program)
+    blocks = page.eval_on_selector_all(
+        "table.pl-blocks tr[data-origin]",
+        "rows => Object.fromEntries(rows.map(r => [r.dataset.origin, r.dataset.block]))")
+    assert blocks == {origin: ",".join(str(v) for v in ot.block_indices[step])
+                      for origin, ot in tiling.operands.items()}
+    labels = page.locator(".pl-operand").all_inner_texts()
+    assert any("x_ref (window of args[0])" in t for t in labels)
