@@ -70,3 +70,35 @@ def test_grid_of_a_mesh_kernel_says_why_there_is_no_grid():
             "no BlockSpec grid")
     assert payload["note"] == note
     assert note in view.to_text() and note in view.to_html()
+
+
+def test_pipeline_lists_manual_dmas_and_waits_in_program_order():
+    view = workbench("manual_dma_double_buffer").view("pipeline")
+    manual = view.payload()["manual"]
+    assert [(o["op"], o["source"], o["repeated"]) for o in manual] == [
+        ("async copy", "kernels_tpu.py:129", False), ("async copy", "kernels_tpu.py:136", True),
+        ("dma wait", "kernels_tpu.py:138", False), ("sync copy", "kernels_tpu.py:140", True)]
+    first = manual[0]
+    assert first["src"] == "x_hbm (args[0], any)" and first["dst"] == "buf (scratch[0], vmem)"
+    assert first["bytes"] == 32_768 and first["semaphore"] == "sems (scratch[2], semaphore_mem)"
+    text = view.to_text()
+    assert "2 of them sit in a loop of the body" in text
+    assert "x_hbm (args[0], any) -> buf (scratch[0], vmem), 32,768 B" in text
+    assert "Manual DMAs and semaphores" in view.to_html()
+
+
+def test_pipeline_of_a_mesh_kernel_shows_its_dmas_without_a_model():
+    view = workbench("core_map_kernel").view("pipeline")
+    payload = view.payload()
+    assert payload["tracks"] == [] and payload["programs"] == 0
+    assert [o["op"] for o in payload["manual"]] == ["async copy", "dma wait", "async copy",
+                                                   "dma wait"]
+    assert payload["manual"][0]["dst"] == "scoped[0] (vmem)"
+    assert "no BlockSpec pipeline (manual DMAs only)" in view.to_text()
+
+
+def test_pipeline_models_the_inner_grid_of_a_nested_pipeline():
+    payload = workbench("emit_pipeline_matmul").view("pipeline").payload()
+    [nested] = payload["nested"]
+    assert nested["label"] == "nested pipeline 0: grid 2 x 2 x 2"
+    assert nested["lines"][0].startswith("8 steps, predicted ")

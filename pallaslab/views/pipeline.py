@@ -28,6 +28,7 @@ from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.occupancy import applies
 from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overlap, pipeline
 from pallaslab.analysis.tiling import Tiling
+from pallaslab.model import Kernel
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -80,6 +81,93 @@ class PipelinePayload(TypedDict):
     tracks: list[Track]
     chips: list[str]  # chips the live widget offers (it sets `selection.chip`)
     live: bool  # False in the offline report: no Python to ask for windows or chips
+    # Beyond BlockSpecs: manual DMAs and semaphore operations in program order, what a static
+    # model cannot know about them, and the pipeline model of each nested emit_pipeline.
+    manual: list[ManualOp]
+    manual_note: str | None
+    nested: list[NestedPipeline]
+
+
+class ManualOp(TypedDict):
+    op: str  # "async copy", "sync copy", "wait", "signal", "read", "dma wait"
+    src: str | None  # "x_hbm (args[0], hbm)"
+    dst: str | None
+    bytes: int | None
+    semaphore: str | None
+    source: str | None  # "file.py:LINE"
+    repeated: bool  # inside a loop of the body: once per iteration
+
+
+class NestedPipeline(TypedDict):
+    label: str
+    lines: list[str]  # the model's summary of the inner grid
+
+
+def manual_ops(kernel: Kernel) -> list[ManualOp]:
+    """The kernel's manual DMAs and semaphore operations in program order (by source line;
+    a DMA before a wait on its own line, as `copy.start(); copy.wait()` chains them)."""
+    refs = {op.origin: op for op in (*kernel.operands, *kernel.scoped)}
+
+    def ref(origin: str) -> str:
+        op = refs.get(origin)
+        if op is None:
+            return origin
+        name = f"{op.param} ({origin}" if op.param else f"{origin} ("
+        return f"{name}{', ' if op.param else ''}{op.memory_space})"
+
+    ops: list[tuple[tuple[str, int, int], ManualOp]] = []
+    for i, d in enumerate(kernel.dmas):
+        nbytes = int(np.prod(d.shape, dtype=np.int64)) * np.dtype(d.dtype).itemsize
+        ops.append((_order(d.source, 0, i), ManualOp(
+            op=f"{d.kind} copy", src=ref(d.src), dst=ref(d.dst), bytes=nbytes,
+            semaphore=None if d.semaphore is None else ref(d.semaphore),
+            source=_short(d.source), repeated=d.repeated)))
+    for i, so in enumerate(kernel.semaphore_ops):
+        ops.append((_order(so.source, 1, i), ManualOp(
+            op=so.kind.replace("_", " ") + (" (another core/device)" if so.device else ""),
+            src=None, dst=None, bytes=None, semaphore=ref(so.semaphore),
+            source=_short(so.source), repeated=False)))
+    return [op for _, op in sorted(ops, key=lambda t: t[0])]
+
+
+def manual_note(kernel: Kernel) -> str | None:
+    if not kernel.dmas and not kernel.semaphore_ops:
+        return None
+    loops = sum(d.repeated for d in kernel.dmas)
+    note = ("Manual DMAs run as the body issues them: the static model lists them in program "
+            "order and does not time them.")
+    if loops:
+        note += (f" {loops} of them sit in a loop of the body and run once per iteration; "
+                 "how many iterations is not known statically.")
+    return note
+
+
+def _order(source: str | None, kind: int, i: int) -> tuple[str, int, int]:
+    path, _, line = (source or "").rpartition(":")
+    return (path, int(line) if line.isdigit() else 1 << 30, kind * 1_000_000 + i)
+
+
+def _short(source: str | None) -> str | None:
+    return None if source is None else source.rsplit("/", 1)[-1]
+
+
+def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:
+    """The pipeline model of each nested emit_pipeline's inner grid (as for a pallas_call)."""
+    out = []
+    for i, pipe in enumerate(kernel.pipelines):
+        label = f"nested pipeline {i}: grid {' x '.join(str(g) for g in pipe.grid) or '()'}"
+        try:
+            model = pipeline(pipe, chip)
+        except ValueError as e:  # e.g. a dynamic inner grid: said, the outer view still renders
+            out.append(NestedPipeline(label=label, lines=[f"no model: {visible(str(e))}"]))
+            continue
+        s = model.summary
+        out.append(NestedPipeline(label=label, lines=[
+            f"{s.steps:,} steps, predicted {_time(s.predicted_time)}; compute "
+            f"{_time(s.compute_time)} ({100 * s.compute_bound_fraction:.0f}% compute-bound); "
+            f"exposed copy time {_time(s.exposed_copy_time)}; HBM traffic "
+            f"{_html.num(s.hbm_bytes)} B"]))
+    return out
 
 
 def pipeline_payload(
@@ -107,7 +195,8 @@ def pipeline_payload(
     return visible_payload(PipelinePayload(
         version=PAYLOAD_VERSION, kernel=kernel_name, index=index, chip=model.chip,
         grid=[int(g) for g in grid], programs=s.steps, summary=s.to_json(), stall_time=stall,
-        measured=info, tracks=tracks, chips=list(chips) or [model.chip], live=live))
+        measured=info, tracks=tracks, chips=list(chips) or [model.chip], live=live,
+        manual=[], manual_note=None, nested=[]))
 
 
 def track(name: str, source: str, events: Events, step_kind: int, duration: float, *,
@@ -248,9 +337,19 @@ class PipelineView(InteractiveView):
     def _payload(self, *, live: bool) -> PipelinePayload:
         # The live widget also gets the exact events of the window it zoomed to.
         k = self.ctx.kernel
-        return pipeline_payload(k.name, k.index, self.tiling.grid, self.model, self.measured,
-                                window=self.window if live else None, chips=self.chips,
-                                live=live)
+        if self.ctx.tiling is None:  # a mesh kernel: only its manual DMAs and semaphores
+            return visible_payload(PipelinePayload(
+                version=PAYLOAD_VERSION, kernel=k.name, index=k.index, chip=self.chip, grid=[],
+                programs=0, summary={}, stall_time=None, measured=None, tracks=[],
+                chips=self.chips, live=live, manual=manual_ops(k), manual_note=manual_note(k),
+                nested=nested_pipelines(k, self.chip)))
+        payload = pipeline_payload(k.name, k.index, self.tiling.grid, self.model,
+                                   self.measured, window=self.window if live else None,
+                                   chips=self.chips, live=live)
+        payload["manual"] = manual_ops(k)
+        payload["manual_note"] = manual_note(k)
+        payload["nested"] = nested_pipelines(k, self.chip)
+        return visible_payload(payload)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         """The widget asks for another chip (`selection.chip`) or for the events of the window
@@ -290,10 +389,25 @@ class PipelineView(InteractiveView):
     def to_text(self) -> str:
         k = self.ctx.kernel
         head = f"Pipeline of kernel {k.index} {k.name} on TPU {self.chip} (model)"
-        return visible("\n".join([head, *("  " + line for line in self.summary_lines())]))
+        lines = [head, *("  " + line for line in self.summary_lines())] \
+            if self.ctx.tiling is not None else [f"Pipeline of kernel {k.index} {k.name}: "
+                                                  "no BlockSpec pipeline (manual DMAs only)"]
+        for n in nested_pipelines(k, self.chip):
+            lines += [f"  {n['label']}", *(f"    {line}" for line in n["lines"])]
+        ops = manual_ops(k)
+        if ops:
+            lines.append(f"  manual DMAs and semaphores ({len(ops)}, program order):")
+            lines += [f"    {_op_text(o)}" for o in ops]
+            lines.append(f"  {manual_note(k)}")
+        return visible("\n".join(lines))
 
     def to_html(self) -> str:
         k = self.ctx.kernel
+        extra = _manual_html(k, self.chip)
+        if self.ctx.tiling is None:
+            return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
+                    f'<code>{esc(k.name)}</code> <span class="pl-dim">no BlockSpec pipeline'
+                    f"</span></h3>{extra}</div>")
         s = self.model.summary
         stall = "-" if s.stall_step is None else \
             f"step {s.stall_step}, program {self.tiling.program_at(s.stall_step)}"
@@ -315,7 +429,29 @@ class PipelineView(InteractiveView):
         dl = "".join(f"<dt>{esc(a)}</dt><dd>{esc(b)}</dd>" for a, b in facts)
         return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
                 f'<code>{esc(k.name)}</code> <span class="pl-dim">TPU {esc(self.chip)}, model'
-                f'</span></h3><dl class="pl-facts">{dl}</dl>{"".join(svgs)}</div>')
+                f'</span></h3><dl class="pl-facts">{dl}</dl>{"".join(svgs)}{extra}</div>')
+
+
+def _op_text(o: ManualOp) -> str:
+    what = f"{o['src']} -> {o['dst']}, {_html.num(o['bytes'])} B" if o["src"] else ""
+    sem = f"semaphore {o['semaphore']}" if o["semaphore"] else ""
+    loop = "in a loop (once per iteration)" if o["repeated"] else ""
+    return "; ".join(x for x in (o["op"], what, sem, o["source"] or "", loop) if x)
+
+
+def _manual_html(kernel: Kernel, chip: str) -> str:
+    parts = [f'<h4>{esc(n["label"])}</h4><p class="pl-dim">{esc("; ".join(n["lines"]))}</p>'
+             for n in nested_pipelines(kernel, chip)]
+    ops = manual_ops(kernel)
+    if ops:
+        rows = [(o["op"], o["src"] or "", o["dst"] or "", _html.num(o["bytes"]),
+                 o["semaphore"] or "", o["source"] or "", "yes" if o["repeated"] else "")
+                for o in ops]
+        parts.append('<h4>Manual DMAs and semaphores (program order)</h4>'
+                     + _html.table(("operation", "src", "dst", "bytes", "semaphore", "line",
+                                    "in a loop"), rows, numeric=(3,))
+                     + f'<p class="pl-dim">{esc(manual_note(kernel) or "")}</p>')
+    return "".join(parts)
 
 
 def _time(t: float) -> str:
@@ -380,8 +516,11 @@ def _runs(values: np.ndarray) -> list[tuple[int, int]]:
 def _available(ctx: KernelContext) -> bool:
     # The model is the TPU's software pipeline: not shown when only GPU targets were asked for.
     gpu_only = bool(ctx.targets) and all(t.startswith("gpu-") for t in ctx.targets)
-    return (ctx.kernel.kind == "pallas_call" and applies(ctx.kernel) and
-            ctx.tiling is not None and not gpu_only)
+    k = ctx.kernel
+    manual = bool(k.dmas or k.semaphore_ops or k.pipelines)
+    tpu_mesh = k.mesh is not None and k.kind == "mesh" and k.backend != "triton" and manual
+    return (k.kind == "pallas_call" and applies(k) and ctx.tiling is not None
+            and not gpu_only) or (tpu_mesh and not gpu_only)
 
 
 register_tab("pipeline", order=50, title="Pipeline", available=_available, build=PipelineView)
