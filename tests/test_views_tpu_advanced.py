@@ -93,7 +93,7 @@ def test_pipeline_of_a_mesh_kernel_shows_its_dmas_without_a_model():
     assert payload["tracks"] == [] and payload["programs"] == 0
     assert [o["op"] for o in payload["manual"]] == ["async copy", "dma wait", "async copy",
                                                    "dma wait"]
-    assert payload["manual"][0]["dst"] == "scoped[0] (vmem)"
+    assert payload["manual"][0]["dst"] == "vbuf (scoped[0], vmem)"
     assert "no BlockSpec pipeline (manual DMAs only)" in view.to_text()
 
 
