@@ -39,3 +39,24 @@ def test_grid_selects_the_nested_pipeline_and_hovers_an_inner_program(page):
                       for origin, ot in tiling.operands.items()}
     labels = page.locator(".pl-operand").all_inner_texts()
     assert any("x_ref (window of args[0])" in t for t in labels)
+
+
+def test_pipeline_lists_the_manual_dmas_of_manual_dma_double_buffer(page):
+    view = workbench("manual_dma_double_buffer").view("pipeline")
+    mount(page, "pipeline.js", view.payload())
+    rows = page.locator("table.pl-dmas tr[data-op]")
+    assert rows.count() == 4
+    cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(4)]
+    assert cells[0][:5] == ["async copy", "x_hbm (args[0], any) → buf (scratch[0], vmem)",
+                            "32,768", "sems (scratch[2], semaphore_mem)", "kernels_tpu.py:129"]
+    assert [c[0] for c in cells] == ["async copy", "async copy", "dma wait", "sync copy"]
+    assert cells[1][5] == "in a loop: once per iteration"
+    assert "how many iterations is not known" in page.locator(".pl-manual-note").inner_text()
+    assert page.locator("canvas[data-role=timeline]").count() >= 1  # the BlockSpec model too
+
+
+def test_pipeline_of_a_mesh_kernel_lists_its_dmas_without_a_timeline(page):
+    view = workbench("mesh_kernel").view("pipeline")
+    mount(page, "pipeline.js", view.payload())
+    assert page.locator("table.pl-dmas tr[data-op]").count() == 4
+    assert page.locator("canvas[data-role=timeline]").count() == 0

@@ -23,7 +23,10 @@ import { h, typed } from "./prelude.js";
  * @typedef {{version: number, kernel: string, index: number, chip: string, grid: number[],
  *   programs: number, summary: Record<string, any>, stall_time: number | null,
  *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
- *   live: boolean}} PipelinePayload
+ *   live: boolean, manual?: ManualOp[], manual_note?: string | null,
+ *   nested?: {label: string, lines: string[]}[]}} PipelinePayload
+ * @typedef {{op: string, src: string | null, dst: string | null, bytes: number | null,
+ *   semaphore: string | null, source: string | null, repeated: boolean}} ManualOp
  */
 /** @typedef {import("./prelude.js").Model} Model */
 
@@ -130,6 +133,59 @@ const KIND_COLOR = { "copy-in": "--pl-info", compute: "--pl-accent", "write-back
  * @returns {() => void}
  */
 function render({ model, el }) {
+  /** @type {PipelinePayload} */
+  const first = model.get("payload");
+  if (!first.tracks.length) {  // a mesh kernel: no BlockSpec pipeline, its manual DMAs only
+    const root = h("div", "pallaslab pl-pipeline");
+    const title = h("div", "pl-title");
+    title.append("Pipeline ", h("code", "", first.kernel), " ",
+      h("span", "pl-dim", "no BlockSpec pipeline"));
+    root.append(title, manualSection(first));
+    el.append(root);
+    return () => root.remove();
+  }
+  const cleanup = renderTimeline({ model, el });
+  const extra = manualSection(first);
+  el.querySelector(".pl-pipeline")?.append(extra);
+  return () => { cleanup(); extra.remove(); };
+}
+
+/**
+ * Nested pipelines' models and the manual DMAs / semaphore operations in program order.
+ * @param {PipelinePayload} p
+ */
+function manualSection(p) {
+  const box = h("div", "pl-manual");
+  for (const n of p.nested || []) {
+    box.append(h("h4", "pl-nested", n.label), h("p", "pl-dim", n.lines.join("; ")));
+  }
+  const ops = p.manual || [];
+  if (!ops.length) return box;
+  box.append(h("h4", "", `Manual DMAs and semaphores (${ops.length}, program order)`));
+  const table = h("table", "pl-table pl-dmas");
+  const head = h("tr");
+  for (const c of ["operation", "src → dst", "bytes", "semaphore", "line", ""]) head.append(h("th", "", c));
+  table.append(head);
+  for (const o of ops) {
+    const tr = h("tr");
+    tr.dataset.op = o.op;
+    tr.append(h("td", "", o.op), h("td", "", o.src ? `${o.src} → ${o.dst}` : ""),
+      h("td", "num", o.bytes === null ? "" : o.bytes.toLocaleString("en-US")),
+      h("td", "", o.semaphore || ""), h("td", "", o.source || ""),
+      h("td", "pl-dim", o.repeated ? "in a loop: once per iteration" : ""));
+    table.append(tr);
+  }
+  box.append(table);
+  if (p.manual_note) box.append(h("p", "pl-dim pl-manual-note", p.manual_note));
+  return box;
+}
+
+/**
+ * The BlockSpec pipeline's timelines.
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void} cleanup
+ */
+function renderTimeline({ model, el }) {
   const root = h("div", "pallaslab pl-pipeline");
   // Inside a workbench tab (an ipywidgets flex box) the host element is sized by its content:
   // let it take the box's width instead, so the canvases can follow the notebook's width.
