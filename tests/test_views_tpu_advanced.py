@@ -102,3 +102,29 @@ def test_pipeline_models_the_inner_grid_of_a_nested_pipeline():
     [nested] = payload["nested"]
     assert nested["label"] == "nested pipeline 0: grid 2 x 2 x 2"
     assert nested["lines"][0].startswith("8 steps, predicted ")
+
+
+def test_memory_shows_scratch_and_semaphores_of_a_mesh_kernel():
+    wb = workbench("mesh_kernel")
+    assert "memory" in [t.name for t in wb.tabs()]
+    view = wb.view("memory")
+    v5e = view.payload()["chips"][0]
+    ops = {o["origin"]: o for o in v5e["operands"]}
+    assert ops["scratch[0]"]["space"] == "vmem" and ops["scratch[0]"]["bytes"] == 4096
+    assert ops["scratch[1]"]["space"] == "semaphore" and v5e["semaphores"] == 1
+    assert ops["scratch[0]"]["label"] == "vbuf (scratch[0])"
+    assert "vbuf (scratch[0])" in view.to_html()
+
+
+def test_memory_shows_run_scoped_buffers_and_nested_pipeline_buffers():
+    ops = {o["origin"]: o for o in
+           workbench("core_map_kernel").view("memory").payload()["chips"][0]["operands"]}
+    assert ops["scoped[0]"]["label"] == "vbuf (scoped[0])" and ops["scoped[0]"]["bytes"] == 4096
+    view = workbench("emit_pipeline_matmul").view("memory")
+    v5e = view.payload()["chips"][0]
+    labels = [o["label"] for o in v5e["operands"]]
+    assert labels == ["x_ref (pipelines[0].args[0], window of args[0])",
+                      "y_ref (pipelines[0].args[1], window of args[1])",
+                      "z_ref (pipelines[0].outputs, window of outputs)"]
+    assert v5e["bytes"] == 3 * 2 * 128 * 128 * 4 and v5e["semaphores"] == 6
+    assert "x_ref (pipelines[0].args[0], window of args[0])" in view.to_text()

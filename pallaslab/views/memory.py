@@ -37,6 +37,7 @@ ROLE_ORDER = {"input": 0, "output": 1, "scratch": 2}
 
 class MemoryOperand(TypedDict):
     origin: str
+    label: str  # "x_ref (pipelines[0].args[0], window of args[0])": the user's names
     role: str  # "input" | "output" | "scratch"
     space: str  # "vmem" | "smem" | "semaphore" | "hbm" (nothing on chip)
     dtype: str
@@ -106,11 +107,25 @@ def memory_payload(kernel: Kernel, occupancies: Sequence[Occupancy],
     GPU section)."""
     return visible_payload(MemoryPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
-        chips=[chip_memory(o) for o in occupancies],
+        chips=[chip_memory(o, memory_labels(kernel)) for o in occupancies],
         what_if=what_if_payload(table) if table is not None else None, note=note, gpu=gpu))
 
 
-def chip_memory(occ: Occupancy) -> ChipMemory:
+def memory_labels(kernel: Kernel, prefix: str = "") -> dict[str, str]:
+    """Occupancy origin -> what the views show: the kernel's parameter names for operands,
+    run_scoped buffers and (recursively) nested pipelines' buffers with the ref they window."""
+    out = {}
+    for op in (*kernel.operands, *kernel.scoped):
+        origin = prefix + op.origin
+        where = f"{origin}, window of {op.outer}" if op.outer else origin
+        out[origin] = f"{op.param} ({where})" if op.param else (
+            f"{origin} (window of {op.outer})" if op.outer else origin)
+    for i, pipe in enumerate(kernel.pipelines):
+        out.update(memory_labels(pipe, f"{prefix}pipelines[{i}]."))
+    return out
+
+
+def chip_memory(occ: Occupancy, labels: dict[str, str] | None = None) -> ChipMemory:
     ops = sorted((o for o in occ.operands if o.space != "hbm"),
                  key=lambda o: (o.space != "vmem", ROLE_ORDER.get(o.role, 3)))
     return ChipMemory(
@@ -118,12 +133,13 @@ def chip_memory(occ: Occupancy) -> ChipMemory:
         limit_source=occ.limit_source, capacity=occ.vmem_capacity, fits=occ.fits,
         over=max(0, occ.bytes - occ.limit), smem_bytes=occ.smem_bytes,
         smem_capacity=occ.smem_capacity, semaphores=occ.semaphores,
-        spill_note=occ.spill_note, operands=[_operand(o) for o in ops])
+        spill_note=occ.spill_note, operands=[_operand(o, labels or {}) for o in ops])
 
 
-def _operand(o: OperandOccupancy) -> MemoryOperand:
+def _operand(o: OperandOccupancy, labels: dict[str, str]) -> MemoryOperand:
     return MemoryOperand(
-        origin=o.origin, role=o.role, space=o.space, dtype=o.dtype, shape=list(o.shape),
+        origin=o.origin, label=labels.get(o.origin, o.origin), role=o.role, space=o.space,
+        dtype=o.dtype, shape=list(o.shape),
         padded_shape=list(o.padded_shape), buffers=o.buffers, buffer_bytes=o.buffer_bytes,
         bytes=o.bytes, padding_bytes=o.padding_bytes)
 
@@ -211,6 +227,10 @@ class MemoryView(View):
         p = self._payload()
         if p["note"]:
             lines.append(f"  {p['note']}")
+        named = {o["origin"]: o["label"] for c in p["chips"] for o in c["operands"]
+                 if o["label"] != o["origin"]}
+        if named:
+            lines.append("  operands: " + "; ".join(named.values()))
         for occ, cm in zip(self.occupancies, p["chips"], strict=True):
             lines += ["  " + line for line in str(occ).splitlines()]
             lines.append(f"    SMEM {_bytes(cm['smem_bytes'])} of {_bytes(cm['smem_capacity'])}"
@@ -307,7 +327,7 @@ def operand_table(chips: Sequence[ChipMemory]) -> str:
     rows: list[list[Any]] = []
     for origin, o in origins.items():
         cells = [by.get(origin) for by in by_chip]
-        rows.append([origin, o["role"], o["space"],
+        rows.append([o["label"], o["role"], o["space"],
                      f"{'x'.join(map(str, o['shape'])) or '()'} {o['dtype']}", o["buffers"],
                      *[_html.num(x["bytes"]) if x else "-" for x in cells]])
     n = len(chips)
@@ -354,8 +374,10 @@ def what_if_table_html(w: WhatIfPayload) -> str:
 
 def _available(ctx: KernelContext) -> bool:
     # Triton kernels: the GPU section (shared memory, registers, blocks per SM)
-    return ctx.kernel.kind == "pallas_call" and (applies(ctx.kernel)
-                                                 or ctx.kernel.backend == "triton")
+    # TPU mesh kernels: their scratch (VMEM, SMEM, semaphores) and run_scoped buffers.
+    k = ctx.kernel
+    return (k.kind == "pallas_call" and (applies(k) or k.backend == "triton")) or (
+        k.kind == "mesh" and applies(k))
 
 
 register_tab("memory", order=40, title="Memory", available=_available, build=MemoryView)

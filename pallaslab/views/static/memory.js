@@ -11,7 +11,7 @@
 import { h, num } from "./prelude.js";
 
 /**
- * @typedef {{origin: string, role: string, space: string, dtype: string, shape: number[],
+ * @typedef {{origin: string, label?: string, role: string, space: string, dtype: string, shape: number[],
  *   padded_shape: number[], buffers: number, buffer_bytes: number, bytes: number,
  *   padding_bytes: number}} MemoryOperand
  */
@@ -219,7 +219,7 @@ function render({ model, el }) {
   /** @param {ChipMemory} c @param {MemoryOperand} o @param {HTMLElement} info */
   function showOperand(c, o, info) {
     info.className = "pl-mem-info";
-    info.replaceChildren(h("code", "", o.origin), ` ${o.role} on ${c.chip}: ${o.buffers} x `,
+    info.replaceChildren(h("code", "", o.label || o.origin), ` ${o.role} on ${c.chip}: ${o.buffers} x `,
       h("code", "", `${o.padded_shape.join("x") || "()"} ${o.dtype}`),
       ` = ${bytes(o.bytes)} (${((100 * o.bytes) / Math.max(1, c.limit)).toFixed(1)}% of the limit)`);
     if (o.padding_bytes > 0) info.append(h("span", "pl-dim", `; block ${o.shape.join("x")} padded to the chip's tiling adds ${bytes(o.padding_bytes)}`));
@@ -248,7 +248,7 @@ function render({ model, el }) {
     for (const [origin, o] of seen) {
       const tr = h("tr");
       tr.dataset.origin = origin;
-      tr.append(h("td", "pl-mono", origin), h("td", "", o.role), h("td", "", o.space),
+      tr.append(h("td", "pl-mono", o.label || origin), h("td", "", o.role), h("td", "", o.space),
         h("td", "pl-mono", `${o.shape.join("x") || "()"} ${o.dtype}`),
         h("td", "pl-mono", o.padded_shape.join("x") || "()"), h("td", "num", String(o.buffers)));
       for (const c of chips) {
