@@ -219,7 +219,7 @@ function render({ model, el }) {
   /** @param {ChipMemory} c @param {MemoryOperand} o @param {HTMLElement} info */
   function showOperand(c, o, info) {
     info.className = "pl-mem-info";
-    info.replaceChildren(h("code", "", o.label || o.origin), ` ${o.role} on ${c.chip}: ${o.buffers} x `,
+    info.replaceChildren(h("code", "", o.origin), ` ${o.role} on ${c.chip}: ${o.buffers} x `,
       h("code", "", `${o.padded_shape.join("x") || "()"} ${o.dtype}`),
       ` = ${bytes(o.bytes)} (${((100 * o.bytes) / Math.max(1, c.limit)).toFixed(1)}% of the limit)`);
     if (o.padding_bytes > 0) info.append(h("span", "pl-dim", `; block ${o.shape.join("x")} padded to the chip's tiling adds ${bytes(o.padding_bytes)}`));
