@@ -54,12 +54,14 @@ def test_grid_shows_the_nested_pipeline_of_emit_pipeline_matmul():
 
 
 def test_grid_of_bounded_slice_pipeline_windows_scratch():
-    payload = workbench("bounded_slice_pipeline").view("grid").payload()
-    [nested] = payload["pipelines"]
+    view = workbench("bounded_slice_pipeline").view("grid")
+    [nested] = view.payload()["pipelines"]
     assert nested["payload"]["grid"] == [3, 2]
     # The tiling computes fixed-size blocks only: the view says which windows it leaves out.
     assert nested["payload"]["note"] == ("not drawn: x_ref, o_ref (BoundedSlice windows; the "
                                          "tiling computes fixed-size blocks only)")
+    assert nested["payload"]["note"] in view.to_text()
+    assert nested["payload"]["note"] in view.to_html()
 
 
 def test_grid_of_a_mesh_kernel_says_why_there_is_no_grid():

@@ -151,15 +151,22 @@ def nested_grids(kernel: Kernel, backend: str | None = None) -> list[NestedGrid]
             outer = pipe.operand(op["origin"]).outer
             if outer is not None:
                 op["label"] = f"{op['param'] or op['origin']} (window of {outer})"
-        undrawn = [op.param or op.origin for op in pipe.operands
-                   if op.windowed and op.origin not in insp.tiling.operands]
-        if undrawn:  # pl.BoundedSlice windows: their index maps return (start, size) pairs
-            payload["note"] = (f"not drawn: {', '.join(undrawn)} (BoundedSlice windows; the "
-                               "tiling computes fixed-size blocks only)")
+        payload["note"] = _undrawn_note(pipe, insp.tiling)
         where = f" ({_short(pipe.source)})" if pipe.source else ""
         out.append(NestedGrid(label=f"pipeline {i}{where}: grid {_grid_text(pipe.grid)}",
                               payload=payload))
     return out
+
+
+def _undrawn_note(pipe: Kernel, tiling: Tiling) -> str | None:
+    """Windows the tiling leaves out: pl.BoundedSlice dims, whose index maps return
+    (start, size) pairs."""
+    undrawn = [op.param or op.origin for op in pipe.operands
+               if op.windowed and op.origin not in tiling.operands]
+    if not undrawn:
+        return None
+    return (f"not drawn: {', '.join(undrawn)} (BoundedSlice windows; the tiling computes "
+            "fixed-size blocks only)")
 
 
 def no_grid_note(kernel: Kernel) -> str:
@@ -342,9 +349,11 @@ def _nested_html(kernel: Kernel, backend: str | None) -> str:
         maps += [_static_operand(ot, labels[ot.origin]) for ot in insp.tiling.operands.values()]
         rows = [(labels[ot.origin], ot.role, _html.shape(pipe.operand(ot.origin).block_shape),
                  _html.num(ot.fetches)) for ot in insp.tiling.operands.values()]
+        note = _undrawn_note(pipe, insp.tiling)
         parts.append(f'<h4 class="pl-nested">Nested pipeline {i}: grid '
                      f"{esc(_grid_text(pipe.grid))} = {insp.tiling.programs:,} programs</h4>"
-                     '<div class="pl-maps">' + "".join(maps) + "</div>"
+                     + (f'<p class="pl-dim">{esc(note)}</p>' if note else "")
+                     + '<div class="pl-maps">' + "".join(maps) + "</div>"
                      + _html.table(("operand", "role", "block", "fetches"), rows, numeric=(3,))
                      + _html.findings_list(insp.findings))
     return "".join(parts)
