@@ -28,12 +28,21 @@ from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.occupancy import applies
 from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overlap, pipeline
 from pallaslab.analysis.tiling import Tiling
-from pallaslab.model import Kernel
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
+from pallaslab.views.pipeline_manual import (
+    ManualOp,
+    NestedPipeline,
+    format_time,
+    manual_html,
+    manual_note,
+    manual_ops,
+    nested_pipelines,
+    op_text,
+)
 from pallaslab.views.registry import register_tab
 
 if TYPE_CHECKING:
@@ -86,88 +95,6 @@ class PipelinePayload(TypedDict):
     manual: list[ManualOp]
     manual_note: str | None
     nested: list[NestedPipeline]
-
-
-class ManualOp(TypedDict):
-    op: str  # "async copy", "sync copy", "wait", "signal", "read", "dma wait"
-    src: str | None  # "x_hbm (args[0], hbm)"
-    dst: str | None
-    bytes: int | None
-    semaphore: str | None
-    source: str | None  # "file.py:LINE"
-    repeated: bool  # inside a loop of the body: once per iteration
-
-
-class NestedPipeline(TypedDict):
-    label: str
-    lines: list[str]  # the model's summary of the inner grid
-
-
-def manual_ops(kernel: Kernel) -> list[ManualOp]:
-    """The kernel's manual DMAs and semaphore operations in program order (by source line;
-    a DMA before a wait on its own line, as `copy.start(); copy.wait()` chains them)."""
-    refs = {op.origin: op for op in (*kernel.operands, *kernel.scoped)}
-
-    def ref(origin: str) -> str:
-        op = refs.get(origin)
-        if op is None:
-            return origin
-        name = f"{op.param} ({origin}" if op.param else f"{origin} ("
-        return f"{name}{', ' if op.param else ''}{op.memory_space})"
-
-    ops: list[tuple[tuple[str, int, int], ManualOp]] = []
-    for i, d in enumerate(kernel.dmas):
-        nbytes = int(np.prod(d.shape, dtype=np.int64)) * np.dtype(d.dtype).itemsize
-        ops.append((_order(d.source, 0, i), ManualOp(
-            op=f"{d.kind} copy", src=ref(d.src), dst=ref(d.dst), bytes=nbytes,
-            semaphore=None if d.semaphore is None else ref(d.semaphore),
-            source=_short(d.source), repeated=d.repeated)))
-    for i, so in enumerate(kernel.semaphore_ops):
-        ops.append((_order(so.source, 1, i), ManualOp(
-            op=so.kind.replace("_", " ") + (" (another core/device)" if so.device else ""),
-            src=None, dst=None, bytes=None, semaphore=ref(so.semaphore),
-            source=_short(so.source), repeated=False)))
-    return [op for _, op in sorted(ops, key=lambda t: t[0])]
-
-
-def manual_note(kernel: Kernel) -> str | None:
-    if not kernel.dmas and not kernel.semaphore_ops:
-        return None
-    loops = sum(d.repeated for d in kernel.dmas)
-    note = ("Manual DMAs run as the body issues them: the static model lists them in program "
-            "order and does not time them.")
-    if loops:
-        note += (f" {loops} of them sit in a loop of the body and run once per iteration; "
-                 "how many iterations is not known statically.")
-    return note
-
-
-def _order(source: str | None, kind: int, i: int) -> tuple[str, int, int]:
-    path, _, line = (source or "").rpartition(":")
-    return (path, int(line) if line.isdigit() else 1 << 30, kind * 1_000_000 + i)
-
-
-def _short(source: str | None) -> str | None:
-    return None if source is None else source.rsplit("/", 1)[-1]
-
-
-def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:
-    """The pipeline model of each nested emit_pipeline's inner grid (as for a pallas_call)."""
-    out = []
-    for i, pipe in enumerate(kernel.pipelines):
-        label = f"nested pipeline {i}: grid {' x '.join(str(g) for g in pipe.grid) or '()'}"
-        try:
-            model = pipeline(pipe, chip)
-        except ValueError as e:  # e.g. a dynamic inner grid: said, the outer view still renders
-            out.append(NestedPipeline(label=label, lines=[f"no model: {visible(str(e))}"]))
-            continue
-        s = model.summary
-        out.append(NestedPipeline(label=label, lines=[
-            f"{s.steps:,} steps, predicted {_time(s.predicted_time)}; compute "
-            f"{_time(s.compute_time)} ({100 * s.compute_bound_fraction:.0f}% compute-bound); "
-            f"exposed copy time {_time(s.exposed_copy_time)}; HBM traffic "
-            f"{_html.num(s.hbm_bytes)} B"]))
-    return out
 
 
 def pipeline_payload(
@@ -373,16 +300,16 @@ class PipelineView(InteractiveView):
         s = self.model.summary
         stall = "none" if s.stall_step is None else \
             f"step {s.stall_step} (program {self.tiling.program_at(s.stall_step)})"
-        lines = [f"{s.steps:,} steps, predicted {_time(s.predicted_time)}; compute "
-                 f"{_time(s.compute_time)} ({100 * s.compute_bound_fraction:.0f}% "
-                 f"compute-bound); exposed copy time {_time(s.exposed_copy_time)}",
+        lines = [f"{s.steps:,} steps, predicted {format_time(s.predicted_time)}; compute "
+                 f"{format_time(s.compute_time)} ({100 * s.compute_bound_fraction:.0f}% "
+                 f"compute-bound); exposed copy time {format_time(s.exposed_copy_time)}",
                  f"longest stall: {stall}; HBM traffic {_html.num(s.hbm_bytes)} B; "
                  f"{s.flops:,.0f} flops"]
         if self.measured is not None:
             m = self.measured
             steps = m.step_durations()
-            mean = f", mean step {_time(float(steps.mean()))}" if len(steps) else ""
-            lines.append(f"measured on {m.device}: {_time(m.total_time)}, {m.steps:,} steps"
+            mean = f", mean step {format_time(float(steps.mean()))}" if len(steps) else ""
+            lines.append(f"measured on {m.device}: {format_time(m.total_time)}, {m.steps:,} steps"
                          f"{mean}")
         return lines
 
@@ -397,13 +324,13 @@ class PipelineView(InteractiveView):
         ops = manual_ops(k)
         if ops:
             lines.append(f"  manual DMAs and semaphores ({len(ops)}, program order):")
-            lines += [f"    {_op_text(o)}" for o in ops]
+            lines += [f"    {op_text(o)}" for o in ops]
             lines.append(f"  {manual_note(k)}")
         return visible("\n".join(lines))
 
     def to_html(self) -> str:
         k = self.ctx.kernel
-        extra = _manual_html(k, self.chip)
+        extra = manual_html(k, self.chip)
         if self.ctx.tiling is None:
             return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
                     f'<code>{esc(k.name)}</code> <span class="pl-dim">no BlockSpec pipeline'
@@ -412,17 +339,18 @@ class PipelineView(InteractiveView):
         stall = "-" if s.stall_step is None else \
             f"step {s.stall_step}, program {self.tiling.program_at(s.stall_step)}"
         facts = [("chip", f"TPU {self.chip}"), ("steps", f"{s.steps:,}"),
-                 ("predicted time", _time(s.predicted_time)),
-                 ("compute", f"{_time(s.compute_time)} "
+                 ("predicted time", format_time(s.predicted_time)),
+                 ("compute", f"{format_time(s.compute_time)} "
                              f"({100 * s.compute_bound_fraction:.0f}% compute-bound)"),
-                 ("exposed copy time", _time(s.exposed_copy_time)),
+                 ("exposed copy time", format_time(s.exposed_copy_time)),
                  ("longest stall", stall), ("HBM traffic", f"{_html.num(s.hbm_bytes)} B"),
                  ("flops", f"{s.flops:,.0f}")]
         svgs = [static_timeline(f"model · TPU {self.chip}", self.model.events,
                                 s.predicted_time, COMPUTE)]
         if self.measured is not None:
             m = self.measured
-            facts.append(("measured", f"{m.device}: {_time(m.total_time)}, {m.steps:,} steps"))
+            facts.append(("measured",
+                          f"{m.device}: {format_time(m.total_time)}, {m.steps:,} steps"))
             dur = float(m.events.end.max()) if len(m.events) else 0.0
             svgs.append(static_timeline(f"measured · {m.device}", m.events, dur,
                                         PROFILE_STEP_KIND))
@@ -432,39 +360,6 @@ class PipelineView(InteractiveView):
                 f'</span></h3><dl class="pl-facts">{dl}</dl>{"".join(svgs)}{extra}</div>')
 
 
-def _op_text(o: ManualOp) -> str:
-    what = f"{o['src']} -> {o['dst']}, {_html.num(o['bytes'])} B" if o["src"] else ""
-    sem = f"semaphore {o['semaphore']}" if o["semaphore"] else ""
-    loop = "in a loop (once per iteration)" if o["repeated"] else ""
-    return "; ".join(x for x in (o["op"], what, sem, o["source"] or "", loop) if x)
-
-
-def _manual_html(kernel: Kernel, chip: str) -> str:
-    parts = [f'<h4>{esc(n["label"])}</h4><p class="pl-dim">{esc("; ".join(n["lines"]))}</p>'
-             for n in nested_pipelines(kernel, chip)]
-    ops = manual_ops(kernel)
-    if ops:
-        rows = [(o["op"], o["src"] or "", o["dst"] or "", _html.num(o["bytes"]),
-                 o["semaphore"] or "", o["source"] or "", "yes" if o["repeated"] else "")
-                for o in ops]
-        parts.append('<h4>Manual DMAs and semaphores (program order)</h4>'
-                     + _html.table(("operation", "src", "dst", "bytes", "semaphore", "line",
-                                    "in a loop"), rows, numeric=(3,))
-                     + f'<p class="pl-dim">{esc(manual_note(kernel) or "")}</p>')
-    return "".join(parts)
-
-
-def _time(t: float) -> str:
-    a = abs(t)
-    if a == 0:
-        return "0 s"
-    if a < 1e-6:
-        return f"{t * 1e9:,.1f} ns"
-    if a < 1e-3:
-        return f"{t * 1e6:,.2f} µs"
-    if a < 1:
-        return f"{t * 1e3:,.2f} ms"
-    return f"{t:,.3f} s"
 
 
 LANE_H = 14
@@ -488,7 +383,7 @@ def static_timeline(title: str, events: Events, duration: float, step_kind: int,
         shade = np.round(busy[lane], 2)
         for a, b in _runs(shade):  # one rect per run of equally busy columns
             t0, t1 = duration * a / columns, duration * b / columns
-            tip = (f"{name}: {_time(t0)}–{_time(t1)}, {100 * shade[a]:.0f}% busy, "
+            tip = (f"{name}: {format_time(t0)}–{format_time(t1)}, {100 * shade[a]:.0f}% busy, "
                    f"steps {max(steps[a], 0)}–{max(steps[b], 0)}")
             parts.append(f'<rect x="{LABEL_W + a * cw:.2f}" y="{y}" '
                          f'width="{(b - a) * cw + 0.3:.2f}" height="{LANE_H}" '
@@ -498,7 +393,7 @@ def static_timeline(title: str, events: Events, duration: float, step_kind: int,
     height = len(events.lanes) * (LANE_H + 3) + 14
     parts.append(f'<text x="{LABEL_W}" y="{height - 2}" class="pl-svg-label">0</text>'
                  f'<text x="{SVG_W}" y="{height - 2}" text-anchor="end" '
-                 f'class="pl-svg-label">{esc(_time(duration))}</text>')
+                 f'class="pl-svg-label">{esc(format_time(duration))}</text>')
     return (f'<figure class="pl-timeline-static"><svg width="{SVG_W}" height="{height}" '
             f'role="img" aria-label="{esc(title)}">{"".join(parts)}</svg>'
             f"<figcaption>{esc(title)}</figcaption></figure>")

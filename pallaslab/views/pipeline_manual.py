@@ -1,0 +1,132 @@
+"""Beside the Pipeline view's model: a kernel's manual DMAs and semaphore operations in program
+order, and the pipeline model of each nested `emit_pipeline`'s inner grid."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import numpy as np
+
+from pallaslab.analysis.pipeline import pipeline
+from pallaslab.model import Kernel
+from pallaslab.util.text import visible
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+
+
+class ManualOp(TypedDict):
+    op: str  # "async copy", "sync copy", "wait", "signal", "read", "dma wait"
+    src: str | None  # "x_hbm (args[0], hbm)"
+    dst: str | None
+    bytes: int | None
+    semaphore: str | None
+    source: str | None  # "file.py:LINE"
+    repeated: bool  # inside a loop of the body: once per iteration
+
+
+class NestedPipeline(TypedDict):
+    label: str
+    lines: list[str]  # the model's summary of the inner grid
+
+
+def manual_ops(kernel: Kernel) -> list[ManualOp]:
+    """The kernel's manual DMAs and semaphore operations in program order (by source line;
+    a DMA before a wait on its own line, as `copy.start(); copy.wait()` chains them)."""
+    refs = {op.origin: op for op in (*kernel.operands, *kernel.scoped)}
+
+    def ref(origin: str) -> str:
+        op = refs.get(origin)
+        if op is None:
+            return origin
+        name = f"{op.param} ({origin}" if op.param else f"{origin} ("
+        return f"{name}{', ' if op.param else ''}{op.memory_space})"
+
+    ops: list[tuple[tuple[str, int, int], ManualOp]] = []
+    for i, d in enumerate(kernel.dmas):
+        nbytes = int(np.prod(d.shape, dtype=np.int64)) * np.dtype(d.dtype).itemsize
+        ops.append((_order(d.source, 0, i), ManualOp(
+            op=f"{d.kind} copy", src=ref(d.src), dst=ref(d.dst), bytes=nbytes,
+            semaphore=None if d.semaphore is None else ref(d.semaphore),
+            source=_short(d.source), repeated=d.repeated)))
+    for i, so in enumerate(kernel.semaphore_ops):
+        ops.append((_order(so.source, 1, i), ManualOp(
+            op=so.kind.replace("_", " ") + (" (another core/device)" if so.device else ""),
+            src=None, dst=None, bytes=None, semaphore=ref(so.semaphore),
+            source=_short(so.source), repeated=False)))
+    return [op for _, op in sorted(ops, key=lambda t: t[0])]
+
+
+def manual_note(kernel: Kernel) -> str | None:
+    if not kernel.dmas and not kernel.semaphore_ops:
+        return None
+    loops = sum(d.repeated for d in kernel.dmas)
+    note = ("Manual DMAs run as the body issues them: the static model lists them in program "
+            "order and does not time them.")
+    if loops:
+        note += (f" {loops} of them sit in a loop of the body and run once per iteration; "
+                 "how many iterations is not known statically.")
+    return note
+
+
+def _order(source: str | None, kind: int, i: int) -> tuple[str, int, int]:
+    path, _, line = (source or "").rpartition(":")
+    return (path, int(line) if line.isdigit() else 1 << 30, kind * 1_000_000 + i)
+
+
+def _short(source: str | None) -> str | None:
+    return None if source is None else source.rsplit("/", 1)[-1]
+
+
+def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:
+    """The pipeline model of each nested emit_pipeline's inner grid (as for a pallas_call)."""
+    out = []
+    for i, pipe in enumerate(kernel.pipelines):
+        label = f"nested pipeline {i}: grid {' x '.join(str(g) for g in pipe.grid) or '()'}"
+        try:
+            model = pipeline(pipe, chip)
+        except ValueError as e:  # e.g. a dynamic inner grid: said, the outer view still renders
+            out.append(NestedPipeline(label=label, lines=[f"no model: {visible(str(e))}"]))
+            continue
+        s = model.summary
+        out.append(NestedPipeline(label=label, lines=[
+            f"{s.steps:,} steps, predicted {format_time(s.predicted_time)}; compute "
+            f"{format_time(s.compute_time)} "
+            f"({100 * s.compute_bound_fraction:.0f}% compute-bound); "
+            f"exposed copy time {format_time(s.exposed_copy_time)}; HBM traffic "
+            f"{_html.num(s.hbm_bytes)} B"]))
+    return out
+
+
+def op_text(o: ManualOp) -> str:
+    what = f"{o['src']} -> {o['dst']}, {_html.num(o['bytes'])} B" if o["src"] else ""
+    sem = f"semaphore {o['semaphore']}" if o["semaphore"] else ""
+    loop = "in a loop (once per iteration)" if o["repeated"] else ""
+    return "; ".join(x for x in (o["op"], what, sem, o["source"] or "", loop) if x)
+
+
+def manual_html(kernel: Kernel, chip: str) -> str:
+    parts = [f'<h4>{esc(n["label"])}</h4><p class="pl-dim">{esc("; ".join(n["lines"]))}</p>'
+             for n in nested_pipelines(kernel, chip)]
+    ops = manual_ops(kernel)
+    if ops:
+        rows = [(o["op"], o["src"] or "", o["dst"] or "", _html.num(o["bytes"]),
+                 o["semaphore"] or "", o["source"] or "", "yes" if o["repeated"] else "")
+                for o in ops]
+        parts.append('<h4>Manual DMAs and semaphores (program order)</h4>'
+                     + _html.table(("operation", "src", "dst", "bytes", "semaphore", "line",
+                                    "in a loop"), rows, numeric=(3,))
+                     + f'<p class="pl-dim">{esc(manual_note(kernel) or "")}</p>')
+    return "".join(parts)
+
+
+def format_time(t: float) -> str:
+    a = abs(t)
+    if a == 0:
+        return "0 s"
+    if a < 1e-6:
+        return f"{t * 1e9:,.1f} ns"
+    if a < 1e-3:
+        return f"{t * 1e6:,.2f} µs"
+    if a < 1:
+        return f"{t * 1e3:,.2f} ms"
+    return f"{t:,.3f} s"
