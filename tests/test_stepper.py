@@ -12,8 +12,10 @@ import pallaslab
 from pallaslab.errors import UnavailableError
 from pallaslab.execute import run
 
+CATALOG_FILE = Path(__file__).with_name("kernels.py")
 
-def line_of(text, path=Path(__file__).with_name("kernels.py")):
+
+def line_of(text, path=CATALOG_FILE):
     """The line of the catalog's kernels.py holding `text` (catalog edits move lines)."""
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
