@@ -93,7 +93,8 @@ def test_pallas_cell_in_notebook7(page, nb7, results_dir):
         page.screenshot(path=str(results_dir / "notebook7-failure.png"))
         raise
     out = page.locator(".jp-Cell").nth(1)
-    assert "Array([[" in out.locator(".jp-OutputArea").inner_text()  # the cell's own value
+    # the cell's own value, computed once the workbench is shown (it does not wait for it)
+    out.locator(".jp-OutputArea-output", has_text="Array([[").wait_for(timeout=60000)
 
     # rows = grid axis 1, cols = grid axis 2 (axis 0 on a slider): hover program (0, 2, 0)
     grid.scroll_into_view_if_needed()
