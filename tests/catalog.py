@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -46,3 +47,9 @@ def abstract(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def catalog_names(*, tag: str | None = None) -> list[str]:
     return [n for n, e in CATALOG.items() if tag is None or tag in e.tags]
+
+
+def catalog_line(text: str, file: str = "kernels.py") -> str:
+    """"kernels.py:LINE" of the first catalog line holding `text` (catalog edits move lines)."""
+    lines = (Path(__file__).parent / file).read_text().splitlines()
+    return f"{file}:{next(n for n, line in enumerate(lines, 1) if text in line)}"

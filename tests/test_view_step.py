@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from catalog import catalog_line
 from kernels import CATALOG, shifted_block_reference
 
 import pallaslab
@@ -14,10 +13,7 @@ from pallaslab.views.report import encode_buffers, script_json
 from pallaslab.views.step import StepView, step_payload, summarize
 
 # The line of scale_kernel's body in the catalog (where its only equation comes from).
-SCALE_LINE = "kernels.py:" + str(next(
-    n for n, line in enumerate(
-        (Path(__file__).parent / "kernels.py").read_text().splitlines(), 1)
-    if "o_ref[...] = x_ref[...] * 2.0" in line))
+SCALE_LINE = catalog_line("o_ref[...] = x_ref[...] * 2.0")
 
 
 @pytest.fixture(scope="module")

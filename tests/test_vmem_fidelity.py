@@ -199,7 +199,9 @@ def _worker(names: list[str]) -> dict:
 def compiler_needs():
     if importlib.util.find_spec("libtpu") is None:
         pytest.skip('needs libtpu: pip install "pallaslab[tpu]"')
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1"}
+    # Other tests of the run may hold libtpu's lockfile (a process that built a topology).
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1",
+           "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
     proc = subprocess.run(
         [sys.executable, __file__, "--worker", *CASES], capture_output=True, text=True,
         env=env, cwd=Path(__file__).parent, timeout=600, check=False,
