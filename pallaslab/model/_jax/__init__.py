@@ -3,8 +3,11 @@
 Everything version-specific about how Pallas represents a kernel in a jaxpr lives in this
 package, one module per responsibility: `base` (imports, version gate, handles), `trace`
 (tracing, finding kernels, evaluating jaxprs), `kernels` (equation -> `Kernel`, index maps),
-`rerun` (re-binding kernels with other params), `chips` (TPU chip facts, kernel bodies),
-`lowering` (Mosaic modules, topologies, AOT compiles) and `stepper` (one-program runners).
+`nested` (in-kernel pipelines, scoped buffers, DMAs), `fusion` (what the fuser fused in),
+`rerun` (re-binding kernels with other params), `rewrite` (jaxprs re-traced with equations
+replaced), `checks` (debug checks), `compiled` (compile caches), `chips` (TPU chip facts,
+kernel bodies), `lowering` (Mosaic modules, topologies, AOT compiles) and `stepper`
+(one-program runners).
 Checked against jax 0.12; other versions get a warning at import.
 """
 

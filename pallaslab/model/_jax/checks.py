@@ -20,8 +20,8 @@ from jax._src import tree_util
 from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 
+from pallaslab.model._jax import rewrite
 from pallaslab.model._jax.base import PALLAS_CALL
-from pallaslab.model._jax.trace import _bind
 
 CHECK = "check"
 
@@ -58,58 +58,21 @@ def instrument_kernel(eqn: Any, *, on_entry: Callable[[], None] | None = None,
 
 
 def _has_check(jaxpr: Any) -> bool:
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == CHECK:
-            return True
-        for value in eqn.params.values():
-            if any(_has_check(sub) for sub in _subjaxprs(value)):
-                return True
-    return False
+    return rewrite.contains(jaxpr, _is_check)
 
 
-def _subjaxprs(value: Any) -> list[Any]:
-    if isinstance(value, jax_core.Jaxpr):
-        return [value]
-    if isinstance(value, tuple):
-        return [j for v in value for j in _subjaxprs(v)]
-    return []
+def _is_check(eqn: Any) -> bool:
+    return eqn.primitive.name == CHECK
 
 
 def _eval_reporting_checks(jaxpr: Any, consts: Any, args: Any,
                            on_check: Callable[[str], None]) -> list[Any]:
-    env: dict[Any, Any] = {}
+    def report(eqn: Any, invals: list[Any]) -> list[Any]:
+        jax.debug.callback(functools.partial(_report, eqn.params["err_tree"], on_check),
+                           *invals)
+        return []
 
-    def read(v: Any) -> Any:
-        return v.val if isinstance(v, jax_core.Literal) else env[v]
-
-    env.update(zip(jaxpr.constvars, consts, strict=True))
-    env.update(zip(jaxpr.invars, args, strict=True))
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        if eqn.primitive.name == CHECK:
-            jax.debug.callback(functools.partial(_report, eqn.params["err_tree"], on_check),
-                               *invals)
-            continue
-        params = {k: _rewrite_param(v, on_check) for k, v in eqn.params.items()}
-        outs = _bind(eqn, invals, params)
-        for v, x in zip(eqn.outvars, outs, strict=True):
-            if not isinstance(v, jax_core.DropVar):
-                env[v] = x
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _rewrite_param(value: Any, on_check: Callable[[str], None]) -> Any:
-    # jax 0.12 has one Jaxpr class for open and closed jaxprs (constants carried in it).
-    if isinstance(value, jax_core.Jaxpr) and _has_check(value):
-        def fn(*args: Any) -> list[Any]:
-            return _eval_reporting_checks(value, value.consts, args, on_check)
-
-        new, _, consts = pe.trace_to_jaxpr_dynamic(
-            lu.wrap_init(fn, debug_info=value.debug_info), [v.aval for v in value.invars])
-        return new.with_consts(consts) if consts else new
-    if isinstance(value, tuple) and any(isinstance(v, jax_core.Jaxpr) for v in value):
-        return tuple(_rewrite_param(v, on_check) for v in value)
-    return value
+    return rewrite.eval_replacing(jaxpr, consts, args, _is_check, report)
 
 
 def _report(err_tree: Any, on_check: Callable[[str], None], *values: Any) -> None:

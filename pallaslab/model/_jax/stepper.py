@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
-from jax._src import linear_util as lu
 from jax._src import source_info_util
-from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 
+from pallaslab.model._jax import rewrite
 from pallaslab.model._jax.base import _CALL_ONCE, KERNEL_PRIMITIVES, PALLAS_CALL, Jaxpr
 from pallaslab.model._jax.kernels import _call_site, _memory_space
 from pallaslab.model._jax.rerun import _override_params, _rewrite_value
@@ -204,65 +203,15 @@ def _axis_index_replaced(jaxpr: Any, axes: set[str], value: Callable[[Any], Any]
     """The kernel body with every `axis_index` of a mesh axis (at any depth: `pl.when`,
     loops, `run_scoped`) replaced by `value(axis_name)`, traced in the grid's environment."""
 
-    def body(*refs: Any) -> Any:
-        return _eval_replacing(jaxpr, jaxpr.consts, refs, axes, value)
+    def of_mesh(eqn: Any) -> bool:
+        if eqn.primitive.name != "axis_index":
+            return False
+        name = eqn.params.get("axis_name")
+        return set(name if isinstance(name, tuple) else (name,)) <= axes
 
     with gm.trace_env():
-        new, _, consts = pe.trace_to_jaxpr_dynamic(
-            lu.wrap_init(body, debug_info=jaxpr.debug_info), [v.aval for v in jaxpr.invars])
-    return new.with_consts(consts) if consts else new
-
-
-def _mesh_axes_of(eqn: Any) -> tuple[Any, ...]:
-    name = eqn.params.get("axis_name")
-    return name if isinstance(name, tuple) else (name,)
-
-
-def _eval_replacing(jaxpr: Any, consts: Any, args: Any, axes: set[str],
-                    value: Callable[[Any], Any]) -> list[Any]:
-    env: dict[Any, Any] = {}
-
-    def read(v: Any) -> Any:
-        return v.val if isinstance(v, jax_core.Literal) else env[v]
-
-    env.update(zip(jaxpr.constvars, consts, strict=True))
-    env.update(zip(jaxpr.invars, args, strict=True))
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        # The user's line stays on every equation (the stepper shows it).
-        with source_info_util.user_context(eqn.source_info.traceback,
-                                           name_stack=eqn.source_info.name_stack):
-            if eqn.primitive.name == "axis_index" and set(_mesh_axes_of(eqn)) <= axes:
-                outs = [value(eqn.params["axis_name"])]
-            else:
-                params = {k: _replaced_param(v, axes, value) for k, v in eqn.params.items()}
-                outs = _bind(eqn, invals, params)
-        for v, x in zip(eqn.outvars, outs, strict=True):
-            if not isinstance(v, jax_core.DropVar):
-                env[v] = x
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _has_axis_index(jaxpr: Any) -> bool:
-    return any(e.primitive.name == "axis_index" or any(
-        _has_axis_index(sub) for v in e.params.values()
-        for sub in (v if isinstance(v, tuple) else (v,)) if isinstance(sub, Jaxpr))
-        for e in jaxpr.eqns)
-
-
-def _replaced_param(param: Any, axes: set[str], value: Callable[[Any], Any]) -> Any:
-    if isinstance(param, Jaxpr) and _has_axis_index(param):
-        sub = param
-
-        def fn(*args: Any) -> list[Any]:
-            return _eval_replacing(sub, sub.consts, args, axes, value)
-
-        new, _, consts = pe.trace_to_jaxpr_dynamic(
-            lu.wrap_init(fn, debug_info=sub.debug_info), [v.aval for v in sub.invars])
-        return new.with_consts(consts) if consts else new
-    if isinstance(param, tuple) and any(isinstance(v, Jaxpr) for v in param):
-        return tuple(_replaced_param(v, axes, value) for v in param)
-    return param
+        return rewrite.retrace_replacing(
+            jaxpr, of_mesh, lambda eqn, _: [value(eqn.params["axis_name"])])
 
 
 def _local_grid_env(gm: Any, ids: Any, grid: tuple[int, ...]) -> tuple[Any, ...]:

@@ -1,0 +1,82 @@
+"""A jaxpr evaluated with some of its equations replaced, at any depth (`pl.when`, loops,
+`run_scoped`): sub-jaxprs that hold a matching equation are re-traced the same way.
+
+The debug-check instrumentation (`checks`) and the per-core stepper of mesh kernels
+(`stepper`) both rebuild kernel bodies this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from jax._src import core as jax_core
+from jax._src import linear_util as lu
+from jax._src import source_info_util
+from jax._src.interpreters import partial_eval as pe
+
+from pallaslab.model._jax.trace import _bind
+
+Matches = Callable[[Any], bool]  # does this equation get replaced?
+Replace = Callable[[Any, list[Any]], list[Any]]  # (equation, its inputs) -> its outputs
+
+
+def contains(jaxpr: Any, matches: Matches) -> bool:
+    """Does `jaxpr` hold a matching equation, at any depth?"""
+    return any(matches(eqn) or any(contains(sub, matches) for value in eqn.params.values()
+                                   for sub in _subjaxprs(value))
+               for eqn in jaxpr.eqns)
+
+
+def eval_replacing(jaxpr: Any, consts: Any, args: Any, matches: Matches,
+                   replace: Replace) -> list[Any]:
+    """Evaluate `jaxpr` (inside a trace) with each matching equation replaced."""
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        return v.val if isinstance(v, jax_core.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        # The user's line stays on every equation (the stepper shows it).
+        with source_info_util.user_context(eqn.source_info.traceback,
+                                           name_stack=eqn.source_info.name_stack):
+            if matches(eqn):
+                outs = replace(eqn, invals)
+            else:
+                params = {k: _param(v, matches, replace) for k, v in eqn.params.items()}
+                outs = _bind(eqn, invals, params)
+        for v, x in zip(eqn.outvars, outs, strict=True):
+            if not isinstance(v, jax_core.DropVar):
+                env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def retrace_replacing(jaxpr: Any, matches: Matches, replace: Replace) -> Any:
+    """`jaxpr` re-traced with each matching equation replaced (in the current trace
+    environment, e.g. a grid's)."""
+    def fn(*args: Any) -> list[Any]:
+        return eval_replacing(jaxpr, jaxpr.consts, args, matches, replace)
+
+    new, _, consts = pe.trace_to_jaxpr_dynamic(
+        lu.wrap_init(fn, debug_info=jaxpr.debug_info), [v.aval for v in jaxpr.invars])
+    return new.with_consts(consts) if consts else new
+
+
+def _param(value: Any, matches: Matches, replace: Replace) -> Any:
+    # jax 0.12 has one Jaxpr class for open and closed jaxprs (constants carried in it).
+    if isinstance(value, jax_core.Jaxpr) and contains(value, matches):
+        return retrace_replacing(value, matches, replace)
+    if isinstance(value, tuple) and any(isinstance(v, jax_core.Jaxpr) for v in value):
+        return tuple(_param(v, matches, replace) for v in value)
+    return value
+
+
+def _subjaxprs(value: Any) -> list[Any]:
+    if isinstance(value, jax_core.Jaxpr):
+        return [value]
+    if isinstance(value, tuple):
+        return [j for v in value for j in _subjaxprs(v)]
+    return []
