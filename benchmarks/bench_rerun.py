@@ -75,7 +75,7 @@ def main() -> None:
     for label, row in (("cold", cold), (f"warm (median of {opts.runs})", median)):
         print(f"{label:24}" + "".join(f"{1000 * v:17.0f}" for v in row))
     from pallaslab.model._jax.compiled import equation_cache_stats
-    from pallaslab.model._jax.kernels import index_map_cache_stats
+    from pallaslab.model._jax.index_maps import index_map_cache_stats
 
     print(f"value run: {equation_cache_stats()}")
     print(f"index maps: {index_map_cache_stats()}")

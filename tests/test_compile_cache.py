@@ -21,7 +21,7 @@ from pallaslab.model._jax.compiled import (
     equation_cache_stats,
     structural_key,
 )
-from pallaslab.model._jax.kernels import index_map_cache_stats
+from pallaslab.model._jax.index_maps import index_map_cache_stats
 
 N, BLOCK = 48, 8  # shapes no other test uses, so the first capture here is a miss
 

@@ -12,7 +12,7 @@ from jax.experimental import pallas as pl
 from kernels import CATALOG
 
 import pallaslab
-from pallaslab.analysis import findings as findings_module
+from pallaslab.analysis import coverage as coverage_module
 from pallaslab.analysis import tiling as tiling_module
 from pallaslab.analysis.findings import coordinate_key, coverage, find
 from pallaslab.analysis.inspection import inspect_kernel, kernel_json
@@ -156,7 +156,7 @@ def test_sparse_coverage_equals_dense_coverage(name, monkeypatch):
         if any(d.kind == "element" for d in op.block_dims):
             continue
         dense = coverage(ot, op)
-        monkeypatch.setattr(findings_module, "DENSE_BLOCK_GRID", 0)
+        monkeypatch.setattr(coverage_module, "DENSE_BLOCK_GRID", 0)
         sparse = coverage(ot, op)
         monkeypatch.undo()
         assert (sparse.total, sparse.missing, sparse.first_missing, sparse.missing_blocks) == (

@@ -12,12 +12,12 @@ from kernels import CATALOG, matmul
 import pallaslab
 from pallaslab.analysis.chips import chip
 from pallaslab.analysis.occupancy import (
-    gpu_occupancy,
     occupancy,
     padded_shape,
     vmem_findings,
     vmem_section,
 )
+from pallaslab.analysis.occupancy_gpu import gpu_occupancy
 
 S = jax.ShapeDtypeStruct
 KiB = 1024

@@ -32,11 +32,9 @@ programs in this process instead, and `notes` says the time limit is not enforce
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import operator
 import os
-import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,20 +46,19 @@ from pallaslab.execute import capabilities, isolation
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import Prepared, prepare
 from pallaslab.execute.monitor import Interruptible, progress
+from pallaslab.execute.step_worker import (  # the errors stay importable from here
+    RUNNER_KEYS,
+    CannotOpen,
+    RemoteRunner,
+    StepFailedError,  # noqa: F401
+    StepTimeLimitError,  # noqa: F401
+)
 from pallaslab.model import Kernel, _jax, select_kernel
 
 if TYPE_CHECKING:
     from pallaslab.model._jax.stepper import ProgramRunner
 
 PROGRESS_MIN_STEPS = 64  # loops this long may show a progress bar (after its delay)
-
-
-class StepTimeLimitError(PallasLabError, TimeoutError):
-    """A program did not finish within the stepper's time limit (it was stopped)."""
-
-
-class StepFailedError(PallasLabError, RuntimeError):
-    """A program could not be run: it raised, or the worker process running it died."""
 
 
 class ProgramOutsideGridError(PallasLabError, IndexError):
@@ -132,10 +129,10 @@ class Stepper:
         self._history: list[_Delta] = []
         self._last: tuple[int, dict[str, ProgramBlocks], tuple[np.ndarray, ...]] | None = None
 
-    def _remote_runner(self, prepared: Prepared) -> _RemoteRunner | None:
+    def _remote_runner(self, prepared: Prepared) -> RemoteRunner | None:
         """The runner in the worker process (opened on first use), or None, with a note,
         when the function cannot travel there."""
-        key = f"{os.getpid()}-{next(_KEYS)}"
+        key = f"{os.getpid()}-{next(RUNNER_KEYS)}"
         try:
             request = isolation.encode_request(
                 {"fn": prepared.fn, "args": prepared.args, "kwargs": prepared.kwargs,
@@ -145,7 +142,7 @@ class Stepper:
         except Exception as err:
             self._run_here(isolation.why_not_sent(err))
             return None
-        return _RemoteRunner(request, key, self.kernel.name)
+        return RemoteRunner(request, key, self.kernel.name)
 
     def _run_here(self, why: str) -> None:
         self._remote = None
@@ -327,7 +324,7 @@ class Stepper:
             try:
                 return remote.run(self.tiling.program_at(step), ids, self._scalars, blocks,
                                   scratch, self.time_limit, self._stop_after)
-            except _CannotOpen as err:
+            except CannotOpen as err:
                 self._run_here(str(err))
         return self._runner.run(ids, self._scalars, blocks, scratch)
 
@@ -477,76 +474,6 @@ def _mesh_text(kernel: Kernel) -> str:
         return "mesh"
     axes = ", ".join(f"{name}={size}" for name, size in mesh.axes)
     return f"{mesh.kind} ({axes})"
-
-
-_KEYS = itertools.count()
-
-
-class _CannotOpen(Exception):
-    """The runner cannot be opened in the worker process (the message says why)."""
-
-
-class _RemoteRunner:
-    """A kernel's one-program runner in the worker process (`ProgramRunner.run` there).
-
-    The worker keeps it under a key; a worker started later (after a kill) does not have it
-    and says so, and the runner is opened again there before the program runs."""
-
-    def __init__(self, open_request: bytes, key: str, name: str):
-        self.open_request = open_request
-        self.key = key
-        self.name = name
-
-    def run(self, program: tuple[int, ...], ids: np.ndarray, scalars: Sequence[np.ndarray],
-            blocks: Sequence[np.ndarray], scratch: Sequence[np.ndarray], limit: float,
-            message: Callable[[tuple[int, ...], float | None], str]
-            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        request = pickle.dumps({"kind": "run-program", "runner": self.key, "ids": ids,
-                                "scalars": tuple(scalars), "blocks": tuple(blocks),
-                                "scratch": tuple(scratch)}, protocol=pickle.HIGHEST_PROTOCOL)
-        for _ in range(2):
-            reply = self._call(request, program, limit, message)
-            if "missing" not in reply:
-                break
-            self._open(program, limit, message)
-        if "error" in reply:
-            raise StepFailedError(f"stepping {self.name}: program {program} failed: "
-                                  f"{reply['error']}")
-        return reply["outputs"], reply["scratch"]
-
-    def _open(self, program: tuple[int, ...], limit: float,
-              message: Callable[[tuple[int, ...], float | None], str]) -> None:
-        try:
-            reply = self._call(self.open_request, program, limit, message, opening=True)
-        except StepFailedError as err:
-            raise _CannotOpen(str(err)) from None
-        if "error" in reply:
-            raise _CannotOpen(f"the worker process could not open it: {reply['error']}")
-
-    def _call(self, request: bytes, program: tuple[int, ...], limit: float,
-              message: Callable[[tuple[int, ...], float | None], str],
-              opening: bool = False) -> dict[str, Any]:
-        with Interruptible() as flag:
-            done = isolation.call_worker(
-                request, limit, label=f"stepping {self.name}",
-                running=lambda count, where: f"program {program}",
-                interrupted=lambda seconds, what: message(program, seconds),
-                cancelled=lambda: flag.cancelled)
-        if not done.started:
-            raise _CannotOpen(done.failed or "no worker process")
-        if done.failed is not None:
-            raise StepFailedError(f"stepping {self.name}: program {program} could not run: "
-                                  f"{done.failed}")
-        if done.timed_out is not None:
-            what = message(program, None)
-            if opening:
-                what = (f"stepping {self.name}: capturing the function in the worker process "
-                        f"(to run program {program}) took longer than the time limit of "
-                        f"{limit:g} s; raise it with pallaslab.step(..., timeout=SECONDS)")
-            raise StepTimeLimitError(what)
-        reply = done.reply
-        assert isinstance(reply, dict)
-        return reply
 
 
 def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,

@@ -3,7 +3,7 @@ per SM on a100 and h100.
 
 Shared memory, registers and spills come from the real Triton compile (`lowering.lower(...,
 compile=True)`: the triton wheel and its ptxas, no GPU needed; results are cached on disk), and
-blocks per SM from the CUDA occupancy calculation (`pallaslab.analysis.occupancy.gpu_occupancy`)
+blocks per SM from the CUDA occupancy calculation (`pallaslab.analysis.occupancy_gpu.gpu_occupancy`)
 with the `num_warps` the kernel is compiled with. A compile takes seconds, so the view asks for
 this section only when told (`wb.memory(gpu=True)`).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
-from pallaslab.analysis.occupancy import gpu_occupancy
+from pallaslab.analysis.occupancy_gpu import gpu_occupancy
 from pallaslab.errors import MissingDependencyError
 from pallaslab.model import Kernel
 from pallaslab.views import _html

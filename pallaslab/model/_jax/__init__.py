@@ -2,12 +2,12 @@
 
 Everything version-specific about how Pallas represents a kernel in a jaxpr lives in this
 package, one module per responsibility: `base` (imports, version gate, handles), `trace`
-(tracing, finding kernels, evaluating jaxprs), `kernels` (equation -> `Kernel`, index maps),
-`nested` (in-kernel pipelines, scoped buffers, DMAs), `fusion` (what the fuser fused in),
-`rerun` (re-binding kernels with other params), `rewrite` (jaxprs re-traced with equations
-replaced), `checks` (debug checks), `compiled` (compile caches), `chips` (TPU chip facts,
-kernel bodies), `lowering` (Mosaic modules, topologies, AOT compiles) and `stepper`
-(one-program runners).
+(tracing, finding kernels, evaluating jaxprs), `kernels` (equation -> `Kernel`),
+`index_maps` (vectorized index maps), `nested` (in-kernel pipelines, scoped buffers, DMAs),
+`fusion` (what the fuser fused in), `rerun` (re-binding kernels with other params),
+`rewrite` (jaxprs re-traced with equations replaced), `checks` (debug checks), `compiled`
+(compile caches), `chips` (TPU chip facts, kernel bodies), `lowering` (Mosaic modules,
+topologies, AOT compiles) and `stepper` (one-program runners).
 Checked against jax 0.12; other versions get a warning at import.
 """
 
@@ -19,10 +19,8 @@ from pallaslab.model._jax.chips import (
     tpu_chip_facts,
 )
 from pallaslab.model._jax.fusion import fuser_sources
-from pallaslab.model._jax.kernels import (
-    eval_index_map_once,
-    kernel_from_eqn,
-)
+from pallaslab.model._jax.index_maps import eval_index_map_once
+from pallaslab.model._jax.kernels import kernel_from_eqn
 from pallaslab.model._jax.lowering import (
     MOSAIC_LOC_TAG,
     aot_compile_stablehlo,

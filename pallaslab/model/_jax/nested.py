@@ -210,11 +210,11 @@ def _jaxprs(params: Any) -> Iterator[Any]:
 def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
     """A nested `emit_pipeline` as a Kernel of kind "pipeline": its grid mapping read as a
     pallas_call's, each operand with the enclosing kernel's ref it windows (`outer`)."""
+    from pallaslab.model._jax.index_maps import _index_map_evaluator
     from pallaslab.model._jax.kernels import (
         _block_operand,
         _call_site,
         _func_src,
-        _index_map_evaluator,
         _semantics_name,
     )
 

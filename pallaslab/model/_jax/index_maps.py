@@ -1,0 +1,94 @@
+"""Vectorized index maps: every operand's block indices for many programs in one jitted call
+(shared by identical re-captures), and one program's, evaluated alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core as jax_core
+from jax._src.state import discharge as state_discharge
+
+from pallaslab.model._jax.compiled import CacheStats, CompiledCache, structural_key
+from pallaslab.model.kernel import Kernel
+
+
+def _index_map_evaluator(
+    gm: Any,
+) -> Callable[[np.ndarray, Sequence[np.ndarray]], list[np.ndarray]] | None:
+    """One jitted, vmapped function computing every operand's block indices for many programs.
+
+    Called with `program_ids` of shape (grid_rank, P) in execution order and the concrete
+    scalar-prefetch arrays; returns one (P, ndim) int array per block mapping. The jitted
+    function is shared by identical re-captures (`_INDEX_MAPS`), so a re-run does not compile
+    it again.
+    """
+    mappings = list(gm.block_mappings)
+    if not mappings:
+        return None
+    batched = _INDEX_MAPS.get(lambda: _index_maps_key(gm), lambda: _batched_index_maps(gm))
+
+    def evaluate(program_ids: np.ndarray, prefetch: Sequence[np.ndarray]) -> list[np.ndarray]:
+        ids = np.ascontiguousarray(program_ids, dtype=np.int32)
+        with jax.default_device(jax.devices("cpu")[0]):
+            outs = batched(ids, tuple(np.asarray(p) for p in prefetch))
+        return [np.asarray(o) for o in outs]
+
+    return evaluate
+
+
+# The whole-grid index-map functions of recent captures, by what they compute (each costs a
+# compile, ~0.25 s for a matmul).
+_INDEX_MAPS: CompiledCache[Callable[..., list[jax.Array]]] = CompiledCache(maxsize=32)
+
+
+def index_map_cache_stats() -> CacheStats:
+    """Hits and misses of the whole-grid index-map functions."""
+    return _INDEX_MAPS.stats()
+
+
+def _index_maps_key(gm: Any) -> Hashable:
+    """What the batched index maps compute: the grid's rank and, per block mapping, its index
+    map jaxpr, block shape and array's shape/dtype (the grid's extent and the prefetch arrays'
+    shapes are the jitted function's own arguments)."""
+    return ("index-maps", len(gm.grid),
+            tuple((structural_key(bm.index_map_jaxpr), structural_key(bm.block_shape),
+                   structural_key(bm.array_aval)) for bm in gm.block_mappings))
+
+
+def _batched_index_maps(gm: Any) -> Callable[..., list[jax.Array]]:
+    mappings = list(gm.block_mappings)
+    n_grid = len(gm.grid)
+    pure = [_pure_index_map(bm) for bm in mappings]
+
+    def all_maps(ids: jax.Array, prefetch: tuple[jax.Array, ...]) -> list[jax.Array]:
+        scalars = [ids[d] for d in range(n_grid)]
+        outs = []
+        for fn, bm in zip(pure, mappings, strict=True):
+            vals = fn(*scalars, *prefetch)[: len(bm.block_shape)]
+            outs.append(jnp.stack([jnp.asarray(v, jnp.int32) for v in vals]) if vals
+                        else jnp.zeros((0,), jnp.int32))
+        return outs
+
+    return jax.jit(jax.vmap(all_maps, in_axes=(1, None)))
+
+
+def _pure_index_map(bm: Any) -> Callable[..., list[Any]]:
+    jaxpr = state_discharge.discharge_state(bm.index_map_jaxpr, strip_memory_space=True)
+    return jax_core.jaxpr_as_fun(jaxpr)
+
+
+def eval_index_map_once(kernel: Kernel, origin: str, program: Sequence[int]) -> tuple[int, ...]:
+    """Evaluate one operand's index map for one program, the slow way (benchmarks, tests)."""
+    gm = kernel.handle.eqn.params["grid_mapping"]
+    for bm in gm.block_mappings:
+        if bm.origin == origin:
+            fn = _pure_index_map(bm)
+            out = fn(*[jnp.int32(p) for p in program], *kernel.prefetch_values)
+            return tuple(int(v) for v in out[: len(bm.block_shape)])
+    raise KeyError(origin)
+
+
