@@ -404,3 +404,11 @@ from kernels_tpu import *  # noqa: E402, F403
 from kernels_tpu import __all__ as _tpu_cases  # noqa: E402
 
 __all__ += _tpu_cases
+
+# GPU kernels: Triton idioms (masks, atomics) and Mosaic GPU (`plgpu.kernel`, TMA, barriers).
+from kernels_gpu import *  # noqa: E402, F403
+from kernels_gpu import __all__ as _gpu_cases  # noqa: E402
+from kernels_mgpu import *  # noqa: E402, F403
+from kernels_mgpu import __all__ as _mgpu_cases  # noqa: E402
+
+__all__ += _gpu_cases + _mgpu_cases
