@@ -190,13 +190,14 @@ def tiling_unavailable_reason(kernel: Kernel) -> str | None:
         return "mesh kernels (pl.kernel / plgpu.kernel) have no BlockSpecs to tile"
     if not kernel.grid_known:
         dims = ", ".join(str(d) for d in kernel.dynamic_grid_dims)
-        return (f"grid dimension(s) {dims} are dynamic and the arguments were abstract: pass "
-                "concrete arrays to evaluate the grid")
+        return (f"grid dimension(s) {dims} are dynamic and "
+                + (kernel.dynamic_values_reason or "the arguments were abstract: pass concrete "
+                   "arrays to evaluate the grid"))
     if any(g < 0 for g in kernel.grid):  # type: ignore[operator]
         return f"grid {_grid_text(kernel.grid)} has a negative dimension"
     if kernel.scalar_prefetch and not kernel.prefetch_values:
-        return ("index maps read scalar-prefetch operands whose values are unknown: pass "
-                "concrete arrays to evaluate them")
+        return ("index maps read scalar-prefetch operands whose values are unknown: "
+                + (kernel.dynamic_values_reason or "pass concrete arrays to evaluate them"))
     if not kernel.blocked_operands:
         return "the kernel has no BlockSpec operands"
     return over_limit_reason(kernel)

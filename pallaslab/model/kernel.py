@@ -186,6 +186,9 @@ class Kernel:
     # The TPU chip ("v5e") whose abstract device the kernel was traced under, on a host
     # without a TPU, because its tracing asked the chip; None when traced as is.
     traced_for_chip: str | None = None
+    # Why dynamic grid dimensions or scalar-prefetch values stayed unknown at capture (the
+    # arguments were abstract, the computation before the kernel could not run, ...).
+    dynamic_values_reason: str | None = None
     handle: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
