@@ -1,4 +1,4 @@
-"""Executors: one protocol, five ways to run a captured function.
+"""Executors: one protocol, six ways to run a captured function.
 
 - `interpret`: JAX's HLO interpreter (`interpret=True`); not for TPU mesh kernels (it binds
   no mesh axes), which its status says in one line;
@@ -10,6 +10,9 @@
   simulated core per mesh core;
 - `gpu-interpret`: Mosaic GPU interpret mode (`plgpu.InterpretGPUParams()`), for `plgpu.kernel`
   kernels only (it rejects BlockSpec windows);
+- `vectorized`: each `pallas_call` as one batched XLA computation on the CPU (programs that
+  may run together `vmap`ped, the rest scanned), falling back to the interpreter, with the
+  rule that decided, where batching is not provably equivalent (`execute/vectorized.py`);
 - `device`: compiled for an attached TPU or GPU; unavailable (with the reason) elsewhere;
 - `reference`: the user's pure-JAX function with the same signature.
 
@@ -419,11 +422,18 @@ def _gpu_interpret() -> Executor:
     return GpuInterpretExecutor()
 
 
+def _vectorized() -> Executor:
+    from pallaslab.execute.vectorized import VectorizedExecutor
+
+    return VectorizedExecutor()
+
+
 class ExecutorError(PallasLabError, ValueError):
     """An executor name or reference that does not fit."""
 
 
-EXECUTOR_NAMES = ("interpret", "tpu-interpret", "gpu-interpret", "device", "reference")
+EXECUTOR_NAMES = ("interpret", "tpu-interpret", "gpu-interpret", "vectorized", "device",
+                  "reference")
 
 
 def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None = None
@@ -434,6 +444,7 @@ def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None =
         "interpret": InterpretExecutor,
         "tpu-interpret": TpuInterpretExecutor,
         "gpu-interpret": _gpu_interpret,
+        "vectorized": _vectorized,
         "device": DeviceExecutor,
         "reference": lambda: ReferenceExecutor(reference),
     }

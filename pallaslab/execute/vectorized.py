@@ -1,0 +1,197 @@
+"""The `vectorized` executor: each `pallas_call` as one compiled XLA computation on the CPU,
+its body `vmap`ped over the programs that may run together and `scan`ned over the rest.
+
+Programs are batched only where that provably gives the interpreter's results:
+
+- the kernel is a `pallas_call` with a static grid whose block tables the tiling analysis
+  built, and its body uses nothing whose effect depends on program order (DMAs, semaphores,
+  atomics, debug prints, the stateful PRNG, device ids: `_jax.ORDER_DEPENDENT`);
+- no input ref is written and aliased inputs are read block by block by the program that
+  writes the same output block (so no program reads what another wrote);
+- a batched dimension is one along which every output block changes, and each output block
+  belongs to one lane only (no two batched programs, at any scan step, touch the same output
+  block), so outputs are assembled exactly as the interpreter assembles them;
+- with scratch, only dimensions the kernel marks "parallel" are batched: scratch then starts
+  uninitialized per lane. Pallas promises nothing across parallel programs (a megacore TPU
+  runs them on different cores, each with its own scratch), so a kernel reading another
+  parallel program's scratch is already wrong on hardware.
+
+What fails a rule is scanned program by program in order (still one computation, the same
+results as the interpreter), or, for a rule on the body's primitives, interpreted with
+`interpret=True`; `RunResult.notes` says which rule decided, per kernel.
+
+Numerics: the body's arithmetic is the interpreter's; XLA may fuse batched operations
+differently, so float results can differ in the last bits (within the dtype's tolerance, as
+`compare` reports) and are usually bit-equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
+from pallaslab.execute.result import RunResult
+from pallaslab.model import Kernel, _jax
+from pallaslab.model._jax import vectorize
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelPlan:
+    """How one kernel runs: batched over `batched_dims`, scanned, or interpreted (`plan` None)."""
+
+    kernel: str
+    plan: vectorize.BatchPlan | None
+    reason: str | None  # why it is not (fully) batched; None when every dimension is
+
+    @property
+    def note(self) -> str:
+        if self.plan is None:
+            return f"{self.kernel}: interpreted (interpret=True): {self.reason}"
+        dims = self.plan.batched_dims
+        how = f"batched over grid dimension(s) {', '.join(map(str, dims))}" if dims else \
+            "scanned program by program"
+        return f"{self.kernel}: {how}" + (f" ({self.reason})" if self.reason else "")
+
+
+def plan_kernel(kernel: Kernel) -> KernelPlan:
+    """The batching that provably gives the interpreter's results for `kernel`."""
+    def interpreted(why: str) -> KernelPlan:
+        return KernelPlan(kernel.name, None, why)
+
+    if kernel.kind != "pallas_call":
+        return interpreted(f"{kernel.kind} kernels are not batched")
+    eqn = kernel.handle.eqn
+    if "shard_map" in kernel.context:  # its body is traced per shard: not re-traced here
+        return interpreted("kernels inside shard_map are not batched")
+    if kernel.dynamic_grid_dims:
+        return interpreted("the grid is dynamic")
+    if (prim := vectorize.order_dependent_primitive(eqn)) is not None:
+        return interpreted(f"the body uses {prim}, whose effect depends on program order")
+    if written := vectorize.written_inputs(eqn):
+        names = ", ".join(kernel.inputs[i].origin for i in written if i < len(kernel.inputs))
+        return interpreted(f"the body writes input ref(s) {names}")
+    tiling = tile(kernel)
+    if tiling is None:
+        reason = tiling_unavailable_reason(kernel) or "some BlockSpecs are not tabulated"
+        return KernelPlan(kernel.name, vectorize.BatchPlan(()), f"no block tables: {reason}")
+    if missing := [op.origin for op in kernel.blocked_operands
+                   if op.origin not in tiling.operands]:
+        return KernelPlan(kernel.name, vectorize.BatchPlan(()),
+                          f"no block tables for {', '.join(missing)}")
+    if (aliasing := _alias_reason(kernel, tiling)) is not None:
+        return KernelPlan(kernel.name, vectorize.BatchPlan(()), aliasing)
+    dims, why = _batchable_dims(kernel, tiling)
+    return KernelPlan(kernel.name, vectorize.BatchPlan(dims), why)
+
+
+def _alias_reason(kernel: Kernel, tiling: Tiling) -> str | None:
+    for op in kernel.outputs:
+        if op.aliased_with is None:
+            continue
+        source = tiling.operands.get(op.aliased_with)
+        target = tiling.operands.get(op.origin)
+        if source is None or target is None or \
+                not np.array_equal(source.block_indices, target.block_indices):
+            return (f"{op.origin} aliases {op.aliased_with} and reads it through other blocks "
+                    "than it writes")
+    return None
+
+
+def _batchable_dims(kernel: Kernel, tiling: Tiling) -> tuple[tuple[int, ...], str | None]:
+    grid = tiling.grid
+    outputs = [tiling.operands[op.origin] for op in kernel.outputs]
+    semantics = kernel.dimension_semantics or ("arbitrary",) * len(grid)
+    reasons: list[str] = []
+    dims = []
+    ids = tiling.program_ids()
+    for d, size in enumerate(grid):
+        if size == 1:
+            continue
+        if kernel.scratch and semantics[d] != "parallel":
+            reasons.append(f"dimension {d} is not \"parallel\" and the kernel has scratch")
+            continue
+        if any(_constant_along(out.block_indices, grid, d) for out in outputs):
+            reasons.append(f"an output block is revisited along dimension {d}")
+            continue
+        dims.append(d)
+    if dims and not all(_one_lane_per_block(out, ids, tuple(dims)) for out in outputs):
+        reasons.append("output blocks are shared between batched programs")
+        dims = []
+    return tuple(dims), ("; ".join(reasons) or None)
+
+
+def _constant_along(table: np.ndarray, grid: tuple[int, ...], d: int) -> bool:
+    """Does some output block stay the same when only program id `d` changes?"""
+    shaped = table.reshape(*grid, table.shape[1])
+    return bool(np.any(np.all(np.diff(shaped, axis=d) == 0, axis=-1)))
+
+
+def _one_lane_per_block(out: Any, ids: np.ndarray, dims: tuple[int, ...]) -> bool:
+    """Is each output block written by the programs of a single lane (batched-dims index)?"""
+    keys, _ = out.block_key()
+    lanes = np.ravel_multi_index(tuple(ids[:, d] for d in dims),
+                                 tuple(int(ids[:, d].max()) + 1 for d in dims))
+    pairs = np.unique(np.stack([keys.astype(np.int64), lanes.astype(np.int64)]), axis=1)
+    return len(np.unique(pairs[0])) == pairs.shape[1]
+
+
+class VectorizedExecutor:
+    """Kernels as batched XLA computations on the CPU (see the module docstring)."""
+
+    name = "vectorized"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def cannot_run(self, prepared: Any) -> str | None:
+        return None  # what cannot be batched is interpreted, and the notes say so
+
+    def plans(self, prepared: Any) -> list[KernelPlan]:
+        return [plan_kernel(k) for k in prepared.capture]
+
+    def execute(self, prepared: Any, deadline: float | None = None) -> RunResult:
+        from pallaslab.execute import capabilities
+        from pallaslab.execute.executors import _numpy
+
+        cap = prepared.capture
+        plans = self.plans(prepared)
+        left = [k for k, p in zip(cap, plans, strict=True) if p.plan is None]
+        if len(left) == len(plans) or capabilities.hlo_interpreter_refusal(left) is not None:
+            return self._interpreted(prepared, deadline, plans)
+        batched = {id(k.handle.eqn): p.plan for k, p in zip(cap, plans, strict=True)
+                   if p.plan is not None}
+        # Kernels left out are interpreted; the rewrite keeps the other equations (and ids).
+        jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, lambda eqn: None if id(eqn) in
+                                     batched else {"interpret": True})
+        flat = prepared.flat_args
+        t0 = time.perf_counter()
+        call = vectorize.vectorized_jaxpr_callable(jaxpr, batched)
+        try:
+            compiled = jax.jit(call).lower(*flat).compile()
+        except Exception as err:  # a body vmap cannot batch: the interpreter runs it all
+            why = f"could not batch: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            return self._interpreted(prepared, deadline, plans, why)
+        compile_time = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        outs = jax.block_until_ready(compiled(*flat))
+        wall = time.perf_counter() - t1
+        return RunResult(self.name, _numpy(outs), prepared.output_info, wall, compile_time,
+                         inputs=_numpy(flat), notes=tuple(p.note for p in plans))
+
+    def _interpreted(self, prepared: Any, deadline: float | None, plans: list[KernelPlan],
+                     why: str | None = None) -> RunResult:
+        """Everything run by the interpreter that can run the kernels, saying why."""
+        from pallaslab.execute.auto import interpreter_for
+        from pallaslab.execute.executors import get_executor
+
+        name = interpreter_for(list(prepared.capture))
+        result = get_executor(name).execute(prepared, deadline)
+        notes = [f"vectorized fell back to {name}: {why}"] if why else \
+            [f"vectorized fell back to {name}: {p.note}" for p in plans if p.plan is None]
+        return dataclasses.replace(result, executor=self.name, notes=(*notes, *result.notes))
+
