@@ -22,7 +22,7 @@ def test_mesh_kernel_compares_tpu_interpret_with_the_reference_by_default(capsys
 def test_default_choice_is_printed_as_a_note(capsys):
     assert main(["compare", f"{CASES}:vector_add"]) == 0
     out = capsys.readouterr().out
-    assert "note: executors chosen by default: interpret, tpu-interpret" in " ".join(out.split())
+    assert "note: executors chosen by default: vectorized, tpu-interpret" in " ".join(out.split())
     assert "all close" in out
 
 

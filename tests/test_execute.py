@@ -80,8 +80,8 @@ def test_catalog_under_every_executor(name, executor):
 
 
 def test_every_executor_has_a_name_and_unknown_names_are_rejected():
-    assert EXECUTOR_NAMES == ("interpret", "tpu-interpret", "gpu-interpret", "device",
-                              "reference")
+    assert EXECUTOR_NAMES == ("interpret", "tpu-interpret", "gpu-interpret", "vectorized",
+                              "device", "reference")
     fn, args = CATALOG["elementwise_1d"].case()
     with pytest.raises(ExecutorError, match="unknown executor 'tpu'; the executors are: "
                                             "interpret, tpu-interpret"):

@@ -90,8 +90,10 @@ def test_default_executors_choose_one_that_runs_the_kernel_and_say_which():
         compare(fn, *args)
     fn, args = CATALOG["manual_dma_double_buffer"].case()
     cmp = compare(fn, *args)
-    assert cmp.executors == ("interpret", "tpu-interpret") and cmp.passed
-    assert cmp.notes == ("executors chosen by default: interpret, tpu-interpret",)
+    assert cmp.executors == ("vectorized", "tpu-interpret") and cmp.passed
+    assert cmp.notes == ("executors chosen by default: vectorized, tpu-interpret",)
+    assert cmp.result("vectorized").notes[0].startswith(
+        "vectorized fell back to interpret for _double_buffered_copy: the body uses DMAs")
 
 
 def test_run_without_an_executor_chooses_one_that_runs_the_kernel():
@@ -103,7 +105,10 @@ def test_run_without_an_executor_chooses_one_that_runs_the_kernel():
                                "(kernel _triple_my_rows))")
     fn, args = CATALOG["run_scoped_sync_copy"].case()
     result = run(fn, *args)
-    assert result.executor == "interpret" and result.status == "ran" and not result.notes
+    assert result.executor == "vectorized" and result.status == "ran"
+    assert result.notes == ("vectorized fell back to interpret for _scoped_increment: the body "
+                            "uses DMAs (make_async_copy / emit_pipeline) (`dma_start`), which "
+                            "only the interpreter runs program by program",)
 
 
 def test_the_value_of_a_mesh_kernel_call_comes_from_tpu_interpret_with_a_note():

@@ -231,9 +231,10 @@ def test_a_timed_out_interpreted_run_still_shows_the_workbench(shell, shown):
     from pallaslab.execute.auto import InterpretedRunTimeout
 
     assert isinstance(err, InterpretedRunTimeout) and isinstance(err, TimeoutError), err
-    assert "interpret stopped by its time limit" in str(err)
-    assert "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode; interpret " \
-        "stopped by its time limit" in out.stdout
+    # one batched computation: the limit is checked when it has compiled, before it runs
+    assert "vectorized stopped by its time limit after compiling" in str(err)
+    assert "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode (vectorized); " \
+        "vectorized stopped by its time limit" in out.stdout
     assert len(shown) == 1 and "slow" not in shell.user_ns
     text = plain_text(out)
     assert "pallaslab/magic" not in text and "slow = matmul(x, y)" in text  # the user's line

@@ -82,11 +82,19 @@ def interpreter_for(cap: Sequence[Kernel]) -> str:
     return "interpret"
 
 
+def default_executor_for(cap: Sequence[Kernel]) -> str:
+    """`interpreter_for`, with the `vectorized` executor (interpret mode's results, programs
+    batched where provably equivalent, else interpreted) in place of the HLO interpreter on a
+    CPU host: the fast everyday default."""
+    name = interpreter_for(cap)
+    return "vectorized" if name == "interpret" and jax.default_backend() == "cpu" else name
+
+
 def interpreter_choice(cap: Sequence[Kernel]) -> str | None:
     """Why `interpreter_for` did not choose the HLO interpreter (None when it did)."""
     from pallaslab.execute import capabilities
 
-    if interpreter_for(cap) == "interpret":
+    if interpreter_for(cap) == "interpret":  # (or `vectorized`, which is interpret mode)
         return None
     return capabilities.hlo_interpreter_refusal(cap) or "Mosaic GPU kernels: gpu-interpret"
 
@@ -110,13 +118,14 @@ def stopped_in(comparison: Any) -> Evaluation | None:
     computing the value would not end either (in this process nothing can stop a program
     spinning inside a compiled loop): the evaluation is that stop. Else None."""
     result = None
-    if comparison is not None and "interpret" in getattr(comparison, "executors", ()):
-        result = comparison.result("interpret")
+    for name in ("interpret", "vectorized"):
+        if comparison is not None and name in getattr(comparison, "executors", ()):
+            result = comparison.result(name)
     if result is None or result.status != "timed-out":
         return None
     why = result.timed_out
     return Evaluation(None, InterpretedRunTimeout(f"the value was not computed: under "
-                                                  f"--compare, {why}"), "interpret",
+                                                  f"--compare, {why}"), result.executor,
                       note=f"pallaslab: the value was not computed: under --compare, {why}")
 
 
@@ -125,14 +134,14 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
     from pallaslab.execute import isolation
     from pallaslab.execute.executors import Prepared, _output_info, execute_here, get_executor
 
-    name = interpreter_for(cap)
+    name = default_executor_for(cap)
     handle = cap.handle
     fn = _jax.jaxpr_callable(handle.closed_jaxpr)
     fn.__name__ = cap.function_name
     prepared = Prepared(fn, tuple(handle.flat_args), {}, cap, _output_info(cap))
     kernels = f"{len(pending)} kernel{'s' if len(pending) != 1 else ''}"
-    mode = {"interpret": "interpret mode", "tpu-interpret": "TPU interpret mode",
-            "gpu-interpret": "GPU interpret mode"}[name]
+    mode = {"interpret": "interpret mode", "vectorized": "interpret mode",
+            "tpu-interpret": "TPU interpret mode", "gpu-interpret": "GPU interpret mode"}[name]
     head = "pallaslab: no TPU/GPU attached"
     names = tuple(k.name for k in pending)
     # The captured jaxpr cannot travel to the worker process, and re-tracing the user's
@@ -141,6 +150,8 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
     result = execute_here(get_executor(name), prepared, isolation.time_limit(timeout))
     # Why not the HLO interpreter, when it was not chosen: the note says which and why.
     under = f"{mode} ({why})" if (why := interpreter_choice(cap)) else mode
+    if result.executor == "vectorized" and not any("fell back" in n for n in result.notes):
+        under += " (vectorized)"
     if result.status == "ran":
         assert result.outputs is not None
         outputs = tuple(jax.device_put(o) for o in result.outputs)

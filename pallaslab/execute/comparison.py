@@ -235,14 +235,15 @@ def _runners(names: Sequence[str | Executor], reference: Callable[..., Any] | No
 def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None
                       ) -> tuple[tuple[str, str], str]:
     """The executors a comparison runs when none are named, and a note saying which: the
-    interpreter that can run the kernels (`auto.interpreter_for`: the HLO interpreter unless
-    it cannot) against the reference when one is given, else against TPU interpret mode."""
-    from pallaslab.execute.auto import interpreter_choice, interpreter_for
+    executor that can run the kernels (`auto.default_executor_for`: `vectorized` on a CPU
+    host, the HLO interpreter elsewhere, unless another interpreter must) against the
+    reference when one is given, else against TPU interpret mode."""
+    from pallaslab.execute.auto import default_executor_for, interpreter_choice
 
-    first = interpreter_for(kernels)
+    first = default_executor_for(kernels)
     why = interpreter_choice(kernels)
     second = "reference" if reference is not None else (
-        "tpu-interpret" if first == "interpret" else None)
+        "tpu-interpret" if first in ("interpret", "vectorized") else None)
     if second is None:
         raise ExecutorError(
             f"only {first} can run these kernels here ({why}), so there is nothing to compare "

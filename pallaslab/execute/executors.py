@@ -458,15 +458,16 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
         executor: str | Executor | None = None, reference: Callable[..., Any] | None = None,
         seed: int = DEFAULT_SEED, timeout: float | None = None, **kwargs: Any) -> RunResult:
     """Run `fn(*args, **kwargs)` (or a captured `Kernel` on its operands) with one executor;
-    None: the interpreter that can run the kernels (`interpret` unless it cannot, e.g.
-    `tpu-interpret` for TPU mesh kernels), the result's notes saying why when not `interpret`.
+    None: the executor that can run the kernels (`vectorized` on a CPU host — interpret
+    mode's results, batched — unless they need another interpreter, e.g. `tpu-interpret` for
+    TPU mesh kernels), the result's notes saying why when not interpret mode.
 
     Abstract arguments get seeded random data (see `pallaslab.execute.data`). The result's
     `status` says whether it ran, was unavailable here, failed, or was stopped by the time
     limit (`timeout` seconds; see `pallaslab.execute.isolation`); nothing the kernel does
     wrong raises.
     """
-    from pallaslab.execute.auto import interpreter_choice, interpreter_for
+    from pallaslab.execute.auto import default_executor_for, interpreter_choice
     from pallaslab.execute.isolation import time_limit
 
     chosen = None if executor is None else get_executor(executor, reference=reference)
@@ -474,7 +475,7 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
     if chosen is not None:
         return run_with(chosen, kernel_or_fn, args, kwargs, seed=seed, timeout=timeout)
     prepared = prepare(kernel_or_fn, args, kwargs, seed=seed)
-    result = execute(get_executor(interpreter_for(prepared.capture)), prepared,
+    result = execute(get_executor(default_executor_for(prepared.capture)), prepared,
                      timeout=timeout)
     if (why := interpreter_choice(prepared.capture)) is None:
         return result

@@ -71,7 +71,8 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
     if kernel.dynamic_grid_dims:
         return interpreted("the grid is dynamic")
     if (prim := vectorize.order_dependent_primitive(eqn)) is not None:
-        return interpreted(f"the body uses {prim}, whose effect depends on program order")
+        return interpreted(f"the body uses {prim}, which only the interpreter runs program "
+                           "by program")
     if written := vectorize.written_inputs(eqn):
         names = ", ".join(kernel.inputs[i].origin for i in written if i < len(kernel.inputs))
         return interpreted(f"the body writes input ref(s) {names}")
@@ -177,6 +178,12 @@ class VectorizedExecutor:
             why = f"could not batch: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
             return self._interpreted(prepared, deadline, plans, why)
         compile_time = time.perf_counter() - t0
+        if deadline is not None and time.monotonic() > deadline:  # one computation: no
+            # program boundary to stop at, so the limit is checked before it starts
+            return RunResult(self.name, None, prepared.output_info, 0.0, compile_time,
+                             inputs=_numpy(flat), notes=tuple(p.note for p in plans),
+                             timed_out=f"vectorized stopped by its time limit after "
+                                       f"compiling for {compile_time:.1f} s")
         t1 = time.perf_counter()
         outs = jax.block_until_ready(compiled(*flat))
         wall = time.perf_counter() - t1
@@ -192,6 +199,7 @@ class VectorizedExecutor:
         name = interpreter_for(list(prepared.capture))
         result = get_executor(name).execute(prepared, deadline)
         notes = [f"vectorized fell back to {name}: {why}"] if why else \
-            [f"vectorized fell back to {name}: {p.note}" for p in plans if p.plan is None]
+            [f"vectorized fell back to {name} for {p.kernel}: {p.reason}" for p in plans
+             if p.plan is None]
         return dataclasses.replace(result, executor=self.name, notes=(*notes, *result.notes))
 

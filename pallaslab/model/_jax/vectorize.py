@@ -71,6 +71,9 @@ def run_batched(eqn: Any, args: Sequence[Any], plan: BatchPlan) -> list[Any]:
     arrays = [hlo._pad_to_block_dimension(x, s)
               for x, s in zip([*block_args, *outs], shapes, strict=True)]
     inputs, out_arrays = arrays[:n_in], arrays[n_in:]
+    n_scalars = len(scalars)
+    aliased = {i - n_scalars: o for i, o in aliases
+               if arrays[i - n_scalars].shape == arrays[n_in + o].shape}
 
     batched = tuple(sorted(plan.batched_dims))
     scanned = tuple(d for d in range(len(grid)) if d not in batched)
@@ -106,11 +109,13 @@ def run_batched(eqn: Any, args: Sequence[Any], plan: BatchPlan) -> list[Any]:
         out_arrays, scratch = carry
         pids = program_ids(step_ids)
         starts = starts_of(pids)
-        sources = [*inputs, *out_arrays]
+        # An aliased input reads the output's current contents: the interpreter copies each
+        # step's output writes into the aliased input (the caller refuses written inputs).
+        current = [out_arrays[aliased[i]] if i in aliased else x for i, x in enumerate(inputs)]
+        sources = [*current, *out_arrays]
         blocks = [jax.vmap(_slicer(shapes[i], squeezed[i], sources[i]))(starts[i])
                   for i in range(len(mappings))]
         results = jax.vmap(program)(pids, blocks, scratch)
-        n_scalars = len(scalars)
         new_blocks = results[n_scalars:n_scalars + len(mappings)]
         new_scratch = list(results[n_scalars + len(mappings):])
         new_outs = [_scatter(out_arrays[j], new_blocks[n_in + j], starts[n_in + j],
@@ -159,7 +164,8 @@ def _scatter(array: Any, blocks: Any, starts: Any, shape: tuple[int, ...],
 
 
 # Primitives whose effects depend on the order programs run in, or on other programs, cores
-# or devices: a kernel using any of them is not batched.
+# or devices, or that the interpreter reports per program: a kernel using any of them is
+# interpreted instead.
 ORDER_DEPENDENT = {
     "dma_start": "DMAs (make_async_copy / emit_pipeline)",
     "dma_wait": "DMAs (make_async_copy / emit_pipeline)",
@@ -170,11 +176,15 @@ ORDER_DEPENDENT = {
     "atomic_rmw": "atomics",
     "atomic_cas": "atomics",
     "debug_print": "debug prints (their order is the program order)",
+    "debug_callback": "host callbacks (their order is the program order)",
+    "io_callback": "host callbacks (their order is the program order)",
+    "check": "debug checks (`pl.debug_check`, reported per program by the interpreter)",
     "prng_seed": "the stateful TPU PRNG",
     "prng_random_bits": "the stateful TPU PRNG",
     "device_id": "device ids (multi-device kernels)",
     "axis_index": "mesh axis indices",
     "pallas_call": "a nested pallas_call",
+    "while": "a while loop (only the interpreter stops a spinning program at the time limit)",
 }
 
 
@@ -202,12 +212,13 @@ def written_inputs(eqn: Any) -> tuple[int, ...]:
                  if first <= i < first + gm.num_inputs)
 
 
-def _primitive_names(jaxpr: Any) -> set[str]:
-    names: set[str] = set()
+def _primitive_names(jaxpr: Any) -> dict[str, None]:
+    """Primitive names in the body, in program order (at any depth), without repeats."""
+    names: dict[str, None] = {}
     for eqn in jaxpr.eqns:
-        names.add(eqn.primitive.name)
+        names.setdefault(eqn.primitive.name)
         for value in eqn.params.values():
             for sub in value if isinstance(value, tuple) else (value,):
                 if isinstance(sub, jax_core.Jaxpr):
-                    names |= _primitive_names(sub)
+                    names.update(_primitive_names(sub))
     return names
