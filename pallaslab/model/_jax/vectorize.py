@@ -155,13 +155,19 @@ def _slicer(shape: tuple[int, ...], squeezed: tuple[bool, ...], array: Any
 
 def _scatter(array: Any, blocks: Any, starts: Any, shape: tuple[int, ...],
              squeezed: tuple[bool, ...]) -> Any:
-    """Write each lane's block back in lane order (a later lane wins, as a later program
-    would; the caller batches only programs that write distinct blocks)."""
-    def put(i: Any, acc: Any) -> Any:
-        start = tuple(starts[i, k] for k in range(len(shape)))
-        return hlo._dynamic_update_slice(start, shape, acc, blocks[i], squeezed)
-    return jax.lax.fori_loop(0, blocks.shape[0], put, array)
-
+    """Write each lane's block back at its start: one XLA scatter (the caller batches only
+    programs that write distinct blocks, so no two lanes overlap)."""
+    kept = tuple(i for i, s in enumerate(squeezed) if not s)
+    full = jax.vmap(lambda b: jax.lax.broadcast_in_dim(b, shape, kept))(blocks)
+    # dynamic_update_slice clamps starts so the block fits: do the same before scattering
+    limit = jnp.asarray(array.shape, jnp.int32) - jnp.asarray(shape, jnp.int32)
+    clamped = jnp.clip(starts.astype(jnp.int32), 0, limit)
+    dnums = jax.lax.ScatterDimensionNumbers(
+        update_window_dims=tuple(range(1, len(shape) + 1)), inserted_window_dims=(),
+        scatter_dims_to_operand_dims=tuple(range(len(shape))))
+    return jax.lax.scatter(array, clamped, full, dnums, indices_are_sorted=False,
+                           unique_indices=True,
+                           mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 # Primitives whose effects depend on the order programs run in, or on other programs, cores
 # or devices, or that the interpreter reports per program: a kernel using any of them is
