@@ -28,7 +28,8 @@ from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resourc
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
 
-SCHEMA = 3  # 2: lowered under the target's own abstract device; 3: VMEM of body allocations
+SCHEMA = 4  # 2: lowered under the target's own abstract device; 3: VMEM of body allocations;
+# 4: Triton compiles the module bytecode of the custom call (multi-line loc aliases)
 
 
 class CacheError(PallasLabError, OSError):

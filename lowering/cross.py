@@ -35,7 +35,7 @@ class CrossLowered:
     stages: tuple[Stage, ...]
     diagnostics: tuple[Diagnostic, ...]
     hlo: str | None = None  # lowered StableHLO of the kernel alone (what libtpu compiles)
-    ttir: str | None = None  # TTIR without locations, parseable by the triton wheel
+    ttir: str | None = None  # the Triton module as the custom call carries it (valid MLIR)
 
 
 def abstract_device(target: Target) -> AbstractDevice:
@@ -62,7 +62,7 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
     if compiler_params is not None:
         overrides["compiler_params"] = compiler_params
     try:
-        hlo, printed = _lower(kernel, target, overrides)
+        hlo, printed, triton_modules = _lower(kernel, target, overrides)
     except Exception as err:  # Pallas's verdict on this kernel for this backend
         if (tool_error := diagnostics.context_error(err, kernel.name, target.name)) is not None:
             raise tool_error from err
@@ -77,7 +77,7 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
         module = sections.get("Triton module", "")
         text, sources = irtext.pretty_ir_with_sources(module)
         return CrossLowered(backend, True, (jaxpr_stage, Stage("ttir", text, sources)), notes,
-                            ttir=irtext.strip_locations(module))
+                            ttir=triton_modules[0] if triton_modules else None)
     module = sections.get("Mosaic GPU module", "")
     text, sources = irtext.pretty_ir_with_sources(module)
     return CrossLowered(backend, True, (jaxpr_stage, Stage("mosaic-gpu", text, sources)), notes)
@@ -86,8 +86,10 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
 _BACKEND_NAMES = {"mosaic-tpu": "Mosaic TPU", "triton": "Triton", "mosaic-gpu": "Mosaic GPU"}
 
 
-def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]) -> tuple[str, str]:
-    """(StableHLO text, what the lowering printed): prints never reach the user's stdout."""
+def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]
+           ) -> tuple[str, str, list[str]]:
+    """(StableHLO text for TPU, what the lowering printed, the Triton modules to compile):
+    prints never reach the user's stdout."""
     call = _jax_lowering.kernel_callable_for_device(kernel, abstract_device(target),
                                            **_supported(kernel, overrides))
     avals = _jax.kernel_call_avals(kernel)
@@ -98,7 +100,9 @@ def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]) -> tuple[s
         lowered = jax.jit(call).trace(*avals).lower(
             lowering_platforms=(target.lowering_platform,))
         hlo = lowered.as_text() if target.platform == "tpu" else ""
-    return hlo, printed.getvalue()
+        triton = _jax_lowering.triton_module_texts(lowered.compiler_ir("stablehlo")) \
+            if target.platform == "gpu" else []
+    return hlo, printed.getvalue(), triton
 
 
 def _pipeline_suspects(kernel: Kernel) -> dict[str, str | None]:

@@ -55,6 +55,30 @@ def mosaic_tpu_module(body: bytes, debug_locations: bytes | None) -> tuple[str, 
     return text, locs
 
 
+def triton_module_texts(stablehlo: Any) -> list[str]:
+    """The Triton modules of a lowered computation (`Lowered.compiler_ir("stablehlo")`), from
+    the bytecode its `__gpu$xla.gpu.triton` custom calls carry, printed as valid MLIR with
+    their locations (the compiler parses them; `debug=True`'s pretty print is not MLIR)."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.triton import dialect as tt_dialect
+
+    texts = []
+    for op in _preorder(stablehlo.operation):
+        if isinstance(op, ir.BlockArgument) or op.name != "stablehlo.custom_call" or \
+                ir.StringAttr(op.attributes["call_target_name"]).value != "__gpu$xla.gpu.triton":
+            continue
+        # custom calls of API version 4 carry their config as `mhlo.backend_config`
+        config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+        body = ir.StringAttr(config["ir"]).value_bytes
+        ctx = jax_mlir.make_ir_context()
+        tt_dialect.register_dialect(ctx)
+        ctx.load_all_available_dialects()
+        with ctx:
+            texts.append(str(ir.Module.parse(body).operation.get_asm(enable_debug_info=True)))
+    return texts
+
+
 def _preorder(op: Any) -> Iterator[Any]:
     yield op
     for region in op.regions:
