@@ -289,3 +289,21 @@ def test_what_if_analysis_failure_is_an_error_row(monkeypatch):
     view = workbench("matmul_f32").memory(what_if=(make_matmul, [(128, 128, 128)]))
     row = view.payload()["what_if"]["rows"][0]
     assert "(128, 128, 128)" in row["error"] and "IndexError" in row["error"]
+
+
+def test_a_narrow_block_shows_why_it_takes_no_scoped_vmem():
+    from kernels import CATALOG
+
+    from pallaslab.analysis.occupancy import occupancy
+    from pallaslab.views.memory import memory_payload
+
+    fn, args = CATALOG["narrow_row_stats"].case()
+    (kernel,) = pallaslab.capture(fn, *args)
+    occ = occupancy(kernel, "v5e")
+    out = occ.operand("outputs")
+    assert (out.buffers, out.buffer_bytes, out.bytes, out.scoped) == (2, 32 * 1024, 0, False)
+    assert occ.bytes == 2 * 64 * 256 * 4  # the (64, 256) f32 input's two buffers only
+    payload = memory_payload(kernel, [occ])
+    (row,) = [o for o in payload["chips"][0]["operands"] if o["origin"] == "outputs"]
+    assert row["label"].endswith("(outside scoped VMEM: narrower than 128 lanes)")
+    assert row["bytes"] == 0 and row["padding_bytes"] == 0

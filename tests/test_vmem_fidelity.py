@@ -107,6 +107,9 @@ CASES = {
     "jax_flash_attention_bf16": _flash(128, 128, jnp.bfloat16),
     "jax_flash_attention_f32": _flash(128, 128, jnp.float32),
     "jax_flash_attention_512": _flash(512, 256, jnp.float32, seq=1024),
+    # blocks narrower than 128 lanes take no scoped VMEM (tokamax's per-row outputs)
+    "narrow_row_stats": _catalog("narrow_row_stats"),
+    "narrow_scales_in": _catalog("narrow_scales_in"),
 }
 
 # (case, chip) -> why the estimate is more than 5% under the compiler (measured with libtpu

@@ -137,8 +137,11 @@ def chip_memory(occ: Occupancy, labels: dict[str, str] | None = None) -> ChipMem
 
 
 def _operand(o: OperandOccupancy, labels: dict[str, str]) -> MemoryOperand:
+    label = labels.get(o.origin, o.origin)
+    if not o.scoped:  # both front ends show the label: the 0 bytes are explained there
+        label += " (outside scoped VMEM: narrower than 128 lanes)"
     return MemoryOperand(
-        origin=o.origin, label=labels.get(o.origin, o.origin), role=o.role, space=o.space,
+        origin=o.origin, label=label, role=o.role, space=o.space,
         dtype=o.dtype, shape=list(o.shape),
         padded_shape=list(o.padded_shape), buffers=o.buffers, buffer_bytes=o.buffer_bytes,
         bytes=o.bytes, padding_bytes=o.padding_bytes)
