@@ -11,8 +11,10 @@ import jax
 import jax.numpy as jnp
 from catalog import case, rand
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
-__all__ = ["narrow_row_stats", "narrow_scales_in"]
+__all__ = ["grid_from_earlier_kernel", "narrow_row_stats", "narrow_scales_in",
+           "prefetch_from_earlier_kernel"]
 
 
 def _row_stats_kernel(x_ref, o_ref):
@@ -67,3 +69,62 @@ def narrow_scales_in():
             out_specs=pl.BlockSpec((128, 256), lambda i: (i, 0)))(x, s)
 
     return fn, (rand((512, 256)), rand((512, 4), seed=1))
+
+
+def _count_positive_kernel(x_ref, o_ref):
+    o_ref[0] = jnp.sum((x_ref[...] > 0).astype(jnp.int32))
+
+
+def _count_positive(x):
+    """An earlier kernel computing an int32 count from the data."""
+    return pl.pallas_call(
+        _count_positive_kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM))(x)
+
+
+def _copy_rows_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+@case("tpu", "production", "dynamic-grid")
+def grid_from_earlier_kernel():
+    """The grid of the second kernel is the count the first kernel computes (masked dense MLA
+    sizes its grid this way): capture runs the first under the interpreter to know it."""
+
+    def fn(flags, x):
+        n = _count_positive(flags)[0]
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(_copy_rows_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(n,), in_specs=[spec], out_specs=spec)(x)
+
+    flags = jnp.zeros((8, 128), jnp.float32).at[0, :8].set(1.0)  # 8 positive: grid (8,)
+    return fn, (flags, rand((64, 128)))
+
+
+def _gather_blocks_kernel(idx_ref, x_ref, o_ref):
+    del idx_ref  # the gather happens in the index map
+    o_ref[...] = x_ref[...]
+
+
+def _block_order_kernel(x_ref, o_ref):
+    # block order by descending block sum, as a router or a sparsity mask would decide
+    sums = jnp.sum(x_ref[...].reshape(4, -1), axis=1)
+    o_ref[...] = jnp.argsort(-sums).astype(jnp.int32)
+
+
+@case("tpu", "production", "scalar-prefetch")
+def prefetch_from_earlier_kernel():
+    """Scalar-prefetch block indices computed by an earlier kernel (sparse MLA's top-k
+    indices, ragged paged attention's page tables): the index maps' values are known."""
+
+    def fn(x):
+        order = pl.pallas_call(_block_order_kernel,
+                               out_shape=jax.ShapeDtypeStruct((4,), jnp.int32))(x)
+        grid_spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(4,),
+            in_specs=[pl.BlockSpec((16, 128), lambda i, idx: (idx[i], 0))],
+            out_specs=pl.BlockSpec((16, 128), lambda i, idx: (i, 0)))
+        return pl.pallas_call(_gather_blocks_kernel, out_shape=jax.ShapeDtypeStruct(
+            x.shape, x.dtype), grid_spec=grid_spec)(order, x)
+
+    return fn, (rand((64, 128)),)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -65,14 +66,16 @@ def _capture_from(handle: Any, name: str) -> Capture:
         structure = None  # the two traces disagree: keep the plain one's view
     concrete = _all_concrete(handle.flat_args)
     wanted = {id(f.eqn) for f in found if _jax.needs_concrete_values(f.eqn)}
-    values = (
+    evaluated = (
         _jax.concrete_kernel_operands(handle.closed_jaxpr, handle.flat_args, wanted)
-        if concrete and wanted else {}
+        if concrete and wanted else None
     )
+    values = evaluated.values if evaluated is not None else {}
+    reasons = evaluated.reasons if evaluated is not None else {}
     kernels = tuple(
-        _jax.kernel_from_eqn(f, i, values.get(id(f.eqn)),
-                             structure[i] if structure is not None else None,
-                             handle.traced_for_chip)
+        _with_reason(_jax.kernel_from_eqn(f, i, values.get(id(f.eqn)),
+                                          structure[i] if structure is not None else None,
+                                          handle.traced_for_chip), reasons.get(id(f.eqn)))
         for i, f in enumerate(found)
     )
     kernels = _jax.fuser_sources(handle.fn, handle.args, handle.kwargs, kernels,
@@ -80,6 +83,10 @@ def _capture_from(handle: Any, name: str) -> Capture:
     for kernel in kernels:
         check_grid(kernel)
     return Capture(kernels=kernels, function_name=name, concrete=concrete, handle=handle)
+
+
+def _with_reason(kernel: Kernel, reason: str | None) -> Kernel:
+    return dataclasses.replace(kernel, dynamic_values_reason=reason) if reason else kernel
 
 
 class GridError(PallasLabError, ValueError):

@@ -340,33 +340,82 @@ def _context_label(eqn: Any, i: int, n: int) -> str:
 # Concrete values of dynamic grid bounds and scalar-prefetch operands
 
 
+@dataclasses.dataclass(frozen=True)
+class ConcreteOperands:
+    """Leading operands (dynamic grid bounds, scalar prefetch) of the wanted kernels that
+    could be evaluated, and why the others could not."""
+
+    values: dict[int, list[np.ndarray]]
+    reasons: dict[int, str]
+
+
 def concrete_kernel_operands(
     closed_jaxpr: Jaxpr, flat_args: Sequence[Any], wanted: set[int]
-) -> dict[int, list[np.ndarray]]:
+) -> ConcreteOperands:
     """Evaluate, with concrete arguments, the leading operands of the wanted kernel equations.
 
-    Kernels are not run: their outputs are replaced by zeros, so a kernel whose grid or
-    scalar-prefetch values depend on an earlier kernel's output gets no values (it stays
-    dynamic). Kernels inside loops or conditionals are not evaluated either.
+    The computation before them runs on the CPU, earlier `pallas_call`s included (under the
+    HLO interpreter), so a grid or scalar-prefetch values computed by an earlier kernel are
+    known. What cannot run here — a mesh kernel, a kernel inside a loop or conditional, a
+    kernel the interpreter rejects — taints what it computes, and a wanted kernel reading a
+    tainted value gets the reason instead of values.
     """
     found: dict[int, list[np.ndarray]] = {}
-    tainted: dict[int, Any] = {}  # id -> value derived from a kernel output (kept alive)
+    reasons: dict[int, str] = {}
+    tainted: dict[int, tuple[Any, str]] = {}  # id -> (value kept alive, why it is unknown)
+
+    def taint_of(ins: list[Any]) -> str | None:
+        return next((tainted[id(x)][1] for x in ins if id(x) in tainted), None)
 
     def eval_eqn(eqn: Any, ins: list[Any]) -> list[Any]:
-        is_tainted = any(id(x) in tainted for x in ins)
-        if eqn.primitive in KERNEL_PRIMITIVES or _contains_kernel(eqn.params):
-            if id(eqn) in wanted and not is_tainted:
+        why = taint_of(ins)
+        is_kernel = eqn.primitive in KERNEL_PRIMITIVES
+        if is_kernel and id(eqn) in wanted:
+            if why is None:
                 found[id(eqn)] = [np.asarray(x) for x in ins[: _leading_operand_count(eqn)]]
-            outs, is_tainted = _zeros_like_outputs(eqn), True
+            else:
+                reasons[id(eqn)] = why
+        if len(found) + len(reasons) == len(wanted):  # nothing left to evaluate
+            return _zeros_like_outputs(eqn)
+        if is_kernel or _contains_kernel(eqn.params):
+            outs, why = _run_kernel_here(eqn, ins, why)
         else:
             outs = _bind(eqn, ins, eqn.params)
-        if is_tainted:
-            tainted.update((id(x), x) for x in outs)
+        if why is not None:
+            tainted.update((id(x), (x, why)) for x in outs)
         return outs
 
     with jax.default_device(jax.devices("cpu")[0]):
         interpret_jaxpr(closed_jaxpr, flat_args, eval_eqn)
-    return found
+    for missed in wanted - found.keys() - reasons.keys():
+        reasons[missed] = ("the kernel runs inside a loop or conditional, whose operands "
+                           "capture does not evaluate")
+    return ConcreteOperands(found, reasons)
+
+
+def _run_kernel_here(eqn: Any, ins: list[Any], why: str | None) -> tuple[list[Any], str | None]:
+    """(outputs, None) of a kernel run under the HLO interpreter, or (zeros, why not)."""
+    name = _kernel_name(eqn)
+    if why is not None:
+        return _zeros_like_outputs(eqn), why
+    if eqn.primitive is not PALLAS_CALL:
+        what = "a loop or conditional" if eqn.primitive not in KERNEL_PRIMITIVES else \
+            f"the {eqn.primitive.name} kernel {name}"
+        return _zeros_like_outputs(eqn), (
+            f"they are computed from the output of {what}, which capture does not run")
+    try:
+        params = {**eqn.params, "interpret": eqn.params.get("interpret") or True}
+        return jax.block_until_ready(_bind(eqn, ins, params)), None
+    except Exception as err:  # the earlier kernel fails here: say so, keep capturing
+        line = (str(err).strip().splitlines() or [""])[0][:160]
+        return _zeros_like_outputs(eqn), (
+            f"they are computed from the output of kernel {name}, which failed under the "
+            f"interpreter here ({type(err).__name__}: {line})")
+
+
+def _kernel_name(eqn: Any) -> str:
+    info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    return repr(getattr(info, "func_name", None) or eqn.primitive.name)
 
 
 def interpret_jaxpr(

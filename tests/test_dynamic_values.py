@@ -1,0 +1,67 @@
+"""Grids and scalar-prefetch values computed by an earlier kernel are evaluated from concrete
+arguments (the earlier kernel runs under the interpreter during capture); when they cannot
+be, the message says the true reason (issue 16)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from catalog import abstract
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from kernels import CATALOG
+from kernels_prod import _block_order_kernel, _gather_blocks_kernel
+
+import pallaslab
+from pallaslab.analysis.tiling import tile, tiling_unavailable_reason
+
+
+def test_a_grid_computed_by_an_earlier_kernel_is_known():
+    fn, args = CATALOG["grid_from_earlier_kernel"].case()
+    first, second = pallaslab.capture(fn, *args)
+    assert first.name == "_count_positive_kernel" and second.grid == (8,)
+    assert second.dynamic_values_reason is None
+    tiling = tile(second)
+    assert tiling is not None
+    np.testing.assert_array_equal(tiling.operands["outputs"].block_indices[:, 0], np.arange(8))
+
+
+def test_prefetch_values_computed_by_an_earlier_kernel_are_known():
+    fn, args = CATALOG["prefetch_from_earlier_kernel"].case()
+    _, gather = pallaslab.capture(fn, *args)
+    sums = np.asarray(args[0]).reshape(4, -1).sum(axis=1)
+    expected = np.argsort(-sums)
+    np.testing.assert_array_equal(gather.prefetch_values[0], expected)
+    tiling = tile(gather)
+    np.testing.assert_array_equal(tiling.operands["args[1]"].block_indices[:, 0], expected)
+
+
+def test_abstract_arguments_still_say_pass_concrete_arrays():
+    fn, args = CATALOG["prefetch_from_earlier_kernel"].case()
+    _, gather = pallaslab.capture(fn, *abstract(args))
+    assert tiling_unavailable_reason(gather) == (
+        "index maps read scalar-prefetch operands whose values are unknown: pass concrete "
+        "arrays to evaluate them")
+
+
+def test_values_from_a_kernel_capture_cannot_run_say_why():
+    def fn(x):
+        order = jax.lax.cond(
+            x[0, 0] > -100.0,
+            lambda v: pl.pallas_call(_block_order_kernel,
+                                     out_shape=jax.ShapeDtypeStruct((4,), jnp.int32))(v),
+            lambda v: jnp.arange(4, dtype=jnp.int32), x)
+        grid_spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(4,),
+            in_specs=[pl.BlockSpec((16, 128), lambda i, idx: (idx[i], 0))],
+            out_specs=pl.BlockSpec((16, 128), lambda i, idx: (i, 0)))
+        return pl.pallas_call(_gather_blocks_kernel, out_shape=jax.ShapeDtypeStruct(
+            x.shape, x.dtype), grid_spec=grid_spec)(order, x)
+
+    _, args = CATALOG["prefetch_from_earlier_kernel"].case()
+    gather = pallaslab.capture(fn, *args)[-1]
+    assert gather.prefetch_values == ()
+    assert tiling_unavailable_reason(gather) == (
+        "index maps read scalar-prefetch operands whose values are unknown: they are computed "
+        "from the output of a loop or conditional, which capture does not run")
