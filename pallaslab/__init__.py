@@ -7,7 +7,6 @@ prefer_cpu_on_accelerator_free_host()
 from pallaslab.errors import PallasLabError  # noqa: E402
 from pallaslab.execute import compare, run, step  # noqa: E402
 from pallaslab.model import Capture, Kernel, Operand, capture  # noqa: E402
-from pallaslab.workbench import Workbench, inspect  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -31,4 +30,10 @@ def __getattr__(name: str) -> object:
         from lowering import lower
 
         return lower
+    # The workbench pulls in every view: imported when first used, not by `import pallaslab`
+    # (the CLI and scripts that only capture or run start faster).
+    if name in ("Workbench", "inspect"):
+        from pallaslab import workbench
+
+        return getattr(workbench, name)
     raise AttributeError(f"module 'pallaslab' has no attribute {name!r}")
