@@ -33,6 +33,12 @@ CANNOT_RUN = {
         r"^kernel body is a mosaic_gpu mesh kernel \(Mesh\): .* gpu-interpret runs Mosaic GPU",
     ("semaphore_read_kernel", "tpu-interpret"):
         r"^JAX's TPU interpreter \(TPU interpret mode\) does not implement pl\.semaphore_read",
+    **{(name, "tpu-interpret"): r"^kernel \w+ has triton compiler params: TPU interpret mode "
+       r"needs TPU \(or no\) compiler params"
+       for name in ("masked_vector_add", "masked_row_softmax", "atomic_block_sums",
+                    "atomic_exchange", "overlapping_stores")},
+    ("atomic_exchange", "interpret"): r"^JAX's HLO interpreter \(interpret=True\) does not "
+                                      r"implement what the kernel uses: AtomicOpType\.XCHG$",
 }
 
 

@@ -357,6 +357,13 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             ", ".join(str(d) for d in concurrent))
     if not concurrent:
         return
+    if rules.gpu:
+        from pallaslab.analysis import gpu_stores
+
+        if gpu_stores.decides_by_stores(kernel):  # whole-array refs: the stores decide
+            if _window_conflict(tiling, concurrent):
+                yield from gpu_stores.store_conflicts(kernel, tiling)
+            return
     for ot in tiling.operands.values():
         if ot.role != "output":
             continue
@@ -373,6 +380,11 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             "reduction dimensions \"arbitrary\").",
             operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
         )
+
+
+def _window_conflict(tiling: Tiling, concurrent: list[int]) -> bool:
+    return any(_conflicting_steps(*ot.block_key(), tiling.grid, concurrent) is not None
+               for ot in tiling.operands.values() if ot.role == "output")
 
 
 def concurrent_dims(kernel: Kernel, rank: int, rules: Rules) -> list[int]:

@@ -194,10 +194,11 @@ class VectorizedExecutor:
                      why: str | None = None) -> RunResult:
         """Everything run by the interpreter that can run the kernels, saying why."""
         from pallaslab.execute.auto import interpreter_for
-        from pallaslab.execute.executors import get_executor
+        from pallaslab.execute.executors import execute_here, get_executor
 
         name = interpreter_for(list(prepared.capture))
-        result = get_executor(name).execute(prepared, deadline)
+        limit = float("inf") if deadline is None else max(0.0, deadline - time.monotonic())
+        result = execute_here(get_executor(name), prepared, limit)  # its verdicts, as is
         notes = [f"vectorized fell back to {name}: {why}"] if why else \
             [f"vectorized fell back to {name} for {p.kernel}: {p.reason}" for p in plans
              if p.plan is None]
