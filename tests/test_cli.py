@@ -175,3 +175,16 @@ def test_make_lab_opens_git_ignored_copies_of_the_tutorials(tmp_path):
     ignored = subprocess.run(["git", "check-ignore", "-q", f"lab/{tutorials[0]}"], cwd=root)
     assert ignored.returncode == 0
     assert "`make lab` works on copies" in (root / "README.md").read_text()
+
+
+def test_the_buffers_column_is_what_the_kernel_gets():
+    """Constant-index weights get one VMEM slot, as the Memory view counts them, although
+    their pipeline mode asks for two (`buffer_count`)."""
+    import pallaslab
+    from pallaslab.analysis.inspection import inspect_capture, kernel_json
+
+    fn, args = CATALOG["layer_norm"].case()
+    (insp,) = inspect_capture(pallaslab.capture(fn, *args))
+    ops = {op["origin"]: op for op in kernel_json(insp)["operands"]}
+    assert [(ops[o]["buffer_count"], ops[o]["buffers"]) for o in ("args[0]", "args[1]")] == \
+        [(2, 2), (2, 1)]

@@ -9,7 +9,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pallaslab.analysis.findings import Finding, Rules, find
-from pallaslab.analysis.occupancy import DEFAULT_CHIPS, vmem_findings, vmem_section
+from pallaslab.analysis.occupancy import (
+    DEFAULT_CHIPS,
+    allocated_buffers,
+    vmem_findings,
+    vmem_section,
+)
 from pallaslab.analysis.tiling import Tiling, tile
 from pallaslab.model import Capture, DmaCopy, Kernel
 
@@ -48,8 +53,12 @@ def inspect_capture(
 
 
 def kernel_json(insp: KernelInspection) -> dict[str, Any]:
-    """The contract's per-kernel object (design.md, `pallaslab inspect --json`)."""
+    """The contract's per-kernel object (design.md, `pallaslab inspect --json`).
+
+    Per operand, `buffer_count` is what its pipeline mode asks for and `buffers` the VMEM
+    slots the kernel really gets (1 for a constant index map or a single-step grid)."""
     k = insp.kernel
+    used = allocated_buffers(k)
     return {
         "name": k.name,
         "source": _short_source(k.source),
@@ -60,7 +69,8 @@ def kernel_json(insp: KernelInspection) -> dict[str, Any]:
         "grid": [g if g is not None else None for g in k.grid],
         "programs": k.programs,
         "dimension_semantics": list(k.dimension_semantics) if k.dimension_semantics else None,
-        "operands": [_operand_json(insp, op) for op in k.operands],
+        "operands": [{**_operand_json(insp, op), "buffers": used.get(op.origin)}
+                     for op in k.operands],
         "findings": [f.to_json() for f in insp.findings],
         "vmem": insp.vmem,
         "fusion": fusion_json(k),

@@ -266,6 +266,13 @@ def _buffer_shape(op: Operand) -> tuple[int, ...]:
     return tuple(op.shape)
 
 
+def allocated_buffers(kernel: Kernel) -> dict[str, int]:
+    """Operand origin -> the pipeline slots it gets on chip (the Memory view's figure)."""
+    constant = _jax.constant_index_maps(kernel)
+    return {op.origin: _buffers(op, kernel, constant.get(op.origin, False))
+            for op in kernel.operands if op.block_dims is not None}
+
+
 def _buffers(op: Operand, kernel: Kernel, constant_index: bool) -> int:
     if op.role == "scratch" or op.scalar_prefetch or not op.windowed:
         return 1

@@ -75,7 +75,7 @@ def render(insp: KernelInspection, out) -> None:
             op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
             _shape(op["shape"]), op["dtype"],
             _shape(op["block_shape"]) if op["block_shape"] is not None else "-",
-            safe(op["memory_space"]), _num(op["buffer_count"]), _num(op["fetches"]),
+            safe(op["memory_space"]), _num(op.get("buffers")), _num(op["fetches"]),
             _num(op["hbm_bytes"]),
         )
     out.print(table)
