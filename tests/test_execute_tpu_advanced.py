@@ -107,8 +107,9 @@ def test_run_without_an_executor_chooses_one_that_runs_the_kernel():
     result = run(fn, *args)
     assert result.executor == "vectorized" and result.status == "ran"
     assert result.notes == ("vectorized fell back to interpret for _scoped_increment: the body "
-                            "uses DMAs (make_async_copy / emit_pipeline) (`dma_start`), which "
-                            "only the interpreter runs program by program",)
+                            "uses DMAs (make_async_copy / emit_pipeline) (`dma_start`): only "
+                            "the interpreter runs it program by program (within the time "
+                            "limit)",)
 
 
 def test_the_value_of_a_mesh_kernel_call_comes_from_tpu_interpret_with_a_note():

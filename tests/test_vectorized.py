@@ -170,3 +170,18 @@ def test_public_run_uses_the_worker():
     want = InterpretExecutor()
     ref = pallaslab.run(fn, *args, executor=want)
     np.testing.assert_array_equal(result.outputs[0], ref.outputs[0])
+
+
+SHIPPED = ("tpu_flash_attention", "tpu_matmul", "tpu_megablox_gmm", "tpu_paged_attention",
+           "gpu_softmax", "gpu_attention")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_jax_shipped_kernels_match_the_interpreter_or_say_why_not(name):
+    """JAX's own kernels: batched where they qualify, otherwise interpreted with the rule."""
+    from pallaslab.cases import load_function
+
+    fn, args = load_function(f"tests/cases/shipped.py:{name}")()
+    vec, ref = _both(fn, args)
+    _assert_same(vec, ref)
+    assert vec.notes and all(": " in n for n in vec.notes)

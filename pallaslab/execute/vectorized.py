@@ -71,8 +71,8 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
     if kernel.dynamic_grid_dims:
         return interpreted("the grid is dynamic")
     if (prim := vectorize.order_dependent_primitive(eqn)) is not None:
-        return interpreted(f"the body uses {prim}, which only the interpreter runs program "
-                           "by program")
+        return interpreted(f"the body uses {prim}: only the interpreter runs it program by "
+                           "program (within the time limit)")
     if written := vectorize.written_inputs(eqn):
         names = ", ".join(kernel.inputs[i].origin for i in written if i < len(kernel.inputs))
         return interpreted(f"the body writes input ref(s) {names}")

@@ -190,7 +190,7 @@ ORDER_DEPENDENT = {
     "device_id": "device ids (multi-device kernels)",
     "axis_index": "mesh axis indices",
     "pallas_call": "a nested pallas_call",
-    "while": "a while loop (only the interpreter stops a spinning program at the time limit)",
+    "while": "a while loop, which may spin",
 }
 
 
@@ -198,7 +198,7 @@ def order_dependent_primitive(eqn: Any) -> str | None:
     """What in the kernel body (at any depth) makes its programs' order matter, or None."""
     for name in _primitive_names(eqn.params["jaxpr"]):
         if name in ORDER_DEPENDENT:
-            return f"{ORDER_DEPENDENT[name]} (`{name}`)"
+            return f"{ORDER_DEPENDENT[name]} (`{name}`)"  # e.g. "semaphores (`semaphore_wait`)"
     return None
 
 
