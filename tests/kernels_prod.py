@@ -126,13 +126,22 @@ def prefetch_from_earlier_kernel():
     indices, ragged paged attention's page tables): the index maps' values are known."""
 
     def fn(x):
-        order = pl.pallas_call(_block_order_kernel,
-                               out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32))(x)[0, :4]
-        grid_spec = pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(4,),
-            in_specs=[pl.BlockSpec((16, 128), lambda i, idx: (idx[i], 0))],
-            out_specs=pl.BlockSpec((16, 128), lambda i, idx: (i, 0)))
-        return pl.pallas_call(_gather_blocks_kernel, out_shape=jax.ShapeDtypeStruct(
-            x.shape, x.dtype), grid_spec=grid_spec)(order, x)
+        return gather_blocks(ordered_blocks(x), x)
 
     return fn, (rand((64, 128)),)
+
+
+def ordered_blocks(x):
+    """The first kernel: the block order, as 4 int32 indices."""
+    return pl.pallas_call(_block_order_kernel,
+                          out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32))(x)[0, :4]
+
+
+def gather_blocks(order, x):
+    """The second kernel: x's 16-row blocks in `order`, through scalar prefetch."""
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1, grid=(4,),
+        in_specs=[pl.BlockSpec((16, 128), lambda i, idx: (idx[i], 0))],
+        out_specs=pl.BlockSpec((16, 128), lambda i, idx: (i, 0)))
+    return pl.pallas_call(_gather_blocks_kernel, out_shape=jax.ShapeDtypeStruct(
+        x.shape, x.dtype), grid_spec=grid_spec)(order, x)

@@ -8,10 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from catalog import abstract
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 from kernels import CATALOG
-from kernels_prod import _block_order_kernel, _gather_blocks_kernel, block_order
+from kernels_prod import block_order, gather_blocks, ordered_blocks
 
 import pallaslab
 from pallaslab.analysis.tiling import tile, tiling_unavailable_reason
@@ -46,17 +44,9 @@ def test_abstract_arguments_still_say_pass_concrete_arrays():
 
 def test_values_from_a_kernel_capture_cannot_run_say_why():
     def fn(x):
-        order = jax.lax.cond(
-            x[0, 0] > -100.0,
-            lambda v: pl.pallas_call(_block_order_kernel, out_shape=jax.ShapeDtypeStruct(
-                (8, 128), jnp.int32))(v)[0, :4],
-            lambda v: jnp.arange(4, dtype=jnp.int32), x)
-        grid_spec = pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(4,),
-            in_specs=[pl.BlockSpec((16, 128), lambda i, idx: (idx[i], 0))],
-            out_specs=pl.BlockSpec((16, 128), lambda i, idx: (i, 0)))
-        return pl.pallas_call(_gather_blocks_kernel, out_shape=jax.ShapeDtypeStruct(
-            x.shape, x.dtype), grid_spec=grid_spec)(order, x)
+        order = jax.lax.cond(x[0, 0] > -100.0, ordered_blocks,
+                             lambda v: jnp.arange(4, dtype=jnp.int32), x)
+        return gather_blocks(order, x)
 
     _, args = CATALOG["prefetch_from_earlier_kernel"].case()
     gather = pallaslab.capture(fn, *args)[-1]
