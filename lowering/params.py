@@ -66,8 +66,26 @@ def compiler_params_for(
     from jax.experimental.pallas import triton as pltr
 
     fields = _fields(own, TRITON_KEYS)
+    if kernel.backend == "mosaic_gpu":
+        return _build(pltr.CompilerParams, fields), (_mosaic_gpu_pallas_call(kernel, own),)
     notes = _dropped(kernel, own, TPU_KEYS + MOSAIC_GPU_KEYS, "Triton")
     return _build(pltr.CompilerParams, fields), notes
+
+
+def _mosaic_gpu_pallas_call(kernel: Kernel, own: Mapping[str, Mapping[str, Any]]) -> Diagnostic:
+    """JAX 0.12 picks a pallas_call's GPU lowering by its CompilerParams type and registers
+    only Triton's (jax/_src/pallas/pallas_call.py `gpu_lowering`): Mosaic GPU lowering exists
+    for `plgpu.kernel` alone. Say so, and show the Triton lowering of the same body."""
+    key = next((k for k in MOSAIC_GPU_KEYS if k in own), None)
+    set_fields = _non_default(key, own[key]) if key else {}
+    shown = ", ".join(f"{k}={v!r}" for k, v in set_fields.items()) or "all defaults"
+    return Diagnostic(
+        "warning", "mosaic-gpu-pallas-call",
+        f"kernel {kernel.name!r} is a pallas_call with Mosaic GPU compiler params ({shown}), "
+        "which JAX 0.12 cannot lower with Mosaic GPU: pallas_call chooses its GPU lowering by "
+        "the CompilerParams type and only Triton's is registered; Mosaic GPU lowering is for "
+        "plgpu.kernel. Shown instead: the Triton lowering of the same kernel body, without "
+        "those params.")
 
 
 def triton_launch(kernel: Kernel) -> tuple[int, int]:
@@ -114,6 +132,10 @@ def _non_default(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         from jax.experimental.pallas import triton as pltr
 
         cls = pltr.CompilerParams
+    elif key in MOSAIC_GPU_KEYS:
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+
+        cls = plgpu.CompilerParams
     if cls is None:
         return {k: v for k, v in fields.items() if v not in (None, (), {}, False)}
     default = cls()

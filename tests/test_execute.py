@@ -39,6 +39,13 @@ CANNOT_RUN = {
                     "atomic_exchange", "overlapping_stores")},
     ("atomic_exchange", "interpret"): r"^JAX's HLO interpreter \(interpret=True\) does not "
                                       r"implement what the kernel uses: AtomicOpType\.XCHG$",
+    **{(name, "interpret"): r"^JAX's HLO interpreter \(interpret=True\) does not implement "
+       r"what the kernel uses: No state discharge rule implemented for primitive: "
+       r"copy_gmem_to_smem$" for name in ("tma_scale", "tma_blocks")},
+    **{(name, "tpu-interpret"): r"^kernel \w+ is a mosaic_gpu mesh kernel \(Mesh\): .* "
+       r"gpu-interpret runs Mosaic GPU ones$" for name in ("tma_scale", "tma_blocks")},
+    ("mosaic_gpu_pallas_call", "tpu-interpret"): r"^kernel _add_one has mosaic_gpu compiler "
+                                                 r"params: TPU interpret mode needs TPU",
 }
 
 
@@ -67,10 +74,10 @@ def test_catalog_under_every_executor(name, executor):
         return
     assert result.ok, result.error
     assert result.wall_time > 0 and len(result.outputs) == len(result.output_info)
-    if executor == "gpu-interpret":  # the mesh kernel adds 1
+    reference = CATALOG[name].reference
+    if executor == "gpu-interpret" and reference is None:  # gpu_mesh_kernel adds 1
         np.testing.assert_allclose(result.outputs[0], np.asarray(args[0]) + 1.0, rtol=1e-6)
         return
-    reference = CATALOG[name].reference
     if reference is not None:  # the catalog's pure-JAX function says what is right
         expected = [np.asarray(x) for x in jax.tree.leaves(reference(*args))]
     else:
