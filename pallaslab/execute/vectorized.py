@@ -87,7 +87,10 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
     if (aliasing := _alias_reason(kernel, tiling)) is not None:
         return KernelPlan(kernel.name, vectorize.BatchPlan(()), aliasing)
     dims, why = _batchable_dims(kernel, tiling)
-    return KernelPlan(kernel.name, vectorize.BatchPlan(dims), why)
+    scanned = [d for d in range(len(tiling.grid)) if d not in dims]
+    carried = tuple(_constant_along_all(tiling.operands[op.origin].block_indices, tiling.grid,
+                                        scanned) for op in kernel.outputs)
+    return KernelPlan(kernel.name, vectorize.BatchPlan(dims, carried), why)
 
 
 def _alias_reason(kernel: Kernel, tiling: Tiling) -> str | None:
@@ -130,6 +133,12 @@ def _constant_along(table: np.ndarray, grid: tuple[int, ...], d: int) -> bool:
     """Does some output block stay the same when only program id `d` changes?"""
     shaped = table.reshape(*grid, table.shape[1])
     return bool(np.any(np.all(np.diff(shaped, axis=d) == 0, axis=-1)))
+
+
+def _constant_along_all(table: np.ndarray, grid: tuple[int, ...], dims: list[int]) -> bool:
+    """Does every program keep the same block along all of `dims` (the scanned ones)?"""
+    shaped = table.reshape(*grid, table.shape[1])
+    return all(bool(np.all(np.diff(shaped, axis=d) == 0)) for d in dims if grid[d] > 1)
 
 
 def _one_lane_per_block(out: Any, ids: np.ndarray, dims: tuple[int, ...]) -> bool:

@@ -33,6 +33,10 @@ class BatchPlan:
     """Which grid dimensions one kernel's programs are batched over (the rest are scanned)."""
 
     batched_dims: tuple[int, ...]
+    # Per output: its block stays the same across the scanned steps of every lane (a
+    # reduction's accumulator block), so it is carried through the scan as blocks and
+    # written back once, instead of gathered and scattered at every step.
+    carried_outputs: tuple[bool, ...] = ()
 
 
 def vectorized_jaxpr_callable(closed_jaxpr: Jaxpr, plans: dict[int, BatchPlan]
@@ -104,28 +108,42 @@ def run_batched(eqn: Any, args: Sequence[Any], plan: BatchPlan) -> list[Any]:
         with pallas_core.grid_env(_grid_env(gm, ids, grid)):
             return jax_core.eval_jaxpr(body, consts, *scalars, *in_blocks, *scratch)
 
-    def step(carry: tuple[list[Any], list[Any]], step_ids: Any
-             ) -> tuple[tuple[list[Any], list[Any]], None]:
-        out_arrays, scratch = carry
+    n_out = len(out_arrays)
+    carried = [bool(c) and j not in aliased.values()
+               for j, c in enumerate(plan.carried_outputs or (False,) * n_out)]
+
+    def gather(i: int, array: Any, starts: list[Any]) -> Any:
+        return jax.vmap(_slicer(shapes[i], squeezed[i], array))(starts[i])
+
+    def step(carry: tuple[list[Any], list[Any], list[Any]], step_ids: Any
+             ) -> tuple[tuple[list[Any], list[Any], list[Any]], None]:
+        out_arrays, out_blocks, scratch = carry
         pids = program_ids(step_ids)
         starts = starts_of(pids)
         # An aliased input reads the output's current contents: the interpreter copies each
         # step's output writes into the aliased input (the caller refuses written inputs).
         current = [out_arrays[aliased[i]] if i in aliased else x for i, x in enumerate(inputs)]
-        sources = [*current, *out_arrays]
-        blocks = [jax.vmap(_slicer(shapes[i], squeezed[i], sources[i]))(starts[i])
-                  for i in range(len(mappings))]
+        blocks = [gather(i, x, starts) for i, x in enumerate(current)] + [
+            out_blocks[j] if carried[j] else gather(n_in + j, out_arrays[j], starts)
+            for j in range(n_out)]
         results = jax.vmap(program)(pids, blocks, scratch)
         new_blocks = results[n_scalars:n_scalars + len(mappings)]
         new_scratch = list(results[n_scalars + len(mappings):])
-        new_outs = [_scatter(out_arrays[j], new_blocks[n_in + j], starts[n_in + j],
-                             shapes[n_in + j], squeezed[n_in + j])
-                    for j in range(len(out_arrays))]
-        return (new_outs, new_scratch), None
+        new_outs = [out_arrays[j] if carried[j] else
+                    _scatter(out_arrays[j], new_blocks[n_in + j], starts[n_in + j],
+                             shapes[n_in + j], squeezed[n_in + j]) for j in range(n_out)]
+        kept = [new_blocks[n_in + j] if carried[j] else out_blocks[j] for j in range(n_out)]
+        return (new_outs, kept, new_scratch), None
 
     scratch0 = [jnp.broadcast_to(pallas_primitives.uninitialized_value(a.shape, a.dtype),
                                  (n_lanes, *a.shape)) for a in scratch_avals]
-    (final, _), _ = jax.lax.scan(step, (out_arrays, scratch0), jnp.asarray(steps))
+    first = starts_of(program_ids(jnp.asarray(steps[0])))
+    blocks0 = [gather(n_in + j, out_arrays[j], first) if carried[j] else jnp.zeros((0,))
+               for j in range(n_out)]
+    (final, blocks, _), _ = jax.lax.scan(step, (out_arrays, blocks0, scratch0),
+                                         jnp.asarray(steps))
+    final = [_scatter(o, blocks[j], first[n_in + j], shapes[n_in + j], squeezed[n_in + j])
+             if carried[j] else o for j, o in enumerate(final)]
     return [o[tuple(slice(0, s) for s in bm.array_aval.shape)] if o.shape != bm.array_aval.shape
             else o for o, bm in zip(final, gm.block_mappings_output, strict=True)]
 
