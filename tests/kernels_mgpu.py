@@ -13,7 +13,8 @@ from catalog import case, rand
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-__all__ = ["mosaic_gpu_pallas_call", "tma_blocks", "tma_scale"]
+__all__ = ["gpu_emit_pipeline", "gpu_emit_pipeline_out_specs", "mosaic_gpu_pallas_call",
+           "tma_blocks", "tma_scale", "warp_specialized"]
 
 
 def _tma_scale_body(x_gmem, o_gmem, x_smem, barrier):
@@ -51,6 +52,71 @@ def tma_blocks():
     fn = plgpu.kernel(_tma_blocks_body, out_type=jax.ShapeDtypeStruct((256,), jnp.float32),
                       grid=(2,), grid_names=("block",),
                       scratch_types=[plgpu.SMEM((128,), jnp.float32), plgpu.Barrier()])
+    return fn, (rand((256,)),)
+
+
+def _warp_specialized_body(x_gmem, o_gmem, x_smem, loaded, ready):
+    wg = jax.lax.axis_index("wg")
+
+    @pl.when(wg == 0)
+    def _producer():
+        plgpu.copy_gmem_to_smem(x_gmem, x_smem, loaded)
+        plgpu.barrier_wait(loaded)
+        x_smem[...] = x_smem[...] * 3.0
+        plgpu.barrier_arrive(ready)
+
+    @pl.when(wg == 1)
+    def _consumer():
+        plgpu.barrier_wait(ready)
+        o_gmem[...] = x_smem[...] + 1.0
+
+
+@case("mosaic-gpu", "warp-specialized", "barrier", reference=lambda x: x * 3.0 + 1.0)
+def warp_specialized():
+    """Two warpgroups with different roles (JAX's warps-share-shared-memory test): a producer
+    loads and scales a block in SMEM and arrives on a barrier; a consumer waits on it and
+    stores the result."""
+    fn = plgpu.kernel(_warp_specialized_body,
+                      out_type=jax.ShapeDtypeStruct((256,), jnp.float32),
+                      num_threads=2, thread_name="wg",
+                      scratch_types=[plgpu.SMEM((256,), jnp.float32), plgpu.Barrier(),
+                                     plgpu.Barrier()])
+    return fn, (rand((256,)),)
+
+
+def _pipeline_in_specs_body(x_gmem, o_gmem):
+    def step(indices, x_smem):
+        (i,) = indices
+        o_gmem[pl.ds(i * 64, 64)] = x_smem[...] * 2.0
+
+    plgpu.emit_pipeline(step, grid=(4,), in_specs=[plgpu.BlockSpec((64,), lambda i: (i,))],
+                        max_concurrent_steps=2)(x_gmem)
+
+
+@case("mosaic-gpu", "emit-pipeline", reference=lambda x: x * 2.0)
+def gpu_emit_pipeline():
+    """`plgpu.emit_pipeline` streaming (64,) blocks of the input through two SMEM slots
+    (TMA copies and barriers inside), each step storing its result to GMEM."""
+    fn = plgpu.kernel(_pipeline_in_specs_body,
+                      out_type=jax.ShapeDtypeStruct((256,), jnp.float32))
+    return fn, (rand((256,)),)
+
+
+def _pipeline_out_specs_body(x_gmem, o_gmem):
+    def step(_, x_smem, o_smem):
+        o_smem[...] = x_smem[...] * 2.0
+
+    spec = plgpu.BlockSpec((64,), lambda i: (i,))
+    plgpu.emit_pipeline(step, grid=(4,), in_specs=[spec], out_specs=[spec],
+                        max_concurrent_steps=2)(x_gmem, o_gmem)
+
+
+@case("mosaic-gpu", "emit-pipeline", reference=lambda x: x * 2.0)
+def gpu_emit_pipeline_out_specs():
+    """`plgpu.emit_pipeline` with output BlockSpecs: its predicated SMEM->GMEM copies are not
+    implemented by JAX 0.12's Mosaic GPU interpreter, which the executors say in one line."""
+    fn = plgpu.kernel(_pipeline_out_specs_body,
+                      out_type=jax.ShapeDtypeStruct((256,), jnp.float32))
     return fn, (rand((256,)),)
 
 

@@ -24,6 +24,8 @@ STOPS = {
 }
 RACY = {"racy_parallel_accumulate"}  # 2 simulated cores: the result depends on the race
 # Kernels an interpreter legitimately cannot run, and what its status must say.
+MOSAIC_GPU_TMA = ("tma_scale", "tma_blocks", "warp_specialized", "gpu_emit_pipeline",
+                  "gpu_emit_pipeline_out_specs")
 CANNOT_RUN = {
     **{(name, "interpret"): r"^the HLO interpreter cannot run mesh kernels \((TensorCore|"
        r"VectorSubcore)Mesh\); tpu-interpret can"
@@ -41,9 +43,15 @@ CANNOT_RUN = {
                                       r"implement what the kernel uses: AtomicOpType\.XCHG$",
     **{(name, "interpret"): r"^JAX's HLO interpreter \(interpret=True\) does not implement "
        r"what the kernel uses: No state discharge rule implemented for primitive: "
-       r"copy_gmem_to_smem$" for name in ("tma_scale", "tma_blocks")},
+       r"copy_gmem_to_smem$" for name in MOSAIC_GPU_TMA if name != "warp_specialized"},
+    ("warp_specialized", "interpret"): r"^JAX's HLO interpreter \(interpret=True\) does not "
+                                       r"implement what the kernel uses: run_scoped interpret "
+                                       r"rule does not support collective axes$",
     **{(name, "tpu-interpret"): r"^kernel \w+ is a mosaic_gpu mesh kernel \(Mesh\): .* "
-       r"gpu-interpret runs Mosaic GPU ones$" for name in ("tma_scale", "tma_blocks")},
+       r"gpu-interpret runs Mosaic GPU ones$" for name in MOSAIC_GPU_TMA},
+    ("gpu_emit_pipeline_out_specs", "gpu-interpret"): (
+        r"^JAX's Mosaic GPU interpreter does not implement what the kernel uses: predicate not "
+        r"supported \(in its copy_smem_to_gmem\)$"),
     ("mosaic_gpu_pallas_call", "tpu-interpret"): r"^kernel _add_one has mosaic_gpu compiler "
                                                  r"params: TPU interpret mode needs TPU",
 }

@@ -1,16 +1,28 @@
-"""Mosaic GPU kernels on a CPU host (issue 12): TMA and barrier kernels compare equal to their
-references under the default executors (the GPU interpreter, said in the note); a pallas_call
-with Mosaic GPU params says exactly why it is shown lowered with Triton."""
+"""Mosaic GPU kernels on a CPU host (issue 12): TMA, barrier, warp-specialised and
+`plgpu.emit_pipeline` kernels compare equal to their references under the default executors
+(the GPU interpreter, said in the note) and step block by block; Memory lists their shared
+memory, barriers and blocks per SM; Pipeline lists their TMA copies and barrier operations; a
+pallas_call with Mosaic GPU params says exactly why it is shown lowered with Triton."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from kernels import CATALOG
 
 import pallaslab
+from pallaslab.analysis.occupancy_gpu import gpu_occupancy
+from pallaslab.views.memory_gpu import mosaic_gpu_section
+
+MOSAIC_GPU_KERNELS = ["tma_scale", "tma_blocks", "warp_specialized", "gpu_emit_pipeline"]
 
 
-@pytest.mark.parametrize("name", ["tma_scale", "tma_blocks"])
+def workbench(name):
+    fn, args = CATALOG[name].case()
+    return pallaslab.Workbench(pallaslab.capture(fn, *args))
+
+
+@pytest.mark.parametrize("name", MOSAIC_GPU_KERNELS)
 def test_tma_and_barrier_kernels_match_their_references_by_default(name):
     entry = CATALOG[name]
     fn, args = entry.case()
@@ -40,3 +52,97 @@ def test_a_mosaic_gpu_pallas_call_says_why_it_is_lowered_with_triton():
         "the CompilerParams type and only Triton's is registered; Mosaic GPU lowering is for "
         "plgpu.kernel. Shown instead: the Triton lowering of the same kernel body, without "
         "those params.")
+
+
+def test_what_the_gpu_interpreter_cannot_run_is_said_in_one_line():
+    entry = CATALOG["gpu_emit_pipeline_out_specs"]
+    fn, args = entry.case()
+    cmp = pallaslab.compare(fn, *args, reference=entry.reference)
+    (gpu,) = [r for r in cmp.results if r.executor == "gpu-interpret"]
+    assert gpu.status == "unavailable" and gpu.error is None
+    assert gpu.unavailable == ("JAX's Mosaic GPU interpreter does not implement what the kernel "
+                               "uses: predicate not supported (in its copy_smem_to_gmem)")
+    assert not cmp.passed  # an executor that did not run is no pass
+
+
+def test_blocks_step_one_by_one_and_end_equal_to_the_reference():
+    entry = CATALOG["tma_blocks"]
+    fn, args = entry.case()
+    st = pallaslab.step(fn, *args)
+    assert st.programs == 2 and st.notes == [
+        "Mosaic GPU kernel _tma_blocks_body: each program is one block of its grid (block=2) "
+        "(program ids = block coordinates), run alone and in order by JAX's Mosaic GPU "
+        "interpreter with its own shared memory and barriers, on the whole GMEM operands the "
+        "blocks before it left"]
+    x = np.asarray(args[0])
+    assert st.step() == (0,)
+    out = st.outputs()[0]
+    np.testing.assert_allclose(out[:128], x[:128] - 1.0)
+    assert np.isnan(out[128:]).all()  # block 1 has not run: nothing written there yet
+    assert st.blocks()["outputs"].changed and not st.blocks()["args[0]"].changed
+    assert st.step() == (1,)
+    np.testing.assert_allclose(st.outputs()[0], np.asarray(entry.reference(*args)))
+    st.back(1)
+    assert np.isnan(st.outputs()[0][128:]).all()
+    with pytest.raises(NotImplementedError, match="no discharge rule"):
+        st.equations()
+
+
+def test_warpgroups_of_a_block_run_together_and_the_note_says_why():
+    entry = CATALOG["warp_specialized"]
+    fn, args = entry.case()
+    st = pallaslab.step(fn, *args)
+    assert st.programs == 1
+    assert st.notes[0].endswith("; its 2 warpgroups (wg) run together within the block, as "
+                                "threads, since they synchronise through barriers and SMEM")
+    st.step()
+    np.testing.assert_allclose(st.outputs()[0], np.asarray(entry.reference(*args)), rtol=1e-6)
+
+
+def test_the_step_view_shows_how_blocks_run_as_a_note_not_an_error():
+    view = workbench("tma_blocks").view("step")
+    view.step()
+    p = view.payload()
+    assert p["error"] is None and p["programs"] == 2
+    assert p["notes"][0].startswith("Mosaic GPU kernel _tma_blocks_body: each program is one "
+                                    "block")
+    assert p["notes"][-1].startswith("equations unavailable: a Mosaic GPU body cannot be "
+                                     "evaluated equation by equation")
+    assert "note: Mosaic GPU kernel" in view.to_text()
+
+
+def test_memory_lists_shared_memory_barriers_and_blocks_per_sm():
+    wb = workbench("warp_specialized")
+    assert {"memory", "pipeline", "step"} <= {t.name for t in wb.tabs()}
+    section = mosaic_gpu_section(wb.kernels[0])
+    assert [(b["label"], b["dtype"], b["bytes"]) for b in section["buffers"]] == [
+        ("x_smem", "float32", 1024), ("loaded", "barrier", 8), ("ready", "barrier", 8)]
+    a100, h100, b200 = section["gpus"]
+    assert a100["error"] == ("Mosaic GPU needs compute capability 9.0 or newer (TMA, mbarrier "
+                             "transaction counts); a100 has 8.0")
+    assert h100["shared_bytes"] == 1040 and h100["num_warps"] == 8  # 2 warpgroups
+    # registers: 32 + 2 x (1024 B / 4 B / 128 threads)
+    assert h100["registers"] == 36
+    occ = gpu_occupancy(1040, 36, 8, "h100")
+    assert (h100["blocks_per_sm"], h100["limited_by"]) == (occ.blocks_per_sm, occ.limited_by)
+    assert b200["blocks_per_sm"] == occ.blocks_per_sm
+    text = wb.view("memory").to_text()
+    assert "shared memory loaded: barrier[] 8 B" in text and "registers/thread: estimate" in text
+    assert "<td>ready</td>" in wb.view("memory").to_html()
+
+
+def test_emit_pipeline_buffers_are_counted_per_slot():
+    section = mosaic_gpu_section(workbench("gpu_emit_pipeline").kernels[0])
+    assert [(b["shape"], b["dtype"], b["bytes"]) for b in section["buffers"]] == [
+        ([2], "barrier", 16), ([2, 64], "float32", 512)]  # two slots of (64,) f32
+
+
+def test_pipeline_lists_tma_copies_and_barrier_operations_in_program_order():
+    text = workbench("warp_specialized").view("pipeline").to_text()
+    lines = [ln.strip() for ln in text.splitlines()]
+    ops = [ln.split(";")[0] for ln in lines if ln.startswith(("tma copy", "barrier"))]
+    assert ops == ["tma copy", "barrier wait", "barrier arrive", "barrier wait"]
+    assert any("-> x_smem (scoped[0], smem), 1,024 B; semaphore loaded" in ln for ln in lines)
+    assert "TMA copies and barrier operations run as the body issues them" in text
+    (copy,) = workbench("gpu_emit_pipeline").kernels[0].dmas[:1]
+    assert (copy.kind, copy.shape, copy.repeated) == ("tma", (64,), True)  # one slot per copy

@@ -152,11 +152,11 @@ def test_memory_payload_is_pure_over_occupancies():
     assert p["kernel"] == "matmul_kernel" and p["index"] == 0
 
 
-def test_tab_is_registered_and_available_for_tpu_and_triton_kernels():
+def test_tab_is_registered_and_available_for_tpu_triton_and_mosaic_gpu_kernels():
     assert "memory" in [t.name for t in tabs()]
     assert "memory" in [t.name for t in workbench("matmul_f32").tabs()]
     assert "memory" in [t.name for t in gpu_softmax_workbench().tabs()]
-    assert "memory" not in [t.name for t in workbench("gpu_mesh_kernel").tabs()]
+    assert "memory" in [t.name for t in workbench("gpu_mesh_kernel").tabs()]
     bundle = workbench("matmul_f32").memory()._repr_mimebundle_()
     assert "448.0 KiB" in bundle["text/plain"] and "<style>" in bundle["text/html"]
 

@@ -1,11 +1,13 @@
 """GPU occupancy: resident blocks per SM from shared memory, registers and warps (the CUDA
-occupancy calculation)."""
+occupancy calculation), and a Mosaic GPU kernel's resources read off its capture."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from pallaslab.analysis.occupancy import _round_up
+from pallaslab.model import Kernel, Operand, _jax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,8 @@ GPU_LIMITS = {
     "a100": GpuLimits("a100", (8, 0), 2048, 32, 64, 65536, 255, 256, 164 * 1024,
                       163 * 1024, 1024),
     "h100": GpuLimits("h100", (9, 0), 2048, 32, 64, 65536, 255, 256, 228 * 1024,
+                      227 * 1024, 1024),
+    "b200": GpuLimits("b200", (10, 0), 2048, 32, 64, 65536, 255, 256, 228 * 1024,
                       227 * 1024, 1024),
 }
 
@@ -74,3 +78,70 @@ def gpu_occupancy(shared_bytes: int, registers: int, num_warps: int,
     blocks = limits[limited_by]
     return GpuOccupancy(key, blocks, limited_by, blocks * num_warps,
                         blocks * num_warps / lim.max_warps_per_sm)
+
+
+# --- Mosaic GPU ---------------------------------------------------------------------------------
+
+WARPGROUP_THREADS = 128  # a Mosaic GPU "thread" is a warpgroup: 4 warps
+BARRIER_BYTES = 8  # an mbarrier is one 64-bit word of shared memory
+BASE_REGISTERS = 32  # addresses, indices, predicates and loop counters (estimate)
+MOSAIC_GPU_MIN_CAPABILITY = (9, 0)  # TMA and mbarrier transaction counts: Hopper or newer
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedBuffer:
+    """One shared-memory allocation of a Mosaic GPU kernel (scratch or `run_scoped`)."""
+
+    origin: str
+    label: str  # the kernel's own name for it ("x_smem"), else the origin
+    shape: tuple[int, ...]
+    dtype: str  # "float32", or "barrier"
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MosaicGpuResources:
+    """What a Mosaic GPU block needs, read off the capture (no compile): its shared memory
+    buffers and barriers, its warps, and an estimate of registers per thread."""
+
+    buffers: tuple[SharedBuffer, ...]
+    num_warps: int  # 4 per warpgroup (`num_threads`)
+    registers: int  # estimate (see `register_basis`)
+    register_basis: str
+
+    @property
+    def shared_bytes(self) -> int:
+        return sum(b.nbytes for b in self.buffers)
+
+    def occupancy(self, gpu: str) -> GpuOccupancy | str:
+        """Blocks per SM on `gpu`, or why Mosaic GPU does not run there."""
+        lim = GPU_LIMITS[gpu.lower().removeprefix("gpu-")]
+        if lim.compute_capability < MOSAIC_GPU_MIN_CAPABILITY:
+            cc = ".".join(map(str, lim.compute_capability))
+            return (f"Mosaic GPU needs compute capability 9.0 or newer (TMA, mbarrier "
+                    f"transaction counts); {lim.name} has {cc}")
+        return gpu_occupancy(self.shared_bytes, self.registers, self.num_warps, lim.name)
+
+
+def mosaic_gpu_resources(kernel: Kernel) -> MosaicGpuResources:
+    """Shared memory buffers and barriers (scratch and `run_scoped`, at any depth), warps per
+    block and a register estimate for a `plgpu.kernel` kernel."""
+    buffers = tuple(_shared_buffer(op) for op in (*kernel.scratch, *kernel.scoped)
+                    if op.memory_space == "smem")
+    warpgroups = kernel.mesh.warpgroups[1] if kernel.mesh and kernel.mesh.warpgroups else 1
+    largest = max((math.prod(shape) * dtype.itemsize
+                   for shape, dtype, _ in _jax.kernel_body_values(kernel)), default=0)
+    words = -(-largest // (4 * WARPGROUP_THREADS))  # 32-bit registers per thread
+    registers = min(BASE_REGISTERS + 2 * words, 255)
+    basis = (f"estimate: {BASE_REGISTERS} for addresses and indices + 2 x {words} for the "
+             f"largest array value ({largest:,} B spread over a warpgroup's "
+             f"{WARPGROUP_THREADS} threads, operand and result live together); ptxas decides")
+    return MosaicGpuResources(buffers, 4 * warpgroups, registers, basis)
+
+
+def _shared_buffer(op: Operand) -> SharedBuffer:
+    count = math.prod(op.shape) if op.shape else 1
+    barrier = op.value_type == "barrier"
+    return SharedBuffer(op.origin, op.param or op.origin, op.shape,
+                        "barrier" if barrier else op.dtype.name,
+                        count * (BARRIER_BYTES if barrier else op.dtype.itemsize))

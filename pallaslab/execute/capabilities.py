@@ -79,14 +79,16 @@ def unimplemented(executor: str, message: str, kernels: Sequence[Kernel]) -> str
                 f"{platform}lowering){where}: a limit of the interpreter, not a fault of the "
                 "kernel; compile it for a TPU (pallaslab lower --compile) or run it on one")
     if m := _NOT_IMPLEMENTED.search(message):
-        return f"{mode} does not implement what the kernel uses: {m['what'].strip()}"
+        frames = _INTERNAL_FRAME.findall(message)  # the interpreter's rule that gave up
+        where = f" (in its {frames[-1][2]})" if frames else ""
+        return f"{mode} does not implement what the kernel uses: {m['what'].strip()}{where}"
     return None
 
 
 # An interpreter's own bug or missing feature: Python's "this object has no such attribute"
 # errors raised in JAX's Pallas code, in the text of a wrapped host-callback traceback.
 _INTERNAL_FRAME = re.compile(
-    r'File "(?P<file>[^"]*jax/_src/pallas/[^"]*)", line (?P<line>\d+), in \w+')
+    r'File "(?P<file>[^"]*jax/_src/pallas/[^"]*)", line (?P<line>\d+), in (?P<fn>\w+)')
 _INTERNAL_ERRORS = ("AttributeError", "TypeError")
 
 

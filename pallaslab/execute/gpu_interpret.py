@@ -8,7 +8,7 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.execute import diagnostics
+from pallaslab.execute import capabilities, diagnostics
 from pallaslab.execute.executors import Prepared, _numpy
 from pallaslab.execute.monitor import RunMonitor
 from pallaslab.execute.result import RunResult
@@ -46,7 +46,7 @@ class GpuInterpretExecutor:
         compile_time = time.perf_counter() - t0
         t1 = time.perf_counter()
         outputs: tuple[np.ndarray, ...] | None = None
-        error, findings = None, []
+        error, unavailable, findings = None, None, []
         with monitor.watching():
             try:
                 outs = compiled(*prepared.args, **prepared.kwargs)
@@ -54,8 +54,13 @@ class GpuInterpretExecutor:
                 jax.effects_barrier()
                 outputs = _numpy(jax.tree.leaves(outs))
             except Exception as err:
-                error = diagnostics.short_error(str(err))
-                findings.append(Finding("interpret-error", "error", error))
+                # JAX's interpreter lacking a feature is no verdict on the kernel.
+                unavailable = capabilities.unimplemented(
+                    self.name, f"{type(err).__name__}: {err}", list(prepared.capture))
+                if unavailable is None:
+                    error = diagnostics.short_error(str(err))
+                    findings.append(Finding("interpret-error", "error", error))
         return RunResult(self.name, outputs, prepared.output_info, time.perf_counter() - t1,
                          compile_time, prints=monitor.prints, findings=tuple(findings),
-                         error=error, inputs=_numpy(prepared.flat_args))
+                         error=error, unavailable=unavailable,
+                         inputs=_numpy(prepared.flat_args))

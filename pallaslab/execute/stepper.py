@@ -103,8 +103,9 @@ class Stepper:
         self.notes: list[str] = []  # how the programs run, when it is not the usual way
         prepared = prepare(fn, args, kwargs, seed=seed)
         self.kernel: Kernel = select_kernel(prepared.capture, kernel)
-        # A TPU mesh kernel's programs are its cores (program ids = mesh coordinates).
-        self._per_core = capabilities.is_tpu_mesh(self.kernel)
+        # A mesh kernel's programs are its cores (TPU) or blocks (Mosaic GPU): program ids
+        # are mesh (grid) coordinates.
+        self._per_core = self.kernel.kind == "mesh"
         runner = _mesh_runner_or_raise(self.kernel) if self._per_core else None
         self.tiling: Tiling = _mesh_tiling(self.kernel, runner) if runner is not None else \
             _tiling_or_raise(self.kernel)
@@ -118,11 +119,7 @@ class Stepper:
                 "stepped. Step a function that launches it directly.")
         self._runner = runner or _jax.program_runner(self.kernel)
         if self._per_core:
-            self.notes.append(
-                f"mesh kernel {self.kernel.name}: each program is one core of its "
-                f"{_mesh_text(self.kernel)} (program ids = mesh coordinates), run alone and in "
-                "order with its own scratch (fresh each core), on the whole HBM operands the "
-                "cores before it left; tpu-interpret runs the cores together")
+            self.notes.append(_mesh_note(self.kernel))
         self._remote = self._remote_runner(prepared)
         self._ids = self.tiling.program_ids()
         self._init_state(operands)
@@ -466,6 +463,26 @@ def _mesh_tiling(kernel: Kernel, runner: ProgramRunner) -> Tiling:
         block_indices=np.zeros((programs, len(op.shape)), np.int32),
         fetch_mask=np.zeros(programs, bool), windowed=False, itemsize=op.itemsize,
         scale=tuple(op.shape), offset=(0,) * len(op.shape)) for op in ops})
+
+
+def _mesh_note(kernel: Kernel) -> str:
+    """How a mesh kernel's programs are stepped."""
+    if kernel.backend != "mosaic_gpu":
+        return (f"mesh kernel {kernel.name}: each program is one core of its "
+                f"{_mesh_text(kernel)} (program ids = mesh coordinates), run alone and in "
+                "order with its own scratch (fresh each core), on the whole HBM operands the "
+                "cores before it left; tpu-interpret runs the cores together")
+    warpgroups = kernel.mesh.warpgroups if kernel.mesh is not None else None
+    axes = [f"{n}={s}" for n, s in (kernel.mesh.axes if kernel.mesh else ())
+            if warpgroups is None or n != warpgroups[0]]
+    blocks = f"one block of its grid ({', '.join(axes)})" if axes else "its single block"
+    together = (f"; its {warpgroups[1]} warpgroups ({warpgroups[0]}) run together within the "
+                "block, as threads, since they synchronise through barriers and SMEM"
+                if warpgroups is not None and warpgroups[1] > 1 else "")
+    return (f"Mosaic GPU kernel {kernel.name}: each program is {blocks} (program ids = block "
+            "coordinates), run alone and in order by JAX's Mosaic GPU interpreter with its "
+            "own shared memory and barriers, on the whole GMEM operands the blocks before it "
+            f"left{together}")
 
 
 def _mesh_text(kernel: Kernel) -> str:

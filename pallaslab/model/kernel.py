@@ -17,8 +17,9 @@ import numpy as np
 Role = Literal["input", "output", "scratch"]
 BlockKind = Literal["blocked", "squeezed", "element", "bounded", "indirect"]
 KernelKind = Literal["pallas_call", "mesh", "pipeline"]  # "pipeline": a nested emit_pipeline
-DmaKind = Literal["async", "sync", "remote"]
-SemaphoreOpKind = Literal["signal", "wait", "read", "dma_wait"]
+DmaKind = Literal["async", "sync", "remote", "tma"]  # tma: a Mosaic GPU GMEM<->SMEM copy
+# barrier_*: Mosaic GPU mbarriers (a TMA copy arrives on its barrier when it lands)
+SemaphoreOpKind = Literal["signal", "wait", "read", "dma_wait", "barrier_wait", "barrier_arrive"]
 Backend = Literal["tpu", "triton", "mosaic_gpu"]
 
 
@@ -52,6 +53,9 @@ class Operand:
     aliased_with: str | None = None  # origin of the input/output sharing its buffer
     param: str | None = None  # the kernel function's own parameter name: "x_ref", "acc_ref"
     outer: str | None = None  # nested pipelines: the enclosing kernel's ref this one windows
+    # A buffer of non-array elements (Mosaic GPU "barrier", TPU semaphores): `dtype` is a
+    # stand-in int32.
+    value_type: str | None = None
 
     @property
     def block_shape(self) -> tuple[int | None, ...] | None:
@@ -99,6 +103,8 @@ class MeshInfo:
 
     kind: str  # the mesh class name, e.g. "TensorCoreMesh", "Mesh" (Mosaic GPU)
     axes: tuple[tuple[str, int], ...]
+    # Mosaic GPU: the warpgroup axis (`thread_name`, `num_threads`) among `axes`, if any.
+    warpgroups: tuple[str, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

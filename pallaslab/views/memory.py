@@ -28,7 +28,13 @@ from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
-from pallaslab.views.memory_gpu import GpuSection, gpu_html, gpu_section, gpu_text
+from pallaslab.views.memory_gpu import (
+    GpuSection,
+    gpu_html,
+    gpu_section,
+    gpu_text,
+    mosaic_gpu_section,
+)
 from pallaslab.views.registry import register_tab
 
 PAYLOAD_VERSION = 1
@@ -199,6 +205,8 @@ class MemoryView(View):
 
     @functools.cached_property
     def gpu_section(self) -> GpuSection | None:
+        if self.ctx.kernel.backend == "mosaic_gpu":  # read off the capture: always shown
+            return mosaic_gpu_section(self.ctx.kernel)
         return gpu_section(self.ctx.kernel) if self.gpu else None
 
     def what_if(self, make: Callable[[Any], Sequence[Any]], candidates: Iterable[Any],
@@ -214,10 +222,12 @@ class MemoryView(View):
         return self
 
     def _payload(self) -> MemoryPayload:
-        note = None if applies(self.ctx.kernel) else (
-            f"VMEM occupancy is a TPU notion; this kernel targets {self.ctx.kernel.backend}"
-            + ("" if self.gpu else ". For shared memory, registers and blocks per SM from the "
-               "Triton compile, ask for wb.memory(gpu=True)."))
+        k = self.ctx.kernel
+        note = None if applies(k) else (
+            f"VMEM occupancy is a TPU notion; this kernel targets {k.backend}"
+            + ("" if self.gpu or k.backend == "mosaic_gpu" else ". For shared memory, "
+               "registers and blocks per SM from the Triton compile, ask for "
+               "wb.memory(gpu=True)."))
         return memory_payload(self.ctx.kernel, self.occupancies, self.table, note,
                               self.gpu_section)
 
@@ -378,9 +388,10 @@ def what_if_table_html(w: WhatIfPayload) -> str:
 def _available(ctx: KernelContext) -> bool:
     # Triton kernels: the GPU section (shared memory, registers, blocks per SM)
     # TPU mesh kernels: their scratch (VMEM, SMEM, semaphores) and run_scoped buffers.
+    # Mosaic GPU kernels: shared memory buffers, barriers, warps and blocks per SM.
     k = ctx.kernel
     return (k.kind == "pallas_call" and (applies(k) or k.backend == "triton")) or (
-        k.kind == "mesh" and applies(k))
+        k.kind == "mesh" and (applies(k) or k.backend == "mosaic_gpu"))
 
 
 register_tab("memory", order=40, title="Memory", available=_available, build=MemoryView)

@@ -1,11 +1,14 @@
 """The Memory view's GPU section: a Triton kernel's shared memory, registers, spills and blocks
-per SM on a100 and h100.
+per SM on a100 and h100; a Mosaic GPU kernel's shared memory buffers, barriers, register
+estimate and blocks per SM on a100, h100 and b200.
 
 Shared memory, registers and spills come from the real Triton compile (`lowering.lower(...,
 compile=True)`: the triton wheel and its ptxas, no GPU needed; results are cached on disk), and
 blocks per SM from the CUDA occupancy calculation (`pallaslab.analysis.occupancy_gpu.gpu_occupancy`)
 with the `num_warps` the kernel is compiled with. A compile takes seconds, so the view asks for
-this section only when told (`wb.memory(gpu=True)`).
+this section only when told (`wb.memory(gpu=True)`). A Mosaic GPU kernel is not compiled on a
+CPU host (see `lowering`), so its section is read off the capture
+(`pallaslab.analysis.occupancy_gpu.mosaic_gpu_resources`) and always shown.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
-from pallaslab.analysis.occupancy_gpu import gpu_occupancy
+from pallaslab.analysis.occupancy_gpu import gpu_occupancy, mosaic_gpu_resources
 from pallaslab.errors import MissingDependencyError
 from pallaslab.model import Kernel
 from pallaslab.views import _html
@@ -23,6 +26,8 @@ if TYPE_CHECKING:
     from lowering import KernelLowering
 
 GPUS = ("a100", "h100")
+MOSAIC_GPUS = ("a100", "h100", "b200")
+TRITON_TITLE = "GPU: shared memory, registers, blocks per SM (Triton)"
 
 
 class GpuMemory(TypedDict):
@@ -39,9 +44,20 @@ class GpuMemory(TypedDict):
     occupancy: float | None  # active warps / the SM's maximum
 
 
-class GpuSection(TypedDict):
+class SharedBufferEntry(TypedDict):
+    origin: str
+    label: str
+    shape: list[int]
+    dtype: str  # "float32" or "barrier"
+    bytes: int
+
+
+class GpuSection(TypedDict, total=False):
     gpus: list[GpuMemory]
     error: str | None  # why nothing was compiled (triton is not installed)
+    title: str  # where the figures come from
+    buffers: list[SharedBufferEntry]  # Mosaic GPU: the block's shared memory allocations
+    note: str | None  # Mosaic GPU: how the registers were estimated
 
 
 def gpu_section(kernel: Kernel, gpus: Sequence[str] = GPUS) -> GpuSection:
@@ -58,7 +74,31 @@ def gpu_section(kernel: Kernel, gpus: Sequence[str] = GPUS) -> GpuSection:
         except MissingDependencyError as err:
             return GpuSection(gpus=[], error=str(err))
         rows.append(_row(gpu, target, kl, num_warps))
-    return GpuSection(gpus=rows, error=None)
+    return GpuSection(gpus=rows, error=None, title=TRITON_TITLE)
+
+
+def mosaic_gpu_section(kernel: Kernel, gpus: Sequence[str] = MOSAIC_GPUS) -> GpuSection:
+    """A Mosaic GPU kernel's shared memory buffers and barriers, warps, register estimate and
+    blocks per SM, from its capture."""
+    res = mosaic_gpu_resources(kernel)
+    rows = []
+    for gpu in gpus:
+        row = GpuMemory(gpu=gpu, target=f"gpu-{gpu}", error=None, shared_bytes=res.shared_bytes,
+                        registers=res.registers, spills=None, num_warps=res.num_warps,
+                        blocks_per_sm=None, limited_by=None, warps_per_sm=None, occupancy=None)
+        occ = res.occupancy(gpu)
+        if isinstance(occ, str):
+            row["error"] = occ
+        else:
+            row["blocks_per_sm"], row["limited_by"] = occ.blocks_per_sm, occ.limited_by
+            row["warps_per_sm"], row["occupancy"] = occ.warps_per_sm, occ.occupancy
+        rows.append(row)
+    buffers = [SharedBufferEntry(origin=b.origin, label=b.label, shape=list(b.shape),
+                                 dtype=b.dtype, bytes=b.nbytes) for b in res.buffers]
+    return GpuSection(gpus=rows, error=None, buffers=buffers, note=f"registers/thread: "
+                      f"{res.register_basis}",
+                      title="GPU: shared memory, barriers, blocks per SM (Mosaic GPU, from "
+                            "the capture; registers estimated)")
 
 
 def _row(gpu: str, target: str, kl: KernelLowering, num_warps: int) -> GpuMemory:
@@ -89,9 +129,13 @@ def _bytes(n: int | None) -> str:
 
 
 def gpu_text(section: GpuSection) -> list[str]:
-    lines = ["  GPU, from the Triton compile:"]
+    lines = [f"  {section.get('title', TRITON_TITLE)}:"]
     if section["error"]:
         return [*lines, f"    {section['error']}"]
+    lines += [f"    shared memory {b['label']}: {b['dtype']}{list(b['shape'])} {b['bytes']:,} B"
+              for b in section.get("buffers", [])]
+    if section.get("note"):
+        lines.append(f"    {section['note']}")
     for g in section["gpus"]:
         if g["error"]:
             lines.append(f"    {g['gpu']}: {g['error']}")
@@ -105,9 +149,16 @@ def gpu_text(section: GpuSection) -> list[str]:
 
 
 def gpu_html(section: GpuSection) -> str:
-    title = '<h4 class="pl-title">GPU: shared memory, registers, blocks per SM (Triton)</h4>'
+    title = f'<h4 class="pl-title">{esc(section.get("title", TRITON_TITLE))}</h4>'
     if section["error"]:
         return f'<div class="pl-mem-gpu">{title}<p class="pl-dim">{esc(section["error"])}</p></div>'
+    buffers = section.get("buffers")
+    if buffers:
+        title += _html.table(["shared memory", "shape", "dtype", "bytes"],
+                             [[b["label"], str(tuple(b["shape"])), b["dtype"],
+                               _html.num(b["bytes"])] for b in buffers], numeric=(3,))
+    if section.get("note"):
+        title += f'<p class="pl-dim">{esc(section["note"] or "")}</p>'
     headers = ["GPU", "shared memory B", "registers/thread", "spills B", "num_warps",
                "blocks/SM", "limited by", "occupancy"]
     rows = [[g["gpu"], _html.num(g["shared_bytes"]), _html.num(g["registers"]),

@@ -413,9 +413,10 @@ def _available(ctx: KernelContext) -> bool:
     gpu_only = bool(ctx.targets) and all(t.startswith("gpu-") for t in ctx.targets)
     k = ctx.kernel
     manual = bool(k.dmas or k.semaphore_ops or k.pipelines)
-    tpu_mesh = k.mesh is not None and k.kind == "mesh" and k.backend != "triton" and manual
+    mesh = k.mesh is not None and k.kind == "mesh" and k.backend != "triton" and manual
+    # A Mosaic GPU kernel's TMA copies and barriers are listed whatever the targets.
     return (k.kind == "pallas_call" and applies(k) and ctx.tiling is not None
-            and not gpu_only) or (tpu_mesh and not gpu_only)
+            and not gpu_only) or (mesh and (not gpu_only or k.backend == "mosaic_gpu"))
 
 
 register_tab("pipeline", order=50, title="Pipeline", available=_available, build=PipelineView)

@@ -60,7 +60,9 @@ def manual_note(kernel: Kernel) -> str | None:
     if not kernel.dmas and not kernel.semaphore_ops:
         return None
     loops = sum(d.repeated for d in kernel.dmas)
-    note = ("Manual DMAs run as the body issues them: the static model lists them in program "
+    what = "TMA copies and barrier operations" if kernel.backend == "mosaic_gpu" else \
+        "Manual DMAs"
+    note = (f"{what} run as the body issues them: the static model lists them in program "
             "order and does not time them.")
     if loops:
         note += (f" {loops} of them sit in a loop of the body and run once per iteration; "

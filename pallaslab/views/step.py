@@ -24,7 +24,6 @@ import numpy as np
 from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
-from pallaslab.execute.capabilities import is_tpu_mesh
 from pallaslab.model import Kernel
 from pallaslab.util.text import strip_ansi, visible
 from pallaslab.views import _html
@@ -105,6 +104,7 @@ class StepPayload(TypedDict):
     revision: int
     error: str | None
     tables: list[memoryview]
+    notes: list[str]  # how the programs run, when it is not the usual way (the stepper's notes)
 
 
 def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
@@ -112,7 +112,8 @@ def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
                  equations: Sequence[EquationValue] | None = None,
                  mismatch_steps: Sequence[int] = (), has_comparison: bool = False,
                  interactive: bool = False, revision: int = 0, error: str | None = None,
-                 callers: Mapping[str, str] | None = None) -> StepPayload:
+                 callers: Mapping[str, str] | None = None,
+                 notes: Sequence[str] = ()) -> StepPayload:
     """Everything the step widget shows, from the stepper's state (pure).
 
     `callers`: input origin -> the caller's expression for it, shown in the labels.
@@ -132,7 +133,7 @@ def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
         equations=[equation_entry(e) for e in eqs[:MAX_EQUATIONS]], equations_total=len(eqs),
         mismatch_steps=sorted(int(s) for s in mismatch_steps)[:MAX_MISMATCH_STEPS],
         has_comparison=has_comparison, interactive=interactive, revision=revision,
-        error=error, tables=[memoryview(t) for t in tables],
+        error=error, tables=[memoryview(t) for t in tables], notes=list(notes),
     ))
 
 
@@ -227,7 +228,7 @@ class StepView(InteractiveView):
     module = "step.js"
 
     def __init__(self, ctx: KernelContext):
-        if ctx.tiling is None and not is_tpu_mesh(ctx.kernel):
+        if ctx.tiling is None and ctx.kernel.kind != "mesh":
             raise PallasLabError(f"kernel {ctx.kernel.name!r} cannot be stepped: "
                                  f"{tiling_unavailable_reason(ctx.kernel)}")
         self.ctx = ctx
@@ -312,10 +313,13 @@ class StepView(InteractiveView):
         position = st.position if st is not None else 0
         blocks = equations = None
         error = self.error
+        notes = list(st.notes) if st is not None else []
         if st is not None and position:
             blocks = st.blocks()
             try:
                 equations = st.equations()
+            except NotImplementedError as err:  # this kind of body has no equations to show
+                notes.append(f"equations unavailable: {err}")
             except Exception as err:  # the body could not be evaluated eagerly: say why
                 error = error or f"equations unavailable: {err}"
         s = self.session
@@ -324,7 +328,8 @@ class StepView(InteractiveView):
                             has_comparison=bool(s and s.comparison is not None),
                             interactive=live, revision=self._revision, error=error,
                             callers=caller_names(self.ctx.capture, self.ctx.kernel,
-                                                 self.ctx.options.get("arg_names")))
+                                                 self.ctx.options.get("arg_names")),
+                            notes=notes)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         sel = dict(change["new"] or {})
@@ -356,6 +361,7 @@ class StepView(InteractiveView):
         for e in p["equations"]:
             lines.append(f"  [{e['index']}] {e['text']}  ({e['source'] or '?'}) = "
                          + "; ".join(e["values"]))
+        lines += [f"  note: {n}" for n in p["notes"]]
         if p["error"]:
             lines.append(f"  error: {p['error']}")
         return visible("\n".join(lines))
@@ -385,6 +391,7 @@ class StepView(InteractiveView):
             parts.append(_html.table(("#", "equation", "source", "value"),
                                      [(e["index"], e["text"], e["source"] or "?",
                                        "; ".join(e["values"])) for e in p["equations"]]))
+        parts += [f'<p class="pl-dim pl-step-note">{esc(n)}</p>' for n in p["notes"]]
         if p["error"]:
             parts.append(f'<p class="pl-finding pl-error">{esc(p["error"])}</p>')
         return '<div class="pl-step-static">' + "".join(parts) + "</div>"
@@ -415,7 +422,7 @@ def steppable(ctx: KernelContext) -> bool:
     k = ctx.kernel
     if ctx.capture is None:
         return False
-    if is_tpu_mesh(k):  # stepped core by core
+    if k.kind == "mesh":  # stepped core by core (TPU) or block by block (Mosaic GPU)
         return True
     if k.kind != "pallas_call" or ctx.tiling is None:
         return False

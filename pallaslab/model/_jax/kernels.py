@@ -153,11 +153,10 @@ def _pallas_call_operands(gm: Any, aliases: tuple[tuple[int, int], ...]) -> tupl
     for j, aval in enumerate(gm.scratch_avals):
         inner = getattr(aval, "inner_aval", aval)
         shape = tuple(getattr(inner, "shape", ()))
-        dtype = getattr(inner, "dtype", None)
+        dtype, value_type = element_type(getattr(inner, "dtype", None))
         operands.append(Operand(
-            origin=f"scratch[{j}]", role="scratch", shape=shape,
-            dtype=np.dtype(dtype) if _is_numpy_dtype(dtype) else np.dtype("int32"),
-            memory_space=_memory_space(aval),
+            origin=f"scratch[{j}]", role="scratch", shape=shape, dtype=dtype,
+            memory_space=_memory_space(aval), value_type=value_type,
         ))
     return tuple(operands)
 
@@ -173,6 +172,14 @@ def _prefetch_origins(gm: Any) -> list[str]:
     prefetch_args = tuple(args[len(gm.grid):])
     leaves = jax.tree_util.tree_flatten_with_path(prefetch_args)[0]
     return ["args" + jax.tree_util.keystr(path) for path, _ in leaves]
+
+
+def element_type(dtype: Any) -> tuple[np.dtype, str | None]:
+    """(numpy dtype, None) for array elements; (int32 stand-in, its name) for barriers and
+    semaphores."""
+    if _is_numpy_dtype(dtype):
+        return np.dtype(dtype), None
+    return np.dtype("int32"), (str(getattr(dtype, "name", dtype)) if dtype is not None else None)
 
 
 def _is_numpy_dtype(dtype: Any) -> bool:
@@ -350,10 +357,15 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
         compiler_params=compiler_params, backend=backend,
         cost_estimate=_cost(params.get("cost_estimate")),
         kernel_jaxpr="\n".join(str(j) for j in jaxprs),
-        mesh=MeshInfo(type(mesh).__name__, axes),
+        mesh=MeshInfo(type(mesh).__name__, axes, _warpgroups(mesh)),
         handle=KernelHandle(eqn=eqn, index_map_evaluator=None, num_dynamic_grid=0,
                             prefetch_concrete=False),
     ))
+
+
+def _warpgroups(mesh: Any) -> tuple[str, int] | None:
+    name, threads = getattr(mesh, "thread_name", None), getattr(mesh, "num_threads", None)
+    return (str(name), int(threads)) if name is not None and threads else None
 
 
 def argument_positions(closed_jaxpr: Any, kernel: Kernel) -> dict[str, int]:

@@ -26,6 +26,8 @@ from pallaslab.model.kernel import DmaCopy, Kernel, Operand, SemaphoreOp
 _LOOPS = frozenset({"scan", "while"})
 _SEMAPHORE_OPS = {"semaphore_signal": "signal", "semaphore_wait": "wait",
                   "semaphore_read": "read"}
+_TMA_COPIES = ("copy_gmem_to_smem", "copy_smem_to_gmem")  # Mosaic GPU
+_BARRIER_OPS = {"barrier_wait": "barrier_wait", "barrier_arrive": "barrier_arrive"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,11 @@ def _walk_jaxpr(jaxpr: Any, walk: _Walk, *, repeated: bool, kernel: Kernel) -> N
                                                       _source(eqn)))
         elif name in _SEMAPHORE_OPS:
             walk.semaphore_ops.append(_semaphore_op(eqn, walk))
+        elif name in _TMA_COPIES:
+            walk.dmas.append(_tma_copy(eqn, walk, repeated))
+        elif name in _BARRIER_OPS:
+            walk.semaphore_ops.append(SemaphoreOp(
+                _BARRIER_OPS[name], _name(eqn.invars[0], walk), _source(eqn)))  # type: ignore[arg-type]
         elif name == "run_scoped":
             _run_scoped(eqn, walk, repeated, kernel)
         else:
@@ -124,13 +131,12 @@ def _is_sync_copy(jaxpr: Any) -> bool:
 
 
 def _scoped_operand(origin: str, aval: Any) -> Operand:
-    from pallaslab.model._jax.kernels import _is_numpy_dtype, _memory_space
+    from pallaslab.model._jax.kernels import _memory_space, element_type
 
     inner = getattr(aval, "inner_aval", aval)
-    dtype = getattr(inner, "dtype", None)
+    dtype, value_type = element_type(getattr(inner, "dtype", None))
     return Operand(origin=origin, role="scratch", shape=tuple(int(s) for s in inner.shape),
-                   dtype=np.dtype(dtype) if _is_numpy_dtype(dtype) else np.dtype("int32"),
-                   memory_space=_memory_space(aval))
+                   dtype=dtype, memory_space=_memory_space(aval), value_type=value_type)
 
 
 # --- DMAs and semaphores -----------------------------------------------------------------------
@@ -158,6 +164,37 @@ def _dma(eqn: Any, walk: _Walk, repeated: bool, kind: str) -> DmaCopy:
         semaphore=None if kind == "sync" or sem is None else _name(sem, walk),
         source=_source(eqn), repeated=repeated,
     )
+
+
+def _tma_copy(eqn: Any, walk: _Walk, repeated: bool) -> DmaCopy:
+    """A Mosaic GPU TMA copy: (src, dst[, barrier]) then the flat transforms of each."""
+    from pallaslab.model._jax.kernels import _memory_space, element_type
+
+    params = eqn.params
+    to_smem = eqn.primitive.name == "copy_gmem_to_smem"
+    barrier = eqn.invars[2] if to_smem and params.get("has_barrier") else None
+    src, dst = eqn.invars[0], eqn.invars[1]
+    leaves = iter(eqn.invars[3 if barrier is not None else 2:])
+    src_tr = params["src_transforms_treedef"]
+    src_transforms = src_tr.unflatten([next(leaves) for _ in range(src_tr.num_leaves)])
+    dst_tr = params["dst_transforms_treedef"]
+    dst_transforms = dst_tr.unflatten([next(leaves) for _ in range(dst_tr.num_leaves)])
+    smem, transforms = (dst, dst_transforms) if to_smem else (src, src_transforms)
+    aval = smem.aval.inner_aval
+    try:  # the SMEM side's window (e.g. one slot of a multi-buffered ref)
+        for t in transforms:
+            aval = t.transform_type(aval)
+        shape = tuple(aval.shape)
+    except Exception:  # a transform without a static shape: the whole ref
+        shape = tuple(smem.aval.shape)
+    return DmaCopy(
+        kind="tma", src=_name(src, walk), dst=_name(dst, walk),
+        src_memory_space=_memory_space(_base_aval(src.aval)),
+        dst_memory_space=_memory_space(_base_aval(dst.aval)),
+        shape=tuple(int(s) for s in shape),
+        dtype=element_type(smem.aval.inner_aval.dtype)[0],
+        semaphore=None if barrier is None else _name(barrier, walk),
+        source=_source(eqn), repeated=repeated)
 
 
 def _semaphore_op(eqn: Any, walk: _Walk) -> SemaphoreOp:

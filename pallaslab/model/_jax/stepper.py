@@ -11,7 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
+from jax._src import linear_util as lu
 from jax._src import source_info_util
+from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 
 from pallaslab.model._jax import rewrite
@@ -71,6 +73,8 @@ def program_runner(kernel: Kernel) -> ProgramRunner:
     TPU mesh kernel (`mesh_program_runner`)."""
     from jax._src.pallas import hlo_interpreter
 
+    if kernel.kind == "mesh" and kernel.backend == "mosaic_gpu":
+        return mosaic_gpu_block_runner(kernel)
     if kernel.kind == "mesh":
         return mesh_program_runner(kernel)
     eqn = kernel.handle.eqn
@@ -170,6 +174,80 @@ def mesh_program_runner(kernel: Kernel) -> ProgramRunner:
     )
 
 
+def mosaic_gpu_block_runner(kernel: Kernel) -> ProgramRunner:
+    """A Mosaic GPU kernel (`plgpu.kernel`) as one program per block of its grid, each run by
+    JAX's Mosaic GPU interpreter: the kernel re-bound over a one-block mesh whose grid
+    coordinates (`axis_index` of a grid axis) are the block's, its outputs aliased to extra
+    inputs holding their current contents, so the block writes into what earlier blocks left.
+    TMA copies and barriers have no discharge rule, so the body is interpreted, not discharged;
+    the warpgroups of a block (and the blocks of a cluster) run together, as threads."""
+    from jax._src.pallas import mpmd
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    eqn = kernel.handle.eqn
+    if len(eqn.params["jaxprs"]) != 1:
+        raise NotImplementedError(f"mesh kernel {kernel.name} pairs several meshes and "
+                                  "functions (mpmd_map): one block's program is not one body")
+    (jaxpr,), (mesh,) = eqn.params["jaxprs"], eqn.params["meshes"]
+    names, grid = tuple(mesh.grid_names), tuple(int(g) for g in mesh.grid)
+    n_in, n_out = len(eqn.invars), len(eqn.params["out_avals"])
+    aliases = dict(eqn.params["input_output_aliases"])  # input -> output
+    fresh = [j for j in range(n_out) if j not in aliases.values()]  # outputs given as inputs
+    one_block = dataclasses.replace(mesh, grid=(1,) * len(grid))
+    avals = [v.aval for v in jaxpr.invars]
+
+    @functools.cache
+    def body_at(ids: tuple[int, ...]) -> Any:
+        def of_grid(e: Any) -> bool:
+            name = e.params.get("axis_name") if e.primitive.name == "axis_index" else None
+            return name is not None and set(
+                name if isinstance(name, tuple) else (name,)) <= set(names)
+
+        def coordinate(e: Any, _: list[Any]) -> list[Any]:
+            name = e.params["axis_name"]
+            index = 0  # several axes: their linear index, the last axis fastest
+            for n in name if isinstance(name, tuple) else (name,):
+                d = names.index(n)
+                index = index * grid[d] + ids[d]
+            return [jnp.int32(index)]
+
+        def body(*refs: Any) -> list[Any]:  # inputs, current outputs, outputs, scratch
+            kept = [*refs[:n_in], *refs[n_in + len(fresh):]]
+            return rewrite.eval_replacing(jaxpr, jaxpr.consts, kept, of_grid, coordinate)
+
+        in_avals = [*avals[:n_in], *(avals[n_in + j] for j in fresh), *avals[n_in:]]
+        with mpmd.mpmd_map_tracing_context(one_block, ()):
+            new, _, consts = pe.trace_to_jaxpr_dynamic(
+                lu.wrap_init(body, debug_info=jaxpr.debug_info), in_avals)
+        if consts:
+            raise NotImplementedError(f"mesh kernel {kernel.name}: its body closes over "
+                                      "arrays, which a one-block kernel cannot carry")
+        params = dict(eqn.params, jaxprs=(new,), meshes=(one_block,),
+                      interpret=plgpu.InterpretGPUParams(),
+                      input_output_aliases=type(eqn.params["input_output_aliases"])(
+                          {**aliases, **{n_in + k: j for k, j in enumerate(fresh)}}))
+        return jax.jit(lambda *xs: mpmd.mpmd_map_p.bind(*xs, **params))
+
+    def run(ids: Any, scalars: tuple, blocks: tuple, scratch: tuple) -> Any:
+        ins, outs = list(blocks[:n_in]), list(blocks[n_in:])
+        for i, j in aliases.items():  # an aliased output is its input's buffer
+            ins[i] = outs[j]
+        new = body_at(tuple(int(i) for i in ids))(*ins, *(outs[j] for j in fresh))
+        new = list(new)
+        for i, j in aliases.items():
+            ins[i] = new[j]
+        return [*ins, *new], []
+
+    shapes = tuple(tuple(int(d) for d in v.aval.shape) for v in jaxpr.invars[:n_in + n_out])
+    return ProgramRunner(
+        run=run, grid=grid, block_shapes=shapes,
+        squeezed=tuple((False,) * len(s) for s in shapes),
+        blocked=tuple((True,) * len(s) for s in shapes),
+        element_padding=tuple(((0, 0),) * len(s) for s in shapes),
+        num_inputs=n_in, num_outputs=n_out, scratch_init=(), discharged=None,
+        vmapped_dims=(), aliases=tuple(aliases.items()), mesh_axes=names)
+
+
 def _mesh_grid_mapping(jaxpr: Any, mesh: Any, n_in: int, n_out: int) -> Any:
     """The grid mapping Pallas gives a mesh kernel it runs on the CPU (mpmd.py's fallback
     lowering): the mesh shape as a named grid, whole-array blocks, the rest scratch."""
@@ -249,6 +327,11 @@ def program_equations(runner: ProgramRunner, ids: Sequence[int], scalars: Sequen
     """Evaluate one program's kernel body equation by equation, keeping every value."""
     discharged = runner.discharged if runner.discharged_at is None else \
         runner.discharged_at(ids)
+    if discharged is None:
+        raise NotImplementedError(
+            "a Mosaic GPU body cannot be evaluated equation by equation: its TMA copies and "
+            "barriers exist only inside JAX's Mosaic GPU interpreter (they have no discharge "
+            "rule), which runs the block whole")
     jaxpr = discharged.jaxpr
     env: dict[Any, Any] = {}
     for v, x in zip(jaxpr.constvars, discharged.consts, strict=True):

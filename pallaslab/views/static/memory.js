@@ -36,7 +36,14 @@ import { h, num } from "./prelude.js";
  *   blocks_per_sm: number | null, limited_by: string | null, warps_per_sm: number | null,
  *   occupancy: number | null}} GpuMemory
  */
-/** @typedef {{gpus: GpuMemory[], error: string | null}} GpuSection */
+/**
+ * @typedef {{origin: string, label: string, shape: number[], dtype: string, bytes: number}}
+ *   SharedBuffer
+ */
+/**
+ * @typedef {{gpus: GpuMemory[], error: string | null, title?: string,
+ *   buffers?: SharedBuffer[], note?: string | null}} GpuSection
+ */
 /**
  * @typedef {{version: number, kernel: string, index: number, chips: ChipMemory[],
  *   what_if: WhatIfPayload | null, note: string | null, gpu?: GpuSection | null}} MemoryPayload
@@ -274,11 +281,13 @@ function render({ model, el }) {
   /** @param {GpuSection} g */
   function gpuTable(g) {
     const box = h("div", "pl-mem-gpu");
-    box.append(h("div", "pl-title", "GPU: shared memory, registers, blocks per SM (Triton)"));
+    box.append(h("div", "pl-title", g.title ?? "GPU: shared memory, registers, blocks per SM (Triton)"));
     if (g.error) {
       box.append(h("p", "pl-dim", g.error));
       return box;
     }
+    if (g.buffers?.length) box.append(sharedBuffers(g.buffers));
+    if (g.note) box.append(h("p", "pl-dim", g.note));
     const table = h("table", "pl-table pl-mem-gputable");
     const head = h("tr");
     ["GPU", "shared memory", "registers/thread", "spills", "num_warps", "blocks/SM", "limited by", "occupancy"]
@@ -305,6 +314,22 @@ function render({ model, el }) {
     }
     box.append(table);
     return box;
+  }
+
+  /** @param {SharedBuffer[]} buffers */
+  function sharedBuffers(buffers) {
+    const table = h("table", "pl-table pl-mem-smem");
+    const head = h("tr");
+    ["shared memory", "shape", "dtype", "bytes"].forEach((c, i) => head.append(h("th", i === 3 ? "num" : "", c)));
+    table.append(head);
+    for (const b of buffers) {
+      const tr = h("tr");
+      tr.dataset.origin = b.origin;
+      tr.append(h("td", "", b.label), h("td", "", `(${b.shape.join(", ")})`), h("td", "", b.dtype),
+        h("td", "num", bytes(b.bytes)));
+      table.append(tr);
+    }
+    return table;
   }
 
   /** @param {WhatIfPayload} w */

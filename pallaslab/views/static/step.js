@@ -23,7 +23,7 @@ export { tuple, float32 } from "./prelude.js";
  *   position: number, step: number | null, program: number[] | null, blocks: StepBlock[],
  *   equations: StepEquation[], equations_total: number, mismatch_steps: number[],
  *   has_comparison: boolean, interactive: boolean, revision: number, error: string | null,
- *   tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} StepPayload
+ *   tables: (DataView | ArrayBuffer | ArrayBufferView)[], notes?: string[]}} StepPayload
  */
 /** @typedef {import("./prelude.js").Model} Model */
 
@@ -142,6 +142,7 @@ function render({ model, el }) {
       p.has_comparison && next !== undefined);
     root.append(bar);
     if (!p.interactive) root.append(h("p", "pl-dim", "Static snapshot: run the notebook to step programs."));
+    for (const n of p.notes ?? []) root.append(h("p", "pl-dim pl-step-note", n));
     if (p.error) root.append(h("p", "pl-finding pl-error pl-step-error", p.error));
 
     const body = h("div", "pl-step-body");
