@@ -6,8 +6,12 @@ pallas_call with Mosaic GPU params says exactly why it is shown lowered with Tri
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import kernels_mgpu
 import numpy as np
 import pytest
+from catalog import catalog_line
 from kernels import CATALOG
 
 import pallaslab
@@ -38,6 +42,11 @@ def test_their_smem_buffers_and_barriers_are_captured():
     assert (kernel.kind, kernel.backend, kernel.grid) == ("mesh", "mosaic_gpu", (2,))
     assert [(op.param, op.memory_space, op.shape) for op in kernel.scoped] == [
         ("x_smem", "smem", (128,)), ("barrier", "smem", ())]
+    assert [op.value_type for op in kernel.scoped] == [None, "barrier"]
+    # The user's own names and line, not plgpu.kernel's wrapper (`*refs`, jax/_src/...).
+    assert [op.param for op in kernel.operands] == ["x_gmem", "o_gmem"]
+    assert kernel.source == catalog_line("def _tma_blocks_body(", "kernels_mgpu.py").replace(
+        "kernels_mgpu.py", str(Path(kernels_mgpu.__file__)))
 
 
 def test_a_mosaic_gpu_pallas_call_says_why_it_is_lowered_with_triton():

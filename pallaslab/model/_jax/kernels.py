@@ -118,6 +118,8 @@ def _with_params(kernel: Kernel) -> Kernel:
         by_origin.update(zip(prefetch, names[: len(prefetch)], strict=False))
     else:  # mesh kernels: the body takes the inputs then the outputs
         names = eqn.params["jaxprs"][0].debug_info.arg_names or ()
+        if any("[" in str(n) for n in names):  # a wrapper's `*refs` (plgpu.kernel)
+            names = _parameters_at(kernel.source) or names
         by_origin = dict(zip((op.origin for op in kernel.operands), names, strict=False))
     operands = tuple(dataclasses.replace(op, param=str(by_origin[op.origin]))
                      if by_origin.get(op.origin) else op for op in kernel.operands)
@@ -317,6 +319,41 @@ def _func_src(jaxpr: Any) -> tuple[str | None, str | None]:
     return m["name"], f"{m['file']}:{m['line']}"
 
 
+def _user_source(jaxpr: Any, name: str | None) -> str | None:
+    """"file.py:LINE" of the user's function `name`, from the first sub-jaxpr traced from it
+    (e.g. the `run_scoped` that allocates a plgpu.kernel's scratch)."""
+    from pallaslab.model._jax.trace import all_sub_jaxprs
+
+    for eqn in jaxpr.eqns:
+        for sub in all_sub_jaxprs(eqn.params):
+            sub_name, source = _func_src(sub)
+            if sub_name == name and source is not None and "/jax/_src/" not in source:
+                return source
+            if found := _user_source(sub, name):
+                return found
+    return None
+
+
+def _parameters_at(source: str | None) -> tuple[str, ...] | None:
+    """The positional parameter names of the function defined at "file.py:LINE" (read from
+    the file), for bodies JAX traced through a wrapper taking `*refs`."""
+    import ast
+    import linecache
+
+    path, _, line = (source or "").rpartition(":")
+    if not path or not line.isdigit():
+        return None
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)))
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                int(line) in (node.lineno, *(d.lineno for d in node.decorator_list)):
+            return tuple(a.arg for a in (*node.args.posonlyargs, *node.args.args))
+    return None
+
+
 def _call_site(eqn: Any) -> str | None:
     frame = source_info_util.user_frame(eqn.source_info.traceback)
     if frame is None:
@@ -332,6 +369,8 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
     mesh = meshes[0]
     axes = tuple((str(k), int(v)) for k, v in mesh.shape.items())
     fn_name, source = _func_src(jaxprs[0])
+    if source is not None and "/jax/_src/" in source:  # traced through a wrapper (plgpu.kernel)
+        source = _user_source(jaxprs[0], fn_name) or source
     name = params.get("name") or fn_name or "kernel"
     compiler_params = _compiler_params(params.get("compiler_params"))
     body_avals = [v.aval for v in jaxprs[0].invars]
