@@ -7,10 +7,14 @@ PY := $(VENV)/bin/python
 PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do \
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 STAMP := $(VENV)/.installed
+# Mosaic GPU's compiler: XLA's CUDA plugin, compile-only (no GPU). A directory of its own, not
+# site-packages, so JAX does not load it in every process; only pallaslab's worker uses it.
+MGPU_DIR := $(VENV)/mosaic-gpu-compiler
+MGPU_STAMP := $(MGPU_DIR)/.installed
 
-.PHONY: setup lab test test-python lint browser-deps typecheck-js clean
+.PHONY: setup mosaic-gpu-compiler lab test test-python lint browser-deps typecheck-js clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(MGPU_STAMP)
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12 (JAX 0.12 needs it)"; exit 1; }
@@ -18,6 +22,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[all]"
 	touch $(STAMP)
+
+# The plugin matching the installed jaxlib (--no-deps: no cuDNN/cuBLAS/cudart needed), and the
+# triton wheel's ptxas/nvdisasm/libdevice linked where the plugin looks for a CUDA toolkit.
+mosaic-gpu-compiler: $(MGPU_STAMP)
+
+$(MGPU_STAMP): $(STAMP)
+	v=$$($(PY) -c 'import importlib.metadata as m; print(m.version("jaxlib"))') && \
+	$(PY) -m pip install --quiet --no-deps --upgrade --target $(MGPU_DIR) \
+		"jax-cuda12-pjrt==$$v" "jax-cuda12-plugin==$$v"
+	$(PY) -m lowering.mosaic_gpu_compile --install-tools $(MGPU_DIR)
+	touch $(MGPU_STAMP)
 
 # Debian's Chromium for the browser tests (never a downloaded browser build).
 # Node (Debian's) only type-checks the widgets' ES modules (tsc --checkJs); they need no build.

@@ -96,7 +96,13 @@ def lower_kernel(kernel: Kernel, target: Target, *, compile: bool = False,
 
 def _stale(hit: KernelLowering) -> bool:
     """A TPU compile cached before its VMEM/SMEM buffers were read from the module: its last
-    pass would give a figure now (modules that give none, e.g. SparseCore's, stay cached)."""
+    pass would give a figure now (modules that give none, e.g. SparseCore's, stay cached).
+    A Mosaic GPU kernel cached as "no compiler here" once the compiler has been installed."""
+    if hit.backend == "mosaic-gpu" and not hit.compiled and any(
+            d.code == "no-compiler" for d in hit.diagnostics):
+        from lowering import mosaic_gpu_compile
+
+        return mosaic_gpu_compile.missing_compiler() is None
     if not (hit.compiled and hit.ok and hit.backend == "mosaic-tpu"
             and hit.resources.vmem_bytes is None and hit.stages):
         return False
@@ -125,10 +131,7 @@ def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
         elif cross.backend == "triton":
             ok, compiled, resources = _compile_triton(kernel, target, cross, stages, diags)
         else:
-            diags.append(Diagnostic(
-                "info", "no-compiler",
-                "Mosaic GPU kernels are compiled by jaxlib on a machine with a GPU; on this "
-                "host pallaslab shows the Mosaic GPU MLIR only."))
+            ok, compiled, resources = _compile_mosaic_gpu(kernel, target, stages, diags)
     if vmem_exact and target.platform != "tpu":
         diags.append(Diagnostic("info", "no-compiler",
                                 "vmem_exact applies to TPU targets only (GPU has no VMEM)."))
@@ -198,3 +201,32 @@ def _compile_triton(kernel: Kernel, target: Target, cross: CrossLowered, stages:
     stages.extend(out.stages)
     diags.extend(out.diagnostics)
     return out.ok, True, out.resources
+
+
+def _compile_mosaic_gpu(kernel: Kernel, target: Target, stages: list[Stage],
+                        diags: list[Diagnostic]) -> tuple[bool, bool, Resources]:
+    """XLA's CUDA plugin, compile-only, in a worker (when installed: `make mosaic-gpu-compiler`)
+    compiles the kernel's StableHLO: PTX, ptxas' registers and spills, SASS."""
+    from lowering import mosaic_gpu_compile
+
+    if not mosaic_gpu_compile.supported(target):
+        diags.append(Diagnostic("info", "no-compiler",
+                                f"Mosaic GPU kernels compile for sm_90 and newer only; "
+                                f"{target.name} is not, so it is not compiled."))
+        return True, False, Resources()
+    if (why := mosaic_gpu_compile.missing_compiler()) is not None:
+        diags.append(Diagnostic("info", "no-compiler", why))
+        return True, False, Resources()
+    module = next((s.text for s in stages if s.name == "mosaic-gpu"), "")
+    try:
+        hlo = mosaic_gpu_compile.stablehlo(kernel, target)
+    except Exception as err:  # lowered once already (for the stages), so not expected
+        diags.append(Diagnostic("error", "lowering-error",
+                                f"kernel {kernel.name!r} could not be lowered to StableHLO for "
+                                f"{target.name}'s compiler: {type(err).__name__}: "
+                                f"{headline(str(err))}"))
+        return False, False, Resources()
+    out = mosaic_gpu_compile.compile_mosaic_gpu(kernel.name, target, hlo, module)
+    stages.extend(out.stages)
+    diags.extend(out.diagnostics)
+    return out.ok, out.compiled, out.resources

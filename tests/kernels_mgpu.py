@@ -87,19 +87,20 @@ def warp_specialized():
 def _pipeline_in_specs_body(x_gmem, o_gmem):
     def step(indices, x_smem):
         (i,) = indices
-        o_gmem[pl.ds(i * 64, 64)] = x_smem[...] * 2.0
+        o_gmem[pl.ds(i * 256, 256)] = x_smem[...] * 2.0
 
-    plgpu.emit_pipeline(step, grid=(4,), in_specs=[plgpu.BlockSpec((64,), lambda i: (i,))],
+    plgpu.emit_pipeline(step, grid=(4,), in_specs=[plgpu.BlockSpec((256,), lambda i: (i,))],
                         max_concurrent_steps=2)(x_gmem)
 
 
 @case("mosaic-gpu", "emit-pipeline", reference=lambda x: x * 2.0)
 def gpu_emit_pipeline():
-    """`plgpu.emit_pipeline` streaming (64,) blocks of the input through two SMEM slots
-    (TMA copies and barriers inside), each step storing its result to GMEM."""
+    """`plgpu.emit_pipeline` streaming (256,) blocks of the input through two SMEM slots
+    (TMA copies and barriers inside), each step storing its result to GMEM. (Blocks of 64
+    would not compile: a warpgroup's 128 threads need 128-element multiples.)"""
     fn = plgpu.kernel(_pipeline_in_specs_body,
-                      out_type=jax.ShapeDtypeStruct((256,), jnp.float32))
-    return fn, (rand((256,)),)
+                      out_type=jax.ShapeDtypeStruct((1024,), jnp.float32))
+    return fn, (rand((1024,)),)
 
 
 def _pipeline_out_specs_body(x_gmem, o_gmem):

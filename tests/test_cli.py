@@ -157,6 +157,8 @@ def test_make_lab_opens_git_ignored_copies_of_the_tutorials(tmp_path):
     jupyter.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/../opened"\n')
     jupyter.chmod(0o755)
     (tmp_path / ".venv" / ".installed").touch()  # setup is done (newer than pyproject.toml)
+    (tmp_path / ".venv" / "mosaic-gpu-compiler").mkdir()
+    (tmp_path / ".venv" / "mosaic-gpu-compiler" / ".installed").touch()  # and its compiler
     run = subprocess.run(["make", "lab"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 0, run.stderr

@@ -130,9 +130,9 @@ def test_memory_lists_shared_memory_barriers_and_blocks_per_sm():
     assert a100["error"] == ("Mosaic GPU needs compute capability 9.0 or newer (TMA, mbarrier "
                              "transaction counts); a100 has 8.0")
     assert h100["shared_bytes"] == 1040 and h100["num_warps"] == 8  # 2 warpgroups
-    # registers: 32 + 2 x (1024 B / 4 B / 128 threads)
-    assert h100["registers"] == 36
-    occ = gpu_occupancy(1040, 36, 8, "h100")
+    # registers: 8 + 2 x (1024 B / 4 B / 128 threads)
+    assert h100["registers"] == 12
+    occ = gpu_occupancy(1040, 12, 8, "h100")
     assert (h100["blocks_per_sm"], h100["limited_by"]) == (occ.blocks_per_sm, occ.limited_by)
     assert b200["blocks_per_sm"] == occ.blocks_per_sm
     text = wb.view("memory").to_text()
@@ -143,7 +143,7 @@ def test_memory_lists_shared_memory_barriers_and_blocks_per_sm():
 def test_emit_pipeline_buffers_are_counted_per_slot():
     section = mosaic_gpu_section(workbench("gpu_emit_pipeline").kernels[0])
     assert [(b["shape"], b["dtype"], b["bytes"]) for b in section["buffers"]] == [
-        ([2], "barrier", 16), ([2, 64], "float32", 512)]  # two slots of (64,) f32
+        ([2], "barrier", 16), ([2, 256], "float32", 2048)]  # two slots of (256,) f32
 
 
 def test_pipeline_lists_tma_copies_and_barrier_operations_in_program_order():
@@ -154,4 +154,4 @@ def test_pipeline_lists_tma_copies_and_barrier_operations_in_program_order():
     assert any("-> x_smem (scoped[0], smem), 1,024 B; semaphore loaded" in ln for ln in lines)
     assert "TMA copies and barrier operations run as the body issues them" in text
     (copy,) = workbench("gpu_emit_pipeline").kernels[0].dmas[:1]
-    assert (copy.kind, copy.shape, copy.repeated) == ("tma", (64,), True)  # one slot per copy
+    assert (copy.kind, copy.shape, copy.repeated) == ("tma", (256,), True)  # one slot per copy

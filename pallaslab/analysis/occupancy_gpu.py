@@ -84,7 +84,13 @@ def gpu_occupancy(shared_bytes: int, registers: int, num_warps: int,
 
 WARPGROUP_THREADS = 128  # a Mosaic GPU "thread" is a warpgroup: 4 warps
 BARRIER_BYTES = 8  # an mbarrier is one 64-bit word of shared memory
-BASE_REGISTERS = 32  # addresses, indices, predicates and loop counters (estimate)
+# Mosaic GPU places each shared memory array at a 1024-byte aligned offset and the barriers
+# together after them (checked with the real compile: 512 B + a barrier launch with 1032 B,
+# 1024 B + two barriers with 1040 B).
+SMEM_ALIGNMENT = 1024
+# Addresses, indices, predicates (estimate; ptxas gives TMA copy kernels holding 2 words per
+# thread 10 registers).
+BASE_REGISTERS = 8
 MOSAIC_GPU_MIN_CAPABILITY = (9, 0)  # TMA and mbarrier transaction counts: Hopper or newer
 
 
@@ -111,7 +117,14 @@ class MosaicGpuResources:
 
     @property
     def shared_bytes(self) -> int:
-        return sum(b.nbytes for b in self.buffers)
+        """The launch's dynamic shared memory: each array at an aligned offset, then the
+        barriers."""
+        end = 0
+        for b in self.buffers:
+            if b.dtype != "barrier":
+                end = _round_up(end, SMEM_ALIGNMENT) + b.nbytes
+        barriers = sum(b.nbytes for b in self.buffers if b.dtype == "barrier")
+        return _round_up(end, SMEM_ALIGNMENT) + barriers if barriers else end
 
     def occupancy(self, gpu: str) -> GpuOccupancy | str:
         """Blocks per SM on `gpu`, or why Mosaic GPU does not run there."""

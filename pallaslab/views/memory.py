@@ -206,7 +206,7 @@ class MemoryView(View):
     @functools.cached_property
     def gpu_section(self) -> GpuSection | None:
         if self.ctx.kernel.backend == "mosaic_gpu":  # read off the capture: always shown
-            return mosaic_gpu_section(self.ctx.kernel)
+            return mosaic_gpu_section(self.ctx.kernel, compiled=self.gpu)
         return gpu_section(self.ctx.kernel) if self.gpu else None
 
     def what_if(self, make: Callable[[Any], Sequence[Any]], candidates: Iterable[Any],

@@ -16,7 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
-from pallaslab.analysis.occupancy_gpu import gpu_occupancy, mosaic_gpu_resources
+from pallaslab.analysis.occupancy_gpu import (
+    MosaicGpuResources,
+    gpu_occupancy,
+    mosaic_gpu_resources,
+)
 from pallaslab.errors import MissingDependencyError
 from pallaslab.model import Kernel
 from pallaslab.views import _html
@@ -77,28 +81,52 @@ def gpu_section(kernel: Kernel, gpus: Sequence[str] = GPUS) -> GpuSection:
     return GpuSection(gpus=rows, error=None, title=TRITON_TITLE)
 
 
-def mosaic_gpu_section(kernel: Kernel, gpus: Sequence[str] = MOSAIC_GPUS) -> GpuSection:
-    """A Mosaic GPU kernel's shared memory buffers and barriers, warps, register estimate and
-    blocks per SM, from its capture."""
+def mosaic_gpu_section(kernel: Kernel, gpus: Sequence[str] = MOSAIC_GPUS, *,
+                       compiled: bool = False) -> GpuSection:
+    """A Mosaic GPU kernel's shared memory buffers and barriers, warps, registers and blocks
+    per SM: from its capture (registers estimated), or with `compiled` from the real compile
+    (XLA's CUDA plugin and ptxas; `make mosaic-gpu-compiler`) where it ran."""
     res = mosaic_gpu_resources(kernel)
-    rows = []
-    for gpu in gpus:
-        row = GpuMemory(gpu=gpu, target=f"gpu-{gpu}", error=None, shared_bytes=res.shared_bytes,
-                        registers=res.registers, spills=None, num_warps=res.num_warps,
-                        blocks_per_sm=None, limited_by=None, warps_per_sm=None, occupancy=None)
-        occ = res.occupancy(gpu)
-        if isinstance(occ, str):
-            row["error"] = occ
-        else:
-            row["blocks_per_sm"], row["limited_by"] = occ.blocks_per_sm, occ.limited_by
-            row["warps_per_sm"], row["occupancy"] = occ.warps_per_sm, occ.occupancy
-        rows.append(row)
+    rows = [_mosaic_row(kernel, gpu, res, compiled) for gpu in gpus]
     buffers = [SharedBufferEntry(origin=b.origin, label=b.label, shape=list(b.shape),
                                  dtype=b.dtype, bytes=b.nbytes) for b in res.buffers]
-    return GpuSection(gpus=rows, error=None, buffers=buffers, note=f"registers/thread: "
-                      f"{res.register_basis}",
-                      title="GPU: shared memory, barriers, blocks per SM (Mosaic GPU, from "
-                            "the capture; registers estimated)")
+    real = any(r["spills"] is not None for r in rows)
+    note = ("shared memory, registers and spills: the real compile (XLA's CUDA plugin, "
+            "ptxas)" if real else f"registers/thread: {res.register_basis}")
+    return GpuSection(gpus=rows, error=None, buffers=buffers, note=note, title=(
+        "GPU: shared memory, barriers, blocks per SM (Mosaic GPU, "
+        + ("compiled)" if real else "from the capture; registers estimated)")))
+
+
+def _mosaic_row(kernel: Kernel, gpu: str, res: MosaicGpuResources,
+                compiled: bool) -> GpuMemory:
+    row = GpuMemory(gpu=gpu, target=f"gpu-{gpu}", error=None, shared_bytes=res.shared_bytes,
+                    registers=res.registers, spills=None, num_warps=res.num_warps,
+                    blocks_per_sm=None, limited_by=None, warps_per_sm=None, occupancy=None)
+    occ = res.occupancy(gpu)
+    if isinstance(occ, str):
+        row["error"] = occ
+        return row
+    if compiled:
+        import lowering
+
+        try:
+            kl = lowering.lower(kernel, target=f"gpu-{gpu}", compile=True)[0]
+        except MissingDependencyError as err:
+            kl = None
+            row["error"] = str(err)
+        if kl is not None and _problem(kl) is None:
+            row["shared_bytes"], row["registers"] = kl.resources.smem_bytes or 0, \
+                kl.resources.registers
+            row["spills"] = kl.resources.spills
+            occ = gpu_occupancy(row["shared_bytes"] or 0, row["registers"] or 0,
+                                res.num_warps, gpu)
+        elif kl is not None:
+            row["error"] = _problem(kl)
+            return row
+    row["blocks_per_sm"], row["limited_by"] = occ.blocks_per_sm, occ.limited_by
+    row["warps_per_sm"], row["occupancy"] = occ.warps_per_sm, occ.occupancy
+    return row
 
 
 def _row(gpu: str, target: str, kl: KernelLowering, num_warps: int) -> GpuMemory:
