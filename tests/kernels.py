@@ -411,8 +411,12 @@ from kernels_gpu import __all__ as _gpu_cases  # noqa: E402
 from kernels_mgpu import *  # noqa: E402, F403
 from kernels_mgpu import __all__ as _mgpu_cases  # noqa: E402
 
+# Kernels that talk between devices (shard_map, remote DMAs, semaphores).
+from kernels_multi import *  # noqa: E402, F403
+from kernels_multi import __all__ as _multi_cases  # noqa: E402
+
 # What production kernels exposed: narrow outputs, grids computed by an earlier kernel.
 from kernels_prod import *  # noqa: E402, F403
 from kernels_prod import __all__ as _prod_cases  # noqa: E402
 
-__all__ += _gpu_cases + _mgpu_cases + _prod_cases
+__all__ += _gpu_cases + _mgpu_cases + _prod_cases + _multi_cases

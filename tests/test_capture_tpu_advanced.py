@@ -306,7 +306,8 @@ def test_inspect_json_has_pipelines_scoped_and_dmas():
         "kind": "sync", "src": "args[0]", "dst": "scoped[0]", "src_memory_space": "any",
         "dst_memory_space": "vmem", "shape": [128, 128], "dtype": "float32",
         "bytes": 128 * 128 * 4, "semaphore": None,
-        "source": line_of("pltpu.sync_copy(x_hbm, vbuf)"), "repeated": False}
+        "source": line_of("pltpu.sync_copy(x_hbm, vbuf)"), "repeated": False,
+        "device_id": None, "device_id_type": None}
     json.dumps(k)
 
 
@@ -368,7 +369,8 @@ def test_sparsecore_kernel_in_json_and_table(capsys):
     assert main(["inspect", "tests/kernels.py:sparsecore_vector_add", "--json"]) == 0
     (k,) = json.loads(capsys.readouterr().out)["kernels"]
     assert k["traced_for_chip"] == "7x"
-    assert k["mesh"] == {"kind": "VectorSubcoreMesh", "axes": [["core", 1], ["subcore", 16]]}
+    assert k["mesh"] == {"kind": "VectorSubcoreMesh", "axes": [["core", 1], ["subcore", 16]],
+                         "warpgroups": None}
     assert main(["inspect", "tests/kernels.py:sparsecore_vector_add"]) == 0
     assert "traced under an abstract TPU 7x (a SparseCore kernel, traced for a chip with " \
         "SparseCores; no TPU attached)" in capsys.readouterr().out

@@ -16,7 +16,7 @@ from pallaslab.analysis.occupancy import (
     vmem_section,
 )
 from pallaslab.analysis.tiling import Tiling, tile
-from pallaslab.model import Capture, DmaCopy, Kernel
+from pallaslab.model import Capture, DmaCopy, Kernel, MeshInfo
 
 SCHEMA_VERSION = 1
 
@@ -75,15 +75,24 @@ def kernel_json(insp: KernelInspection) -> dict[str, Any]:
         "vmem": insp.vmem,
         "fusion": fusion_json(k),
         "traced_for_chip": k.traced_for_chip,
-        "mesh": {"kind": k.mesh.kind, "axes": [[name, size] for name, size in k.mesh.axes]}
-        if k.mesh is not None else None,
+        "mesh": _mesh_json(k.mesh),
+        "device_mesh": _mesh_json(k.device_mesh),  # inside shard_map: its mesh, as traced
+        "communicates": k.communicates,
         "pipelines": [pipeline_json(p) for p in k.pipelines],
         "scoped": [_operand_json(None, op) for op in k.scoped],
         "dmas": [_dma_json(d) for d in k.dmas],
         "semaphore_ops": [{"kind": s.kind, "semaphore": s.semaphore,
-                           "source": _short_source(s.source), "device": s.device}
+                           "source": _short_source(s.source), "device": s.device,
+                           "device_id": s.device_id}
                           for s in k.semaphore_ops],
     }
+
+
+def _mesh_json(mesh: MeshInfo | None) -> dict[str, Any] | None:
+    if mesh is None:
+        return None
+    return {"kind": mesh.kind, "axes": [[name, size] for name, size in mesh.axes],
+            "warpgroups": list(mesh.warpgroups) if mesh.warpgroups else None}
 
 
 def pipeline_json(pipeline: Kernel) -> dict[str, Any]:
@@ -108,7 +117,8 @@ def _dma_json(d: DmaCopy) -> dict[str, Any]:
             "src_memory_space": d.src_memory_space, "dst_memory_space": d.dst_memory_space,
             "shape": list(d.shape), "dtype": str(d.dtype), "bytes": d.nbytes,
             "semaphore": d.semaphore, "source": _short_source(d.source),
-            "repeated": d.repeated}
+            "repeated": d.repeated, "device_id": d.device_id,
+            "device_id_type": d.device_id_type}
 
 
 def _operand_json(tiling: KernelInspection | Tiling | None, op: Any) -> dict[str, Any]:

@@ -74,6 +74,14 @@ def nonnegative_float(text: str) -> float:
     return _finite(text, lambda v: v >= 0, "a finite number >= 0")
 
 
+def device_count(text: str) -> int:
+    """`--devices N`: a positive number of simulated CPU devices."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the number of simulated CPU devices is a whole number >= 1")
+    return int(text)
+
+
 def positive_float(text: str) -> float:
     return _finite(text, lambda v: v > 0, "a finite number of seconds > 0")
 

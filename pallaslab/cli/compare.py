@@ -19,6 +19,7 @@ from pallaslab.cli._shared import (
     EXIT_OK,
     UsageError,
     console,
+    device_count,
     error_json,
     executor_list,
     load_and_capture,
@@ -57,6 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time limit of each executor's run (default: pallaslab.compare's; "
                         "a run stopped by it makes the comparison incomplete, exit 2, when "
                         "fewer than two executors ran)")
+    p.add_argument("--devices", type=device_count, default=None, metavar="N",
+                   help="run on N simulated CPU devices (a worker process configured for them): "
+                        "kernels inside shard_map that talk to other devices (remote DMAs, "
+                        "semaphores) run under tpu-interpret; build the mesh from "
+                        "jax.devices()")
     p.add_argument("--equal-nan", action="store_true",
                    help="count NaN == NaN as equal (by default NaN equals nothing: output no "
                         "program wrote is NaN under the interpreters)")
@@ -74,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     case, _ = load_and_capture(args.case)
     result = compare(case.fn, *case.args, executors=args.executors, reference=reference,
                      rtol=args.rtol, atol=args.atol, timeout=args.timeout,
-                     equal_nan=args.equal_nan, **case.kwargs)
+                     equal_nan=args.equal_nan, devices=args.devices, **case.kwargs)
     incomplete = None if result.complete else result.verdict()
     if args.json:
         payload = result.to_json()

@@ -84,9 +84,16 @@ def handle(data: bytes) -> Any:
 
 def execute(work: dict[str, Any]) -> Any:
     from pallaslab.execute import capabilities
-    from pallaslab.execute.executors import execute_here, prepare
+    from pallaslab.execute.executors import execute_here, prepare, with_unwritten_findings
 
     executor = work["executor"]
+    if (devices := work.get("devices")) is not None:
+        import jax
+
+        if jax.device_count() != devices:
+            return {"error": f"{executor.name}: the worker process for devices={devices} has "
+                             f"{jax.device_count()} devices ($XLA_FLAGS or $JAX_PLATFORMS of "
+                             "this environment override the simulated device count)"}
     try:
         # Traced under the abstract mesh or TPU the parent traced under (if any): same chip,
         # same kernels; the captured jaxpr runs outside it.
@@ -95,11 +102,14 @@ def execute(work: dict[str, Any]) -> Any:
     except Exception as err:
         return {"error": f"{executor.name}: capturing the function failed in the executor "
                          f"worker process: {_one_line(err)}"}
-    if (mismatch := _different_kernels(work, prepared.capture)) is not None:
+    if work.get("devices") is None and \
+            (mismatch := _different_kernels(work, prepared.capture)) is not None:
         return {"error": f"{executor.name}: {mismatch}"}
     mesh = work.get("abstract_mesh")
     with capabilities.retracing({"abstract_mesh": mesh}):  # as the caller runs it
         result = execute_here(executor, prepared, math.inf)
+    if work.get("devices") is not None:  # judged on the kernels as captured for N devices
+        result = with_unwritten_findings(result, prepared)
     return dataclasses.replace(result, inputs=())  # the parent has them
 
 

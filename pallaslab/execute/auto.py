@@ -69,11 +69,14 @@ def needing_interpretation(cap: Capture) -> tuple[Kernel, ...]:
     return pending
 
 
-def interpreter_for(cap: Sequence[Kernel]) -> str:
+def interpreter_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
     """The executor that can run every kernel of the capture interpreted: the HLO
-    interpreter (the fastest) unless it cannot (TPU mesh kernels: TPU interpret mode)."""
+    interpreter (the fastest) unless it cannot (TPU mesh kernels, kernels that talk between
+    devices, shard_map kernels run on several devices: TPU interpret mode)."""
     from pallaslab.execute import capabilities
 
+    if _on_devices(cap, devices):
+        return "tpu-interpret"
     mesh = [k for k in cap if k.kind == "mesh"]
     if mesh and all(k.backend == "mosaic_gpu" for k in mesh):
         return "gpu-interpret"
@@ -82,21 +85,32 @@ def interpreter_for(cap: Sequence[Kernel]) -> str:
     return "interpret"
 
 
-def default_executor_for(cap: Sequence[Kernel]) -> str:
+def _on_devices(cap: Sequence[Kernel], devices: int | None) -> bool:
+    """Kernels inside shard_map run on several simulated devices: whether they talk to each
+    other depends on the device count, which this process's capture may not have."""
+    return devices is not None and devices > 1 and any(k.device_mesh for k in cap)
+
+
+def default_executor_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
     """`interpreter_for`, with the `vectorized` executor (interpret mode's results, programs
     batched where provably equivalent, else interpreted) in place of the HLO interpreter on a
     CPU host: the fast everyday default."""
-    name = interpreter_for(cap)
+    name = interpreter_for(cap, devices)
     return "vectorized" if name == "interpret" and jax.default_backend() == "cpu" else name
 
 
-def interpreter_choice(cap: Sequence[Kernel]) -> str | None:
+def interpreter_choice(cap: Sequence[Kernel], devices: int | None = None) -> str | None:
     """Why `interpreter_for` did not choose the HLO interpreter (None when it did)."""
     from pallaslab.execute import capabilities
 
-    if interpreter_for(cap) == "interpret":  # (or `vectorized`, which is interpret mode)
+    if interpreter_for(cap, devices) == "interpret":  # (or `vectorized`: interpret mode)
         return None
-    return capabilities.hlo_interpreter_refusal(cap) or "Mosaic GPU kernels: gpu-interpret"
+    if why := capabilities.hlo_interpreter_refusal(cap):
+        return why
+    if _on_devices(cap, devices):
+        return (f"kernels inside shard_map on {devices} devices may talk to each other "
+                "(remote DMAs, semaphores): tpu-interpret runs them")
+    return "Mosaic GPU kernels: gpu-interpret"
 
 
 def evaluate(cap: Capture, *, timeout: float | None = None) -> Evaluation:

@@ -48,6 +48,10 @@ def hlo_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
             assert k.mesh is not None
             return (f"the HLO interpreter cannot run mesh kernels ({k.mesh.kind}); "
                     f"tpu-interpret can (kernel {k.name})")
+        if k.communicates and k.backend in (None, "tpu"):
+            return (f"the HLO interpreter cannot run kernels that communicate between devices "
+                    f"(remote DMAs, semaphore signals to a device); tpu-interpret can (kernel "
+                    f"{k.name})")
     return None
 
 

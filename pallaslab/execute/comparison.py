@@ -26,6 +26,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
@@ -198,7 +199,7 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
             executors: Sequence[str | Executor] | str | None = None,
             reference: Callable[..., Any] | None = None, rtol: float | None = None,
             atol: float | None = None, seed: int = DEFAULT_SEED, timeout: float | None = None,
-            equal_nan: bool = False, **kwargs: Any) -> Comparison:
+            equal_nan: bool = False, devices: int | None = None, **kwargs: Any) -> Comparison:
     """Run `fn(*args, **kwargs)` under each executor and compare every pair that ran.
 
     `executors` is a sequence of names (or one comma-separated string, "interpret,reference").
@@ -208,19 +209,33 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     executor that cannot run here (e.g. `device` without a TPU/GPU), fails or runs out of
     time is reported in `statuses` and the others are still compared; with fewer than two
     runs the comparison is incomplete (`complete` False), never a pass.
+    `devices=N` runs every executor (the reference too) on N simulated CPU devices, in a worker
+    process (see `pallaslab.execute.executors.check_devices`).
     """
     _check_tolerance("rtol", rtol)
     _check_tolerance("atol", atol)
     runners = None if executors is None else _runners(check_executors(executors), reference)
     time_limit(timeout)  # a bad limit is an error before anything runs
-    prepared = prepare(fn, args, kwargs, seed=seed)
+    prepared = prepare(fn, args, kwargs, seed=seed, devices=devices)
     notes: tuple[str, ...] = ()
     if runners is None:
-        names, note = default_executors(prepared.capture, reference)
+        names, note = default_executors(prepared.capture, reference, prepared.devices)
         runners, notes = _runners(list(names), reference), (note,)
     results = tuple(execute(r, prepared, timeout=timeout) for r in runners)
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if on_devices := devices_note(prepared):
+        notes = (*notes, on_devices)
     return dataclasses.replace(compared, notes=notes) if notes else compared
+
+
+def devices_note(prepared: Prepared) -> str | None:
+    """What `devices=N` means for the comparison, when this process has another count."""
+    here = jax.device_count()
+    if prepared.devices is None or prepared.devices == here:
+        return None
+    return (f"ran on {prepared.devices} simulated CPU devices in a worker process; the "
+            f"kernels shown were captured here on {here} device(s), so mismatches are not "
+            "attributed to programs")
 
 
 def _runners(names: Sequence[str | Executor], reference: Callable[..., Any] | None
@@ -232,16 +247,16 @@ def _runners(names: Sequence[str | Executor], reference: Callable[..., Any] | No
     return runners
 
 
-def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None
-                      ) -> tuple[tuple[str, str], str]:
+def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None,
+                      devices: int | None = None) -> tuple[tuple[str, str], str]:
     """The executors a comparison runs when none are named, and a note saying which: the
     executor that can run the kernels (`auto.default_executor_for`: `vectorized` on a CPU
     host, the HLO interpreter elsewhere, unless another interpreter must) against the
     reference when one is given, else against TPU interpret mode."""
     from pallaslab.execute.auto import default_executor_for, interpreter_choice
 
-    first = default_executor_for(kernels)
-    why = interpreter_choice(kernels)
+    first = default_executor_for(kernels, devices)
+    why = interpreter_choice(kernels, devices)
     second = "reference" if reference is not None else (
         "tpu-interpret" if first in ("interpret", "vectorized") else None)
     if second is None:
@@ -282,7 +297,10 @@ def _check_tolerance(name: str, value: float | None) -> None:
 def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
                     rtol: float | None = None, atol: float | None = None,
                     equal_nan: bool = False) -> Comparison:
-    tilings: dict[int, Tiling | None] = {k.index: tile(k) for k in prepared.capture}
+    # Kernels captured here on another device count than the run's may tile differently:
+    # then mismatches are not attributed to programs (`devices_note` says so).
+    tilings: dict[int, Tiling | None] = {} if devices_note(prepared) else \
+        {k.index: tile(k) for k in prepared.capture}
     usable = [r for r in results if r.status == "ran"]
     outputs = []
     for i, info in enumerate(prepared.output_info):

@@ -24,6 +24,7 @@ with a one-line reason, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -53,6 +54,9 @@ class Prepared:
     kwargs: dict[str, Any]
     capture: Capture
     output_info: tuple[OutputInfo, ...]
+    # Run on this many simulated CPU devices (a worker process configured for them); None:
+    # on this process's devices.
+    devices: int | None = None
 
     @property
     def flat_args(self) -> tuple[Any, ...]:
@@ -61,9 +65,11 @@ class Prepared:
 
 def prepare(kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
             kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED,
-            chip: str | None = None) -> Prepared:
+            chip: str | None = None, devices: int | None = None) -> Prepared:
     """Capture on concrete arguments (abstract ones get seeded random data); `chip`: the
-    abstract TPU to trace under when tracing asks the TPU (see `capture`)."""
+    abstract TPU to trace under when tracing asks the TPU (see `capture`); `devices`: run on
+    that many simulated CPU devices (see `check_devices`)."""
+    check_devices(devices)
     kwargs = dict(kwargs or {})
     if isinstance(kernel_or_fn, Kernel):
         fn = _lone_kernel_fn(kernel_or_fn)
@@ -75,7 +81,18 @@ def prepare(kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
     with _jax.debug_checks_enabled():  # kernels keep their pl.debug_checks for executors
         cap = capture(fn, *args, **kwargs) if chip is None else \
             capture(fn, *args, chip=chip, **kwargs)
-    return Prepared(fn, tuple(args), kwargs, cap, _output_info(cap))
+    return Prepared(fn, tuple(args), kwargs, cap, _output_info(cap), devices)
+
+
+def check_devices(devices: int | None) -> None:
+    """`devices=N`: the function runs in a worker process whose JAX has N CPU devices (set
+    before its backend starts: a notebook that already imported JAX keeps its own count), so
+    `shard_map` kernels run on N simulated devices under TPU interpret mode. The function is
+    captured here too, on this process's devices: build its mesh from `jax.devices()`."""
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int)
+                                or devices < 1):
+        raise ExecutorError(f"devices must be a positive number of simulated CPU devices, "
+                            f"got {devices!r}")
 
 
 def _lone_kernel_fn(kernel: Kernel) -> Callable[..., Any]:
@@ -117,13 +134,6 @@ class Executor(Protocol):
         """Run; `deadline` (time.monotonic()) stops the run at the next program start."""
 
 
-def run_with(executor: Executor, kernel_or_fn: Kernel | Callable[..., Any], args: Sequence[Any],
-             kwargs: Mapping[str, Any] | None = None, *, seed: int = DEFAULT_SEED,
-             timeout: float | None = None) -> RunResult:
-    prepared = prepare(kernel_or_fn, args, kwargs, seed=seed)
-    return execute(executor, prepared, timeout=timeout)
-
-
 def execute(executor: Executor, prepared: Prepared, *, timeout: float | None = None
             ) -> RunResult:
     """Run `prepared` with `executor` within `timeout` seconds, never raising for what the
@@ -138,7 +148,10 @@ def execute(executor: Executor, prepared: Prepared, *, timeout: float | None = N
     if reason:
         return RunResult(executor.name, None, prepared.output_info, 0.0, 0.0,
                          unavailable=reason, inputs=_numpy(prepared.flat_args))
-    return with_unwritten_findings(isolation.run_isolated(executor, prepared, limit), prepared)
+    result = isolation.run_isolated(executor, prepared, limit)
+    if prepared.devices is not None:  # the worker judged it, on its own capture
+        return result
+    return with_unwritten_findings(result, prepared)
 
 
 def with_unwritten_findings(result: RunResult, prepared: Prepared) -> RunResult:
@@ -319,12 +332,33 @@ class TpuInterpretExecutor:
 
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
         race_log = diagnostics.RaceLog(monitor)
-        with race_log:
+        with race_log, _jax.DeadlockWatch() as watch:
             result = _timed_jaxpr_run(
                 self.name, prepared, jaxpr, monitor,
                 interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
                 reset=pltpu.reset_tpu_interpret_mode_state)
+        if watch.found is not None:
+            # Devices stopped after the run returned leave their failure in the runtime's
+            # effect tokens and the interpreter's state: consume it, so the next run is clean.
+            with contextlib.suppress(Exception):
+                jax.effects_barrier()
+            pltpu.reset_tpu_interpret_mode_state()
+        return _with_deadlock(result, watch.found, kernels)
+
+
+def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> RunResult:
+    """A run stopped by the deadlock watch: its error is the deadlock, as a finding naming
+    the blocked devices and the kernel's semaphore waits."""
+    if found is None:
         return result
+    waits = sorted({op.source for k in kernels for op in k.semaphore_ops
+                    if op.kind in ("wait", "dma_wait") and op.source})
+    where = f" (the kernel waits at {', '.join(w.rsplit('/', 1)[-1] for w in waits)})" \
+        if waits else ""
+    message = found.message + where
+    kept = tuple(f for f in result.findings if "DeadlockError" not in f.message)
+    return dataclasses.replace(result, error=message,
+                               findings=(Finding("deadlock", "error", message), *kept))
 
 
 def attached_accelerator() -> tuple[Any | None, str | None]:
@@ -456,7 +490,8 @@ def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None =
 
 def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
         executor: str | Executor | None = None, reference: Callable[..., Any] | None = None,
-        seed: int = DEFAULT_SEED, timeout: float | None = None, **kwargs: Any) -> RunResult:
+        seed: int = DEFAULT_SEED, timeout: float | None = None, devices: int | None = None,
+        **kwargs: Any) -> RunResult:
     """Run `fn(*args, **kwargs)` (or a captured `Kernel` on its operands) with one executor;
     None: the executor that can run the kernels (`vectorized` on a CPU host — interpret
     mode's results, batched — unless they need another interpreter, e.g. `tpu-interpret` for
@@ -472,12 +507,13 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
 
     chosen = None if executor is None else get_executor(executor, reference=reference)
     time_limit(timeout)  # a bad limit is an error before anything runs
+    prepared = prepare(kernel_or_fn, args, kwargs, seed=seed, devices=devices)
     if chosen is not None:
-        return run_with(chosen, kernel_or_fn, args, kwargs, seed=seed, timeout=timeout)
-    prepared = prepare(kernel_or_fn, args, kwargs, seed=seed)
-    result = execute(get_executor(default_executor_for(prepared.capture)), prepared,
+        return execute(chosen, prepared, timeout=timeout)
+    devices = prepared.devices
+    result = execute(get_executor(default_executor_for(prepared.capture, devices)), prepared,
                      timeout=timeout)
-    if (why := interpreter_choice(prepared.capture)) is None:
+    if (why := interpreter_choice(prepared.capture, devices)) is None:
         return result
     note = f"executor chosen by default: {result.executor} ({why})"
     return dataclasses.replace(result, notes=(note, *result.notes))

@@ -85,13 +85,21 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
     from pallaslab.execute import capabilities
     from pallaslab.execute.executors import execute_here
 
-    if not getattr(executor, "isolated", True):
+    devices = prepared.devices
+    if not getattr(executor, "isolated", True) and devices is None:
         return execute_here(executor, prepared, limit)
     try:
         request = encode_request({"executor": executor, "fn": prepared.fn,
                                   "args": prepared.args, "kwargs": prepared.kwargs,
+                                  "devices": devices,
                                   **capabilities.retrace_context(prepared.capture)})
     except Exception as err:
+        if devices is not None:  # this process has its own device count
+            return RunResult(executor.name, None, prepared.output_info, 0.0, 0.0,
+                             inputs=_inputs(prepared), unavailable=(
+                                 f"devices={devices} runs the function in a worker process "
+                                 f"with {devices} CPU devices, and it cannot be sent there "
+                                 f"({why_not_sent(err)})"))
         result = execute_here(executor, prepared, limit)
         return _with_note(result, f"ran in the notebook's process ({why_not_sent(err)}): the "
                                   "time limit is checked between programs only")
@@ -113,7 +121,7 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
             running=lambda count, where: describe_program(kernels, where, count),
             interrupted=lambda seconds, what: (f"{name} run interrupted after {seconds:.1f} s, "
                                                f"while running {what}"),
-            watch=watch)
+            watch=watch, devices=devices)
     finally:
         if bar is not None:
             bar.close()
@@ -206,15 +214,19 @@ def _with_note(result: RunResult, note: str) -> RunResult:
 
 
 class _Worker:
-    """One worker process and its channel."""
+    """One worker process and its channel; `devices`: how many CPU devices its JAX has (None:
+    as this process's environment says)."""
 
-    def __init__(self) -> None:
+    def __init__(self, devices: int | None = None) -> None:
         directory = session_subdir("workers")
         self.log_path = directory / f"worker-{os.getpid()}-{time.monotonic_ns()}.log"
         self.status_path = directory / f"status-{os.getpid()}-{time.monotonic_ns()}.bin"
         np.zeros(4 + monitor_module.STATUS_MAX_RANK, np.int64).tofile(self.status_path)
         env = dict(os.environ)
         env.setdefault("JAX_PLATFORMS", "cpu")  # interpreters run on the CPU
+        if devices is not None:  # simulated devices: set before JAX starts its CPU backend
+            env["JAX_PLATFORMS"] = "cpu"
+            env["XLA_FLAGS"] = with_host_device_count(env.get("XLA_FLAGS", ""), devices)
         env["PALLASLAB_WORKER_STATUS"] = str(self.status_path)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in kill()
@@ -279,12 +291,23 @@ class Exchange:
     started: bool = True  # False: no worker could be started (`failed` says why)
 
 
-class _Workers:
-    """The process's one warm worker (started on first use, replaced when killed)."""
+def with_host_device_count(flags: str, devices: int) -> str:
+    """XLA_FLAGS with the CPU backend's device count set to `devices`."""
+    kept = [f for f in flags.split() if not f.startswith(_DEVICE_COUNT_FLAG)]
+    return " ".join([*kept, f"{_DEVICE_COUNT_FLAG}={devices}"])
 
-    def __init__(self) -> None:
+
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+class _Workers:
+    """The process's one warm worker (started on first use, replaced when killed), for one
+    device count."""
+
+    def __init__(self, devices: int | None = None) -> None:
         self._worker: _Worker | None = None
         self._lock = threading.Lock()
+        self.devices = devices
 
     def call(self, request: bytes, limit: float, *, label: str,
              running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
@@ -334,7 +357,7 @@ class _Workers:
         worker = self._worker
         if worker is not None and worker.alive():
             return worker
-        worker = _Worker()
+        worker = _Worker(self.devices)
         deadline = time.monotonic() + WORKER_START_TIMEOUT
         try:
             while not worker.recv_conn.poll(POLL):
@@ -361,16 +384,26 @@ class _Workers:
 
 
 _WORKERS = _Workers()
-atexit.register(lambda: _WORKERS.close())
+# Workers simulating N devices (`devices=N`), one per N, kept warm like the default one.
+_DEVICE_WORKERS: dict[int, _Workers] = {}
+atexit.register(lambda: shutdown_worker())
+
+
+def workers_for(devices: int | None) -> _Workers:
+    if devices is None:
+        return _WORKERS
+    return _DEVICE_WORKERS.setdefault(devices, _Workers(devices))
 
 
 def call_worker(request: bytes, limit: float, *, label: str,
                 running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
                 cancelled: Callable[[], bool] = lambda: False,
-                watch: Callable[[float, int], None] | None = None) -> Exchange:
-    """One request to the warm worker, within `limit` seconds (see `_Workers.call`)."""
-    return _WORKERS.call(request, limit, label=label, running=running,
-                         interrupted=interrupted, cancelled=cancelled, watch=watch)
+                watch: Callable[[float, int], None] | None = None,
+                devices: int | None = None) -> Exchange:
+    """One request to the warm worker (with `devices` simulated CPU devices, when given),
+    within `limit` seconds (see `_Workers.call`)."""
+    return workers_for(devices).call(request, limit, label=label, running=running,
+                                     interrupted=interrupted, cancelled=cancelled, watch=watch)
 
 
 def prewarm_worker() -> None:
@@ -384,8 +417,9 @@ def prewarm_worker() -> None:
 
 
 def shutdown_worker() -> None:
-    """Stop the warm worker (it is also stopped when this process exits)."""
-    _WORKERS.close()
+    """Stop the warm workers (they are also stopped when this process exits)."""
+    for workers in (_WORKERS, *_DEVICE_WORKERS.values()):
+        workers.close()
 
 
 def _total(prepared: Prepared) -> int | None:

@@ -78,6 +78,9 @@ class PallasMagics(Magics):
               help="time limit of each run: the interpreted run that computes the cell's value "
                    "when no TPU/GPU is attached, and each --compare run (default 300 s, or "
                    "$PALLASLAB_TIMEOUT); a run past it is stopped and reported as timed out")
+    @argument("--devices", default=None, metavar="N",
+              help="with --compare: run on N simulated CPU devices (a worker process configured "
+                   "for them), e.g. a shard_map kernel with remote DMAs under tpu-interpret")
     @argument("--gpu", action="store_true",
               help="compile Triton kernels for a100 and h100 and show shared memory, registers "
                    "and blocks per SM in the Memory tab")
@@ -189,7 +192,8 @@ def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, 
 
             comparison = attach_comparison(
                 wb, executors=compared[0], reference=options.get("reference"),
-                call=user_call(*traced.call), timeout=options["timeout"])
+                call=user_call(*traced.call), timeout=options["timeout"],
+                **({"devices": options["devices"]} if options["devices"] else {}))
     except PallasLabError as err:
         raise UsageError(f"%%pallas: {err}") from None
     return wb, comparison

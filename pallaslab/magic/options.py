@@ -32,7 +32,20 @@ def options_from(args: Any) -> dict[str, Any]:
     if args.gpu:
         extra["gpu"] = True
     return {"tab": tab, "chips": chips, "targets": targets, "kernel": kernel, "extra": extra,
-            "compare": compare_option(args.compare), "timeout": timeout_option(args.timeout)}
+            "compare": compare_option(args.compare), "timeout": timeout_option(args.timeout),
+            "devices": devices_option(args.devices, args.compare)}
+
+
+def devices_option(text: str | None, compare: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"%%pallas: --devices {text}: the number of simulated CPU devices is "
+                         "a whole number >= 1")
+    if compare is None:
+        raise UsageError("%%pallas: --devices runs the --compare executors on simulated "
+                         "devices: add --compare, e.g. --compare tpu-interpret,reference=my_ref")
+    return int(text)
 
 
 def timeout_option(text: str | None) -> float | None:

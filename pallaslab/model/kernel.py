@@ -123,6 +123,10 @@ class DmaCopy:
     semaphore: str | None  # origin of the DMA semaphore it signals (None for sync_copy)
     source: str | None  # "file.py:LINE" of the user's call
     repeated: bool = False  # inside a loop of the body: runs once per iteration
+    # Remote copies: the destination device, as the jaxpr computes it ("rem(axis_index(x) + 1,
+    # 4)"), and how it is numbered ("mesh": mesh coordinates, "logical": a flat device id).
+    device_id: str | None = None
+    device_id_type: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -137,6 +141,7 @@ class SemaphoreOp:
     semaphore: str  # origin of the semaphore ref
     source: str | None
     device: bool = False  # signals another device / core (a `device_id` or `core_index`)
+    device_id: str | None = None  # the `device_id` expression (a jaxpr value), when signalled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +200,16 @@ class Kernel:
     # Why dynamic grid dimensions or scalar-prefetch values stayed unknown at capture (the
     # arguments were abstract, the computation before the kernel could not run, ...).
     dynamic_values_reason: str | None = None
+    # Inside `shard_map`: its mesh (kind "shard_map"), as traced: the devices the kernel runs on.
+    device_mesh: MeshInfo | None = None
     handle: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def communicates(self) -> bool:
+        """Does the kernel talk to other devices (remote DMAs, semaphore signals sent to a
+        device id)? Only TPU interpret mode runs such kernels on a CPU."""
+        return any(d.kind == "remote" for d in self.dmas) or any(
+            op.device for op in self.semaphore_ops)
 
     @property
     def programs(self) -> int | None:

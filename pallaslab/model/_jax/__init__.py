@@ -18,6 +18,7 @@ from pallaslab.model._jax.chips import (
     kernel_body_values,
     tpu_chip_facts,
 )
+from pallaslab.model._jax.deadlock import DeadlockWatch
 from pallaslab.model._jax.fusion import fuser_sources
 from pallaslab.model._jax.index_maps import eval_index_map_once
 from pallaslab.model._jax.kernels import kernel_from_eqn
@@ -58,6 +59,7 @@ from pallaslab.model._jax.trace import (
 __all__ = [
     "MOSAIC_LOC_TAG",
     "RACE_LOGGER",
+    "DeadlockWatch",
     "EquationValue",
     "aot_compile_stablehlo",
     "concrete_kernel_operands",

@@ -83,7 +83,7 @@ def _pallas_call_kernel(
         kind="pallas_call",
         source=source,
         call_site=_call_site(eqn),
-        context=found.context,
+        context=found.context, device_mesh=_device_mesh(found),
         grid=tuple(grid),
         grid_names=tuple(str(n) for n in gm.grid_names) if gm.grid_names else None,
         dynamic_grid_dims=dynamic_dims,
@@ -390,7 +390,7 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
     backend = _backend_of(compiler_params) or _mesh_backend(mesh)
     return _with_params(Kernel(
         index=index, name=str(name), kind="mesh", source=source, call_site=_call_site(eqn),
-        context=found.context, grid=tuple(v for _, v in axes),
+        context=found.context, device_mesh=_device_mesh(found), grid=tuple(v for _, v in axes),
         grid_names=tuple(n for n, _ in axes), dynamic_grid_dims=(), vmapped_dims=(),
         dimension_semantics=None, operands=tuple(operands), input_output_aliases=(),
         compiler_params=compiler_params, backend=backend,
@@ -400,6 +400,10 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
         handle=KernelHandle(eqn=eqn, index_map_evaluator=None, num_dynamic_grid=0,
                             prefetch_concrete=False),
     ))
+
+
+def _device_mesh(found: FoundKernel) -> MeshInfo | None:
+    return MeshInfo("shard_map", found.device_mesh) if found.device_mesh else None
 
 
 def _warpgroups(mesh: Any) -> tuple[str, int] | None:

@@ -47,6 +47,7 @@ class _Walk:
     scoped: list[Operand] = dataclasses.field(default_factory=list)
     dmas: list[DmaCopy] = dataclasses.field(default_factory=list)
     semaphore_ops: list[SemaphoreOp] = dataclasses.field(default_factory=list)
+    defs: dict[Any, Any] = dataclasses.field(default_factory=dict)  # value -> its equation
 
 
 def nested_structure(kernel: Kernel, body: Any) -> Nested:
@@ -60,6 +61,7 @@ def nested_structure(kernel: Kernel, body: Any) -> Nested:
 
 
 def _walk_jaxpr(jaxpr: Any, walk: _Walk, *, repeated: bool, kernel: Kernel) -> None:
+    walk.defs.update({v: eqn for eqn in jaxpr.eqns for v in eqn.outvars})
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name == "emit_pipeline":
@@ -163,6 +165,8 @@ def _dma(eqn: Any, walk: _Walk, repeated: bool, kind: str) -> DmaCopy:
         dtype=np.dtype(dtype) if _is_numpy_dtype(dtype) else np.dtype("int32"),
         semaphore=None if kind == "sync" or sem is None else _name(sem, walk),
         source=_source(eqn), repeated=repeated,
+        device_id=None if device_id is None else _expression(device_id, walk),
+        device_id_type=None if device_id is None else _id_type(eqn.params),
     )
 
 
@@ -202,8 +206,43 @@ def _semaphore_op(eqn: Any, walk: _Walk) -> SemaphoreOp:
     # signal's arguments: (sem, transforms, value, device_id, core_index)
     device = eqn.primitive.name == "semaphore_signal" and any(
         p is not None for p in parts[3:5])
+    device_id = parts[3] if device else None
     return SemaphoreOp(_SEMAPHORE_OPS[eqn.primitive.name],  # type: ignore[arg-type]
-                       walk.origin.get(parts[0], "local"), _source(eqn), device=device)
+                       walk.origin.get(parts[0], "local"), _source(eqn), device=device,
+                       device_id=None if device_id is None else _expression(device_id, walk))
+
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "rem": "%", "div": "//", "eq": "==", "lt": "<"}
+
+
+def _expression(value: Any, walk: _Walk, depth: int = 8) -> str:
+    """How the body computes `value` (a device id), from its equations: e.g.
+    "(axis_index(x) + 1) % axis_size(x)"; a tuple of mesh coordinates as a tuple."""
+    if isinstance(value, (tuple, list)):
+        parts = [_expression(v, walk, depth) for v in value]
+        return parts[0] if len(parts) == 1 else f"({', '.join(parts)})"
+    if isinstance(value, jax_core.Literal):
+        try:
+            return str(np.asarray(value.val).item())
+        except (TypeError, ValueError):
+            return str(value.val)
+    eqn = walk.defs.get(value)
+    if eqn is None or depth == 0:
+        return walk.origin.get(value, "?")
+    name = eqn.primitive.name
+    if name in ("axis_index", "axis_size"):
+        return f"{name}({eqn.params['axis_name']})"
+    if name == "convert_element_type" and len(eqn.invars) == 1:
+        return _expression(eqn.invars[0], walk, depth - 1)
+    args = [_expression(v, walk, depth - 1) for v in eqn.invars]
+    if name in _INFIX and len(args) == 2:
+        return f"({args[0]} {_INFIX[name]} {args[1]})"
+    return f"{name}({', '.join(args)})"
+
+
+def _id_type(params: Any) -> str | None:
+    kind = params.get("device_id_type")
+    return None if kind is None else str(getattr(kind, "name", kind)).lower()
 
 
 def _ref_var(ref: Any) -> Any:

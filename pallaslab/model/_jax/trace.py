@@ -299,22 +299,31 @@ def _short_block_shape(text: str) -> str:
 class FoundKernel:
     eqn: Any
     context: tuple[str, ...]
+    # The innermost enclosing shard_map's mesh axes (name, size), as traced; None outside one.
+    device_mesh: tuple[tuple[str, int], ...] | None = None
 
 
 def find_kernels(closed_jaxpr: Jaxpr) -> list[FoundKernel]:
     """Every kernel equation in launch order, descending into every sub-jaxpr."""
-    return list(_walk(closed_jaxpr, ()))
+    return list(_walk(closed_jaxpr, (), None))
 
 
-def _walk(jaxpr: Jaxpr, context: tuple[str, ...]) -> Iterator[FoundKernel]:
+def _walk(jaxpr: Jaxpr, context: tuple[str, ...],
+          mesh: tuple[tuple[str, int], ...] | None) -> Iterator[FoundKernel]:
     for eqn in jaxpr.eqns:
         if eqn.primitive in KERNEL_PRIMITIVES:
-            yield FoundKernel(eqn, context)
+            yield FoundKernel(eqn, context, mesh)
             continue
+        inner = _shard_map_axes(eqn) if eqn.primitive.name == "shard_map" else mesh
         subs = list(_sub_jaxprs(eqn.params))
         for i, sub in enumerate(subs):
             label = _context_label(eqn, i, len(subs))
-            yield from _walk(sub, (*context, label) if label else context)
+            yield from _walk(sub, (*context, label) if label else context, inner)
+
+
+def _shard_map_axes(eqn: Any) -> tuple[tuple[str, int], ...] | None:
+    shape = getattr(eqn.params.get("mesh"), "shape", None)
+    return tuple((str(k), int(v)) for k, v in shape.items()) if shape else None
 
 
 def _sub_jaxprs(params: Mapping[str, Any]) -> Iterator[Jaxpr]:

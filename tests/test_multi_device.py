@@ -1,0 +1,112 @@
+"""Multi-device kernels (issue 13): kernels inside shard_map that talk between devices are
+captured with their mesh and remote copies, run on N simulated CPU devices in a worker process
+(`devices=N`, `--devices N`) under tpu-interpret, chosen because they communicate, and a
+kernel waiting for a signal no one sends is reported as a deadlock, not a hang."""
+
+from __future__ import annotations
+
+import json
+
+import kernels_multi
+import pytest
+from kernels import CATALOG
+
+import pallaslab
+from pallaslab.cli import main
+
+DEVICES = 4
+COLLECTIVES = ["right_permute", "ring_all_gather", "ring_all_reduce", "reduce_scatter"]
+
+
+def compare_on_devices(name, **options):
+    entry = CATALOG[name]
+    fn, args = entry.case()
+    return pallaslab.compare(fn, *args, reference=entry.reference, devices=DEVICES, **options)
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_collectives_match_their_references_on_four_simulated_devices(name):
+    cmp = compare_on_devices(name)
+    assert cmp.executors == ("tpu-interpret", "reference"), cmp.notes
+    assert cmp.passed, (cmp.verdict(), [r.reason for r in cmp.results])
+    # Here (one device) a ring of one may not communicate at all: on 4 devices it does.
+    assert cmp.notes[0] in (
+        "executors chosen by default: tpu-interpret, reference (the HLO interpreter cannot run "
+        "kernels that communicate between devices (remote DMAs, semaphore signals to a "
+        f"device); tpu-interpret can (kernel {cmp.kernels[0].name}))",
+        "executors chosen by default: tpu-interpret, reference (kernels inside shard_map on 4 "
+        "devices may talk to each other (remote DMAs, semaphores): tpu-interpret runs them)")
+    assert cmp.notes[-1].startswith(f"ran on {DEVICES} simulated CPU devices in a worker "
+                                    "process; the kernels shown were captured here on 1")
+
+
+def test_a_wrong_result_on_devices_is_a_mismatch():
+    entry = CATALOG["right_permute"]
+    fn, args = entry.case()
+    cmp = pallaslab.compare(fn, *args, reference=lambda x: x, devices=DEVICES)
+    assert not cmp.passed and cmp.complete
+
+
+def test_a_missing_signal_is_a_deadlock_finding_not_a_hang():
+    entry = CATALOG["missing_signal"]
+    fn, args = entry.case()
+    result = pallaslab.run(fn, *args, devices=DEVICES, timeout=120)
+    assert result.executor == "tpu-interpret" and result.status == "failed"
+    (finding,) = [f for f in result.findings if f.code == "deadlock"]
+    assert finding.severity == "error"
+    assert finding.message.startswith("deadlock: every device is blocked and none can signal "
+                                      "again: device 0 (core 0) waits on semaphore #")
+    for device in range(DEVICES):
+        assert f"device {device} (core 0) waits on semaphore" in finding.message
+    assert "for a count of 1, which stays at 0" in finding.message
+    assert finding.message.endswith("kernels_multi.py:"
+                                    f"{_line('pl.semaphore_wait(sem, 1)')})")
+    assert result.error == finding.message
+
+
+def test_capture_names_the_mesh_and_the_remote_copy():
+    fn, args = CATALOG["right_permute"].case()
+    (kernel,) = pallaslab.capture(fn, *args)
+    assert kernel.context == ("shard_map",) and kernel.communicates
+    assert kernel.device_mesh is not None and kernel.device_mesh.axes == (("x", 1),)
+    (dma,) = kernel.dmas
+    assert (dma.kind, dma.src, dma.dst, dma.device_id_type) == (
+        "remote", "args[0]", "outputs", "mesh")
+    assert dma.device_id == "((axis_index(x) + 1) % 1)"  # axis_size folded: one device here
+    fn, args = CATALOG["ring_all_reduce"].case()
+    (kernel,) = pallaslab.capture(fn, *args)
+    assert not any(op.device for op in kernel.semaphore_ops)  # a ring of one sends no signal
+
+
+def test_the_interpreters_that_cannot_communicate_say_so():
+    fn, args = CATALOG["right_permute"].case()
+    result = pallaslab.run(fn, *args, executor="interpret", devices=DEVICES)
+    assert result.status == "unavailable"
+
+
+def test_cli_compare_on_devices(capsys):
+    case = f"{kernels_multi.__file__}:right_permute"
+    ref = f"{kernels_multi.__file__}:_right_permute_reference"
+    assert main(["compare", case, "--reference", ref, "--devices", str(DEVICES),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["executors"] == ["tpu-interpret", "reference"] and out["passed"]
+    assert main(["compare", case, "--devices", "0"]) == 2
+    assert "number of simulated CPU devices" in capsys.readouterr().err
+
+
+def _line(text: str) -> int:
+    from pathlib import Path
+
+    lines = Path(kernels_multi.__file__).read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line)
+
+
+def test_inspect_json_has_the_device_mesh_and_the_device_id(capsys):
+    assert main(["inspect", f"{kernels_multi.__file__}:right_permute", "--json"]) == 0
+    (k,) = json.loads(capsys.readouterr().out)["kernels"]
+    assert k["device_mesh"] == {"kind": "shard_map", "axes": [["x", 1]], "warpgroups": None}
+    assert k["communicates"] is True
+    (dma,) = k["dmas"]
+    assert (dma["kind"], dma["device_id"], dma["device_id_type"]) == (
+        "remote", "((axis_index(x) + 1) % 1)", "mesh")
