@@ -110,3 +110,51 @@ def test_inspect_json_has_the_device_mesh_and_the_device_id(capsys):
     (dma,) = k["dmas"]
     assert (dma["kind"], dma["device_id"], dma["device_id_type"]) == (
         "remote", "((axis_index(x) + 1) % 1)", "mesh")
+
+
+def test_the_devices_view_draws_each_ring_step_between_neighbours():
+    fn, args = CATALOG["ring_all_gather"].case()
+    wb = pallaslab.Workbench(pallaslab.capture(fn, *args))
+    assert "devices" in [t.name for t in wb.tabs()]
+    assert "no run on several devices yet" in wb.view("devices").to_text()
+    view = wb.view("devices", result=pallaslab.run(fn, *args, devices=DEVICES))
+    p = view.payload()
+    assert p["devices"] == DEVICES and p["status"] == "ran" and p["error"] is None
+    remote = [(t["step"], t["src"], t["dst"]) for t in p["transfers"] if t["remote"]]
+    # 3 ring steps, each device sending to its right neighbour
+    assert sorted(remote) == sorted((step, d, (d + 1) % DEVICES) for step in range(DEVICES - 1)
+                                    for d in range(DEVICES))
+    assert p["remote_bytes"] == len(remote) * 8 * 128 * 4
+    assert {s["kind"] for s in p["semaphores"]} == {"signal", "wait"}
+    assert "step 2: device 3 -> device 0 4,096 B" in view.to_text()
+    html = view.to_html()
+    assert html.count("marker-end") == len(p["transfers"]) and "<svg" in html
+
+
+def test_the_devices_view_of_a_deadlock_shows_the_finding():
+    fn, args = CATALOG["missing_signal"].case()
+    wb = pallaslab.Workbench(pallaslab.capture(fn, *args))
+    p = wb.view("devices", result=pallaslab.run(fn, *args, devices=DEVICES)).payload()
+    assert p["status"] == "failed" and p["error"] is None  # the finding says it
+    assert [f["code"] for f in p["findings"]] == ["deadlock"]
+
+
+def test_the_magic_compares_on_devices_and_the_devices_tab_shows_the_run(shown):
+    pytest.importorskip("IPython")
+    from ipython_shell import ipython_shell, run
+
+    for shell in ipython_shell("from kernels import CATALOG\n"
+                               "fn, (x,) = CATALOG['right_permute'].case()\n"
+                               "ref = CATALOG['right_permute'].reference\n"):
+        result, _ = run(shell, "%%pallas --compare tpu-interpret,reference=ref --devices 4\n"
+                               "fn(x)\n")
+        assert result.success, result.error_in_exec
+        (wb,) = shown
+        comparison = wb.view("compare").comparison
+        assert comparison.passed and comparison.executors == ("tpu-interpret", "reference")
+        p = wb.view("devices").payload()
+        assert sorted((t["src"], t["dst"]) for t in p["transfers"]) == [
+            (d, (d + 1) % DEVICES) for d in range(DEVICES)]
+        bad, _ = run(shell, "%%pallas --devices 4\nfn(x)\n")
+        assert not bad.success and "--devices runs the --compare executors" in str(
+            bad.error_in_exec)

@@ -298,13 +298,14 @@ class TpuInterpretExecutor:
     def cannot_run(self, prepared: Prepared) -> str | None:
         return capabilities.tpu_interpreter_refusal(prepared.capture)
 
-    def params(self, recorder: Callable[..., Any] | None = None) -> Any:
+    def params(self, recorder: Callable[..., Any] | None = None,
+               logging_mode: Any = None) -> Any:
         from jax.experimental.pallas import tpu as pltpu
 
         return pltpu.InterpretParams(
             detect_races=self.detect_races, on_race="warn", out_of_bounds_reads="raise",
             uninitialized_memory="nan", num_cores_or_threads=self.cores,
-            grid_point_recorder=recorder)
+            grid_point_recorder=recorder, logging_mode=logging_mode)
 
     def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         from jax.experimental.pallas import tpu as pltpu
@@ -321,10 +322,15 @@ class TpuInterpretExecutor:
                 return token
             return record
 
+        # Several devices: the interpreter's log of DMAs and semaphores becomes the record.
+        devices = _jax.DeviceRecorder(jax.device_count()) if jax.device_count() > 1 and any(
+            k.device_mesh or k.communicates for k in kernels) else None
+        mode = _jax.device_logging_mode() if devices is not None else None
+
         def overrides(eqn: Any) -> dict[str, Any]:
             kernel = by_eqn.get(id(eqn))
             recorder = recorder_for(kernel.index) if kernel is not None else None
-            update = {"interpret": self.params(recorder)}
+            update = {"interpret": self.params(recorder, mode)}
             if kernel is not None:
                 update |= _jax.full_dimension_semantics_params(kernel) or {}
                 update |= _jax.instrument_kernel(eqn, on_check=monitor.check_failed) or {}
@@ -332,11 +338,14 @@ class TpuInterpretExecutor:
 
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
         race_log = diagnostics.RaceLog(monitor)
-        with race_log, _jax.DeadlockWatch() as watch:
+        with race_log, _jax.DeadlockWatch() as watch, devices or contextlib.nullcontext():
             result = _timed_jaxpr_run(
                 self.name, prepared, jaxpr, monitor,
                 interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
                 reset=pltpu.reset_tpu_interpret_mode_state)
+        if devices is not None:
+            record = devices.record(_jax.remote_destinations(kernels, jax.device_count()))
+            result = dataclasses.replace(result, device_record=record)
         if watch.found is not None:
             # Devices stopped after the run returned leave their failure in the runtime's
             # effect tokens and the interpreter's state: consume it, so the next run is clean.

@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
+from pallaslab.model.devices import DeviceRecord
 
 RunStatus = Literal["ran", "unavailable", "failed", "timed-out"]
 
@@ -48,6 +49,8 @@ class RunResult:
     inputs: tuple[np.ndarray, ...] = ()  # the flat concrete inputs it ran on
     timed_out: str | None = None  # what was running when the time limit stopped the run
     notes: tuple[str, ...] = ()  # how it ran, e.g. "in-process: the time limit is soft"
+    # Several devices (tpu-interpret): every DMA between them and every semaphore signal/wait.
+    device_record: DeviceRecord | None = None
 
     @property
     def ok(self) -> bool:

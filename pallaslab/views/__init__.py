@@ -5,6 +5,7 @@ way (see `pallaslab.views.registry`).
 """
 
 from pallaslab.views import compare as _compare_tab  # noqa: F401  (registers the tab)
+from pallaslab.views import devices as _devices_tab  # noqa: F401  (registers the tab)
 from pallaslab.views import lowering as _lowering_tab  # noqa: F401  (registers the tab)
 from pallaslab.views import memory as _memory_tab  # noqa: F401  (registers the tab)
 from pallaslab.views import pipeline as _pipeline_tab  # noqa: F401  (registers the tab)

@@ -19,6 +19,9 @@ from pallaslab.model._jax.chips import (
     tpu_chip_facts,
 )
 from pallaslab.model._jax.deadlock import DeadlockWatch
+from pallaslab.model._jax.device_record import DeviceRecorder
+from pallaslab.model._jax.device_record import destination_from as remote_destinations
+from pallaslab.model._jax.device_record import logging_mode as device_logging_mode
 from pallaslab.model._jax.fusion import fuser_sources
 from pallaslab.model._jax.index_maps import eval_index_map_once
 from pallaslab.model._jax.kernels import kernel_from_eqn
@@ -60,11 +63,13 @@ __all__ = [
     "MOSAIC_LOC_TAG",
     "RACE_LOGGER",
     "DeadlockWatch",
+    "DeviceRecorder",
     "EquationValue",
     "aot_compile_stablehlo",
     "concrete_kernel_operands",
     "constant_index_maps",
     "debug_checks_enabled",
+    "device_logging_mode",
     "eval_index_map_once",
     "find_kernels",
     "full_dimension_semantics_params",
@@ -86,6 +91,7 @@ __all__ = [
     "output_sources",
     "program_equations",
     "program_runner",
+    "remote_destinations",
     "rewrite_kernels",
     "tpu_chip_facts",
     "tpu_interpret_buffers",

@@ -1,0 +1,242 @@
+"""The record of a multi-device run, read from TPU interpret mode's own log.
+
+With `InterpretParams(logging_mode=SEMAPHORE | SHARED_MEMORY)` the interpreter logs, per
+simulated device and core, every buffer read and write (with the buffer's key: memory space,
+buffer id, device, core), every semaphore signal (with every core's count) and every completed
+wait, each followed by the user's source line. `DeviceRecorder` listens to that log (a
+`logging.Handler`; nothing in JAX is patched) and turns it into a `DeviceRecord`: a DMA is a
+read on one device followed on the same thread by a write (on the same or another device) and
+the signal of its semaphore, at the copy's source line.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
+
+LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
+MAX_LINES = 200_000  # a kernel body's loads and stores are logged too: keep the record bounded
+
+_LINE = re.compile(r"^Device (\d+), core (\d+): `(\w+)` -- (.*)$")
+_KEY = re.compile(r"key=(\([^)]*\))")
+_SHAPE = re.compile(r"(?:result|value)\.shape=(\([^)]*\))")
+_SIGNAL = re.compile(r"semaphore=(\d+), inc=(\d+)")
+_WAIT = re.compile(r"semaphore=(\d+) finished waiting for value=(\d+)")
+_COUNTS = re.compile(r"count_by_core=(\[[^\]]*\])")
+_SOURCE = re.compile(r"^(\S+?):(\d+):\d+ ")
+
+Destination = Callable[[str | None, int], int | None]  # (copy's source, sender) -> receiver
+
+
+def logging_mode() -> Any:
+    from jax._src.pallas.mosaic.interpret.params import LoggingMode
+
+    return LoggingMode.SEMAPHORE | LoggingMode.SHARED_MEMORY
+
+
+@dataclass
+class _Op:
+    name: str
+    device: int
+    lines: list[str] = field(default_factory=list)
+
+
+class DeviceRecorder(logging.Handler):
+    """While active (a context manager), collects TPU interpret mode's log into a record."""
+
+    def __init__(self, num_devices: int):
+        super().__init__(logging.INFO)
+        self.num_devices = num_devices
+        self._lines: list[tuple[int, str]] = []  # (thread, message)
+        self._lock = threading.Lock()
+        self.truncated = False
+        self._saved: tuple[int, bool] = (logging.NOTSET, True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._lock:
+            if len(self._lines) >= MAX_LINES:
+                self.truncated = True
+                return
+            self._lines.append((record.thread or 0, record.getMessage()))
+
+    def __enter__(self) -> DeviceRecorder:
+        logger = logging.getLogger(LOGGER)
+        self._saved = (logger.level, logger.propagate)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # ours alone: the user's log stays quiet
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger(LOGGER)
+        logger.removeHandler(self)
+        logger.setLevel(self._saved[0])
+        logger.propagate = self._saved[1]
+
+    def record(self, destination: Destination | None = None) -> DeviceRecord:
+        """The record; `destination(source, device)` is where the remote copy at `source`
+        started on `device` sends (None: unknown), to pair the halves of remote DMAs."""
+        return _parse(self._lines, self.num_devices, self.truncated,
+                      destination or (lambda source, device: None))
+
+
+def _parse(lines: list[tuple[int, str]], num_devices: int, truncated: bool,
+           destination: Destination) -> DeviceRecord:
+    ops: list[tuple[int, _Op]] = []  # (thread, op) in the order each op completed
+    open_ops: dict[int, _Op] = {}
+    for thread, message in lines:
+        m = _LINE.match(message)
+        if m is None:
+            continue
+        device, name, rest = int(m[1]), m[3], m[4]
+        op = open_ops.get(thread)
+        if op is None or op.name != name or op.device != device:
+            op = open_ops[thread] = _Op(name, device)
+        op.lines.append(rest)
+        if _SOURCE.match(rest) or rest == "None":  # the op's last line: its source
+            ops.append((thread, op))
+            del open_ops[thread]
+    return _record(ops, num_devices, truncated, destination)
+
+
+def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
+            destination: Destination) -> DeviceRecord:
+    """A DMA run by one thread logs its read, its write and its semaphore's signal in a row;
+    a remote DMA whose halves ran on the two devices logs the read then the send semaphore's
+    signal on the sender, and the write then the receive semaphore's signal on the receiver:
+    the halves are paired by the copy's line and the device its `device_id` names."""
+    transfers: list[Transfer] = []
+    semaphores: list[SemaphoreEvent] = []
+    counts: dict[int, list[int]] = {}  # semaphore -> count by global core, as last logged
+    last: dict[int, list[_Op]] = defaultdict(list)  # thread -> its two latest ops
+    sent: dict[str | None, list[tuple[int, int, tuple[str, int, int]]]] = defaultdict(list)
+    started: dict[tuple[int, str | None], int] = defaultdict(int)
+
+    def transfer(seq: int, src: tuple[str, int, int], dst: tuple[str, int, int],
+                 shape: tuple[int, ...], nbytes: int, source: str | None) -> None:
+        key = (src[2], source)
+        transfers.append(Transfer(seq, src[2], dst[2], f"{src[0]} #{src[1]}",
+                                  f"{dst[0]} #{dst[1]}", shape, nbytes, source, started[key]))
+        started[key] += 1
+
+    for seq, (thread, op) in enumerate(ops):
+        text = " ".join(op.lines)
+        source = _source(op.lines[-1])
+        if op.name == "signal" and (m := _SIGNAL.search(text)):
+            sem, inc = int(m[1]), int(m[2])
+            device = _signalled_device(counts, sem, text, inc, num_devices, op.device)
+            semaphores.append(SemaphoreEvent(seq, "signal", device, sem, inc, source))
+            before = [o for o in last[thread] if _source(o.lines[-1]) == source]
+            names = [o.name for o in before]
+            if names == ["get_buffer_content", "store_buffer_content"]:  # a whole DMA
+                src, dst = _key(before[0]), _key(before[1])
+                if destination(source, src[2]) not in (None, dst[2]):
+                    # run by the receiver, which logs the read as its own: the sender is the
+                    # device whose copy lands here
+                    senders = [d for d in range(num_devices) if destination(source, d) == dst[2]]
+                    src = (src[0], src[1], senders[0]) if len(senders) == 1 else src
+                transfer(seq, src, dst, _shape(before[1]), inc, source)
+            elif names[-1:] == ["get_buffer_content"]:  # the send half of a remote DMA
+                sent[source].append((seq, inc, _key(before[-1])))
+            elif names[-1:] == ["store_buffer_content"]:  # the receive half
+                dst = _key(before[-1])
+                waiting = sent[source]
+                match = next((i for i, (_, _, src) in enumerate(waiting)
+                              if destination(source, src[2]) == dst[2]), 0 if waiting else None)
+                if match is not None:
+                    _, nbytes, src = waiting.pop(match)
+                    transfer(seq, src, dst, _shape(before[-1]), nbytes, source)
+        elif op.name == "wait" and (m := _WAIT.search(text)):
+            semaphores.append(SemaphoreEvent(seq, "wait", op.device, int(m[1]), int(m[2]),
+                                             source))
+        last[thread] = [*last[thread][-1:], op]
+    return DeviceRecord(num_devices, tuple(transfers), tuple(semaphores), truncated)
+
+
+def _signalled_device(counts: dict[int, list[int]], sem: int, text: str, inc: int,
+                      num_devices: int, default: int) -> int:
+    """The device whose count of `sem` went up by `inc` (the interpreter logs every core's)."""
+    m = _COUNTS.search(text)
+    if m is None:
+        return default
+    now = [int(v) for v in ast.literal_eval(m[1])]
+    before = counts.get(sem, [0] * len(now))
+    counts[sem] = now
+    per_device = max(1, len(now) // max(1, num_devices))
+    moved = [i for i, (a, b) in enumerate(zip(before, now, strict=False)) if b - a == inc]
+    return moved[0] // per_device if moved else default
+
+
+def _key(op: _Op) -> tuple[str, int, int]:
+    m = _KEY.search(op.lines[0])
+    space, buffer, device, *_ = ast.literal_eval(m[1]) if m else ("?", -1, op.device)
+    return str(space), int(buffer), int(device)
+
+
+def _shape(op: _Op) -> tuple[int, ...]:
+    m = _SHAPE.search(" ".join(op.lines))
+    return tuple(ast.literal_eval(m[1])) if m else ()
+
+
+def _source(line: str) -> str | None:
+    m = _SOURCE.match(line)
+    return f"{m[1]}:{m[2]}" if m else None
+
+
+def destination_from(kernels: Any, num_devices: int) -> Destination:
+    """Where each remote copy of `kernels` sends from each device, by evaluating its captured
+    `device_id` expression (one mesh axis: `axis_index` = the device, `axis_size` = the device
+    count); None where the expression uses anything else."""
+    by_source = {d.source: d.device_id for k in kernels for d in k.dmas
+                 if d.kind == "remote" and d.device_id and d.source}
+
+    def destination(source: str | None, device: int) -> int | None:
+        text = by_source.get(source)
+        if text is None:
+            return None
+        text = re.sub(r"axis_index\(\w+\)", str(device), text)
+        text = re.sub(r"axis_size\(\w+\)", str(num_devices), text)
+        try:
+            value = _evaluate(ast.parse(text, mode="eval").body)
+        except (ValueError, SyntaxError, ZeroDivisionError):
+            return None
+        return value if 0 <= value < num_devices else None
+
+    return destination
+
+
+def _evaluate(node: ast.AST) -> int:
+    """Integer arithmetic as XLA does it (`%` and `//` truncate toward zero)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Tuple) and len(node.elts) == 1:
+        return _evaluate(node.elts[0])
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand)
+    if isinstance(node, ast.BinOp):
+        a, b = _evaluate(node.left), _evaluate(node.right)
+        match node.op:
+            case ast.Add():
+                return a + b
+            case ast.Sub():
+                return a - b
+            case ast.Mult():
+                return a * b
+            case ast.Mod():
+                return int(math.fmod(a, b)) if b else _zero()
+            case ast.FloorDiv():
+                return int(a / b) if b else _zero()
+    raise ValueError(f"not a device id of one mesh axis: {ast.dump(node)}")
+
+
+def _zero() -> int:
+    raise ZeroDivisionError

@@ -1,0 +1,50 @@
+"""What a multi-device kernel did, device by device: the record TPU interpret mode keeps of a
+run on several (simulated) devices — every DMA as a transfer between devices, every semaphore
+signal and completed wait — in the order they happened."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    """One DMA: `nbytes` from a buffer of `src_device` to a buffer of `dst_device`."""
+
+    seq: int  # position in the run's record (its order)
+    src_device: int
+    dst_device: int
+    src_buffer: str  # "hbm #100" (memory space, the interpreter's buffer id)
+    dst_buffer: str
+    shape: tuple[int, ...]
+    nbytes: int
+    source: str | None  # "file.py:LINE" of the copy's start
+    step: int  # how many transfers the source device had started from this line before
+
+    @property
+    def remote(self) -> bool:
+        return self.src_device != self.dst_device
+
+
+@dataclasses.dataclass(frozen=True)
+class SemaphoreEvent:
+    """A semaphore signal, or a wait that completed, on `device` (the one whose count moved)."""
+
+    seq: int
+    kind: Literal["signal", "wait"]
+    device: int
+    semaphore: int  # the interpreter's semaphore id
+    amount: int  # signal: the increment; wait: the value waited for
+    source: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRecord:
+    num_devices: int
+    transfers: tuple[Transfer, ...]
+    semaphores: tuple[SemaphoreEvent, ...]
+    truncated: bool = False  # the record stopped at its size limit
+
+    def remote_bytes(self) -> int:
+        return sum(t.nbytes for t in self.transfers if t.remote)

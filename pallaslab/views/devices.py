@@ -1,0 +1,214 @@
+"""The Devices view: a kernel inside shard_map, run on several (simulated) devices, seen device
+by device — a lane per device, each DMA an arrow from the sending device to the receiving one
+(its bytes, the ring step it belongs to, its source line on hover), each semaphore signal and
+completed wait a tick on its device's lane, in the order TPU interpret mode ran them.
+
+The record comes from a tpu-interpret run on N devices (`RunResult.device_record`): the
+comparison's (`%%pallas --compare tpu-interpret,... --devices 4`,
+`wb.compare(..., devices=4)`), or a run given to the view
+(`wb.view("devices", result=pallaslab.run(fn, *args, devices=4))`), or one the view makes
+from the user's own call when the magic has it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, TypedDict
+
+from pallaslab.execute.result import RunResult
+from pallaslab.model.devices import DeviceRecord
+from pallaslab.util.text import visible
+from pallaslab.views import _html
+from pallaslab.views._html import esc, visible_payload
+from pallaslab.views.base import View
+from pallaslab.views.context import KernelContext
+from pallaslab.views.registry import register_tab
+from pallaslab.views.session import session
+
+DEFAULT_DEVICES = 4
+MAX_EVENTS = 5_000  # arrows and ticks sent to the widget (the text lists them all)
+
+
+class TransferEntry(TypedDict):
+    seq: int
+    src: int
+    dst: int
+    bytes: int
+    step: int
+    remote: bool
+    source: str | None
+    buffers: str  # "hbm #100 -> hbm #101"
+
+
+class SemaphoreEntry(TypedDict):
+    seq: int
+    kind: str  # "signal" | "wait"
+    device: int
+    semaphore: int
+    amount: int
+    source: str | None
+
+
+class DevicesPayload(TypedDict):
+    version: int
+    kernel: str
+    index: int
+    devices: int
+    transfers: list[TransferEntry]
+    semaphores: list[SemaphoreEntry]
+    events: int  # seq of the last event + 1: the time axis
+    remote_bytes: int
+    status: str | None  # the run's status ("ran", "failed", ...)
+    error: str | None
+    findings: list[dict[str, Any]]
+    note: str | None
+
+
+def devices_payload(kernel_name: str, index: int, result: RunResult | None,
+                    note: str | None = None) -> DevicesPayload:
+    record = result.device_record if result is not None else None
+    if record is None:
+        record = DeviceRecord(0, (), ())
+    transfers = [TransferEntry(seq=t.seq, src=t.src_device, dst=t.dst_device, bytes=t.nbytes,
+                               step=t.step, remote=t.remote, source=_short(t.source),
+                               buffers=f"{t.src_buffer} -> {t.dst_buffer}")
+                 for t in record.transfers[:MAX_EVENTS]]
+    semaphores = [SemaphoreEntry(seq=s.seq, kind=s.kind, device=s.device, semaphore=s.semaphore,
+                                 amount=s.amount, source=_short(s.source))
+                  for s in record.semaphores[:MAX_EVENTS]]
+    last = max([t["seq"] for t in transfers] + [s["seq"] for s in semaphores], default=-1)
+    if record.truncated:
+        note = (note + " " if note else "") + "The record stopped at its size limit."
+    return visible_payload(DevicesPayload(
+        version=1, kernel=kernel_name, index=index, devices=record.num_devices,
+        transfers=transfers, semaphores=semaphores, events=last + 1,
+        remote_bytes=record.remote_bytes(), status=result.status if result else None,
+        error=_error(result), findings=[f.to_json() for f in result.findings] if result else [],
+        note=note))
+
+
+def _error(result: RunResult | None) -> str | None:
+    """Why the run did not finish, unless a finding already says it (a deadlock)."""
+    if result is None or result.status == "ran":
+        return None
+    why = result.error or result.reason
+    return None if any(f.message == why for f in result.findings) else why
+
+
+class DevicesView(View):
+    """Lanes per device with the DMAs between them and the semaphore signals and waits."""
+
+    name = "devices"
+    module = "devices.js"
+
+    def __init__(self, ctx: KernelContext, result: RunResult | None = None,
+                 devices: int | None = None, timeout: float | None = None):
+        self.ctx = ctx
+        self.devices = devices or int(ctx.options.get("devices") or DEFAULT_DEVICES)
+        self.timeout = timeout
+        if result is not None:
+            self.__dict__["run"] = result
+
+    @functools.cached_property
+    def run(self) -> RunResult | None:
+        """The tpu-interpret run on several devices to show (None: none could be made)."""
+        s = session(self.ctx.capture) if self.ctx.capture is not None else None
+        comparison = s.comparison if s is not None else None
+        if comparison is not None and "tpu-interpret" in comparison.executors:
+            ran = comparison.result("tpu-interpret")
+            if ran.device_record is not None:
+                return ran
+        if s is None or s.call is None:  # the captured trace has this process's device count
+            return None
+        from pallaslab.execute import run
+
+        fn, args, kwargs = s.call
+        return run(fn, *args, executor="tpu-interpret", devices=self.devices,
+                   timeout=self.timeout, **kwargs)
+
+    def _payload(self) -> DevicesPayload:
+        k = self.ctx.kernel
+        note = None if self.run is not None else (
+            "no run on several devices yet: run the kernel there, e.g. "
+            f"wb.view(\"devices\", result=pallaslab.run(fn, *args, devices={self.devices})), "
+            f"or %%pallas --compare tpu-interpret,reference=my_ref --devices {self.devices}")
+        return devices_payload(k.name, k.index, self.run, note)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self._payload())
+
+    def to_text(self) -> str:
+        p = self._payload()
+        lines = [f"Devices of kernel {p['index']} {p['kernel']}: {p['devices']} devices, "
+                 f"{len(p['transfers'])} DMAs ({_html.num(p['remote_bytes'])} B between "
+                 "devices)"]
+        lines += [f"  {m}" for m in (p["note"], p["error"]) if m]
+        for f in p["findings"]:
+            lines.append(f"  {f['severity']} {f['code']}: {f['message']}")
+        for t in p["transfers"]:
+            where = "" if t["remote"] else " (local)"
+            lines.append(f"  step {t['step']}: device {t['src']} -> device {t['dst']}{where} "
+                         f"{_html.num(t['bytes'])} B  {t['buffers']}  ({t['source'] or '?'})")
+        signals = sum(s["kind"] == "signal" for s in p["semaphores"])
+        lines.append(f"  semaphores: {signals} signals, {len(p['semaphores']) - signals} "
+                     "completed waits")
+        return visible("\n".join(lines))
+
+    def to_html(self) -> str:
+        p = self._payload()
+        head = (f'<h3 class="pl-title">Devices <code>{esc(p["kernel"])}</code> <span '
+                f'class="pl-dim">{p["devices"]} devices, {len(p["transfers"])} DMAs</span></h3>')
+        notes = "".join(f'<p class="pl-dim">{esc(m)}</p>' for m in (p["note"], p["error"]) if m)
+        findings = "".join(f'<p class="pl-finding pl-{esc(f["severity"])}"><span '
+                           f'class="pl-badge">{esc(f["code"])}</span> {esc(f["message"])}</p>'
+                           for f in p["findings"])
+        table = _html.table(
+            ["step", "from", "to", "bytes", "buffers", "source"],
+            [[t["step"], f"device {t['src']}", f"device {t['dst']}", _html.num(t["bytes"]),
+              t["buffers"], t["source"] or "?"] for t in p["transfers"]], numeric=(0, 3))
+        return f'<div class="pl-devices">{head}{notes}{findings}{lanes_svg(p)}{table}</div>'
+
+
+def lanes_svg(p: DevicesPayload, width: int = 640, lane: int = 28) -> str:
+    """A lane per device; DMAs as arrows between lanes, semaphore events as ticks."""
+    n, events = p["devices"], max(p["events"], 1)
+    if not n:
+        return ""
+    height = lane * n + 8
+
+    def x(seq: int) -> float:
+        return 70 + (width - 80) * seq / events
+
+    parts = [f'<text x="4" y="{lane * d + lane / 2 + 8}" class="pl-dim">device {d}</text>'
+             f'<line x1="70" x2="{width - 10}" y1="{lane * d + lane / 2 + 4}" '
+             f'y2="{lane * d + lane / 2 + 4}" stroke="currentColor" stroke-opacity="0.2"/>'
+             for d in range(n)]
+    for s in p["semaphores"]:
+        y = lane * s["device"] + lane / 2 + 4
+        parts.append(f'<line x1="{x(s["seq"]):.1f}" x2="{x(s["seq"]):.1f}" y1="{y - 5}" '
+                     f'y2="{y + 5}" class="pl-dev-{s["kind"]}" stroke="currentColor"><title>'
+                     f'{esc(s["kind"])} semaphore #{s["semaphore"]} ({s["amount"]}) '
+                     f'{esc(s["source"] or "")}</title></line>')
+    for t in p["transfers"]:
+        y1, y2 = (lane * d + lane / 2 + 4 for d in (t["src"], t["dst"]))
+        parts.append(f'<line x1="{x(t["seq"]) - 6:.1f}" y1="{y1}" x2="{x(t["seq"]):.1f}" '
+                     f'y2="{y2}" stroke="currentColor" stroke-width="1.5" '
+                     f'marker-end="url(#pl-arrow)"><title>step {t["step"]}: device {t["src"]} '
+                     f'-> device {t["dst"]}, {t["bytes"]} B, {esc(t["buffers"])} '
+                     f'{esc(t["source"] or "")}</title></line>')
+    marker = ('<defs><marker id="pl-arrow" viewBox="0 0 6 6" refX="5" refY="3" markerWidth="6" '
+              'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="currentColor"/>'
+              "</marker></defs>")
+    return (f'<svg class="pl-devices-lanes" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">{marker}{"".join(parts)}</svg>')
+
+
+def _short(source: str | None) -> str | None:
+    return None if source is None else source.rsplit("/", 1)[-1]
+
+
+def _available(ctx: KernelContext) -> bool:
+    return ctx.kernel.device_mesh is not None  # inside shard_map
+
+
+register_tab("devices", order=55, title="Devices", available=_available, build=DevicesView)
