@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import kernels_multi
+import numpy as np
 import pytest
 from kernels import CATALOG
 
@@ -149,6 +150,10 @@ def test_the_magic_compares_on_devices_and_the_devices_tab_shows_the_run(shown):
         result, _ = run(shell, "%%pallas --compare tpu-interpret,reference=ref --devices 4\n"
                                "fn(x)\n")
         assert result.success, result.error_in_exec
+        # the cell's value is the 4-device run's, not this process's one-device trace
+        x = np.asarray(shell.user_ns["x"])
+        np.testing.assert_array_equal(np.asarray(result.result),
+                                      np.roll(x.reshape(DEVICES, -1, 128), 1, 0).reshape(x.shape))
         (wb,) = shown
         comparison = wb.view("compare").comparison
         assert comparison.passed and comparison.executors == ("tpu-interpret", "reference")

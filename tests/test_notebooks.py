@@ -47,3 +47,15 @@ def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
     assert "error parallel-write-conflict" in text and "tpu-interpret: ['data-race'" in text
     assert "448.0 KiB of 16.00 MiB scoped VMEM" in text
     assert "mosaic-tpu ok" in text and "tpu.matmul" in text
+
+
+def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
+    text = outputs_text(executed(next(p for p in NOTEBOOKS
+                                      if p.name == "06_multi_device.ipynb")))
+    assert "devices in this notebook: 1" in text
+    assert "ran on 4 simulated CPU devices in a worker process" in text
+    assert "Devices of kernel 0 all_gather_kernel: 4 devices, 16 DMAs (49,152 B between" in text
+    assert "step 2: device 3 -> device 0 4,096 B" in text
+    assert "MISMATCH" in text and "step 0 transfers: [(0, 2), (1, 3), (2, 0), (3, 1)]" in text
+    assert "error deadlock: deadlock: every device is blocked" in text
+    assert text.rstrip().endswith("all close")  # the solution of exercise 2 passes

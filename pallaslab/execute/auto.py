@@ -143,6 +143,27 @@ def stopped_in(comparison: Any) -> Evaluation | None:
                       note=f"pallaslab: the value was not computed: under --compare, {why}")
 
 
+def run_on_devices(comparison: Any) -> Evaluation | None:
+    """When a comparison ran the kernels on simulated devices this process does not have
+    (`--devices N`), the value is that run's: computing it here would use another device
+    count. Else None."""
+    result = None
+    if comparison is not None and "tpu-interpret" in getattr(comparison, "executors", ()):
+        result = comparison.result("tpu-interpret")
+    record = getattr(result, "device_record", None)
+    if result is None or record is None or record.num_devices == jax.device_count():
+        return None
+    note = (f"pallaslab: the value is the tpu-interpret run's on {record.num_devices} "
+            "simulated devices (--devices)")
+    if result.status != "ran":
+        why = result.reason or result.status
+        return Evaluation(None, InterpretedRunError(f"the run on {record.num_devices} devices "
+                                                    f"did not finish: {why}"),
+                          result.executor, note=f"{note}, which did not finish: {why}")
+    return Evaluation(tuple(jax.device_put(o) for o in result.outputs or ()), None,
+                      result.executor, note=note)
+
+
 def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | None
                  ) -> Evaluation:
     from pallaslab.execute import isolation

@@ -148,9 +148,9 @@ def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, timeout: float | None
     the evaluation, for the caller to raise after the workbench)."""
     from IPython.display import display
 
-    from pallaslab.execute.auto import evaluate, needing_interpretation, stopped_in
+    from pallaslab.execute.auto import evaluate, needing_interpretation, run_on_devices, stopped_in
 
-    evaluation = stopped_in(comparison)
+    evaluation = stopped_in(comparison) or run_on_devices(comparison)
     if evaluation is None and needing_interpretation(cap):
         # interpreted here, within the time limit: its one-line note reads above the workbench
         evaluation = evaluate(cap, timeout=timeout)
