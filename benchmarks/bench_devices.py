@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from kernels_multi import _ring_sum  # noqa: E402
-from catalog import rand  # noqa: E402
+from catalog import rand
+from kernels_multi import _ring_sum
 
-import pallaslab  # noqa: E402
+import pallaslab
 
 SHARD = (1024, 1024)
 
