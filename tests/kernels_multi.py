@@ -20,7 +20,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
 
 __all__ = ["missing_signal", "reduce_scatter", "right_permute", "ring_all_gather",
-           "ring_all_reduce"]
+           "ring_all_gather_wrong_neighbour", "ring_all_reduce"]
 
 SHARD = (8, 128)
 ANY = pl.BlockSpec(memory_space=pl.ANY)
@@ -74,7 +74,7 @@ def right_permute():
 # --- ring all-gather ----------------------------------------------------------------------
 
 
-def _all_gather_body(x_ref, o_ref, local_sem, send_sem, recv_sems):
+def _all_gather_body(x_ref, o_ref, local_sem, send_sem, recv_sems, shift=1):
     step = pl.program_id(0)
     me = jax.lax.axis_index("x")
     n = jax.lax.axis_size("x")
@@ -87,17 +87,20 @@ def _all_gather_body(x_ref, o_ref, local_sem, send_sem, recv_sems):
 
     slot = jax.lax.rem(me - step + n, n)  # the shard this device forwards at this step
     copy = pltpu.make_async_remote_copy(o_ref.at[slot], o_ref.at[slot], send_sem,
-                                        recv_sems.at[step], device_id=(_neighbour(),))
+                                        recv_sems.at[step], device_id=(_neighbour(shift),))
     copy.start()
     copy.wait()
 
 
-def _all_gather(x):
+def _all_gather(x, shift=1):
     n = jax.device_count()
 
     def kernel(shard):
+        def body(*refs):  # (a closure, not functools.partial: JAX then names the user's line)
+            _all_gather_body(*refs, shift=shift)
+
         return pl.pallas_call(
-            _all_gather_body, out_shape=jax.ShapeDtypeStruct((n, *shard.shape), shard.dtype),
+            body, out_shape=jax.ShapeDtypeStruct((n, *shard.shape), shard.dtype),
             grid=(max(n - 1, 1),), in_specs=[ANY], out_specs=ANY,
             scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
                             pltpu.SemaphoreType.DMA((max(n - 1, 1),))])(shard)
@@ -116,6 +119,12 @@ def ring_all_gather():
     """Ring all-gather: at each of n - 1 steps every device forwards the shard it received
     last to its right neighbour; each ends with all n shards."""
     return _all_gather, (rand((4 * SHARD[0], SHARD[1])),)
+
+
+@case("multi-device", "remote-dma", "ring", "bug", reference=_all_gather_reference)
+def ring_all_gather_wrong_neighbour():
+    """The ring all-gather with a typo: every device sends two devices to the right."""
+    return functools.partial(_all_gather, shift=2), (rand((4 * SHARD[0], SHARD[1])),)
 
 
 # --- ring all-reduce and reduce-scatter ---------------------------------------------------

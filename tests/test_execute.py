@@ -30,7 +30,7 @@ MOSAIC_GPU_TMA = ("tma_scale", "tma_blocks", "warp_specialized", "gpu_emit_pipel
 CANNOT_RUN = {
     **{(name, "interpret"): r"^the HLO interpreter cannot run kernels that communicate between "
        r"devices \(remote DMAs, semaphore signals to a device\); tpu-interpret can"
-       for name in ("right_permute", "ring_all_gather")},
+       for name in ("right_permute", "ring_all_gather", "ring_all_gather_wrong_neighbour")},
     **{(name, "interpret"): r"^the HLO interpreter cannot run mesh kernels \((TensorCore|"
        r"VectorSubcore)Mesh\); tpu-interpret can"
        for name in ("mesh_kernel", "mesh_kernel_default_cores", "core_map_kernel",

@@ -163,3 +163,18 @@ def test_the_magic_compares_on_devices_and_the_devices_tab_shows_the_run(shown):
         bad, _ = run(shell, "%%pallas --devices 4\nfn(x)\n")
         assert not bad.success and "--devices runs the --compare executors" in str(
             bad.error_in_exec)
+
+
+def test_an_injected_bug_is_attributed_to_the_device_and_the_ring_step():
+    cmp = compare_on_devices("ring_all_gather_wrong_neighbour")
+    assert cmp.complete and not cmp.passed
+    shards = [n for n in cmp.notes if n.startswith("device ")]
+    assert len(shards) == DEVICES  # every device ends with wrong slots
+    # Sending two to the right, device 0's slot 1 arrives from device 2 at step 1 (device 1
+    # never sends to it), and device 1's slot 0 (device 0's shard) never arrives at all.
+    assert shards[0].startswith(
+        "device 0 (rows 0-3 of result[0]): 2,048 mismatched elements; the first, (1, 0, 0) on "
+        "the device, was last written by the DMA of step 1 from device 2 (kernels_multi.py:")
+    assert shards[1] == ("device 1 (rows 4-7 of result[0]): 2,048 mismatched elements; the "
+                         "first, (0, 0, 0) on the device, was written by no DMA (the kernel's "
+                         "own store, or nothing)")

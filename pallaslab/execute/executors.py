@@ -344,8 +344,7 @@ class TpuInterpretExecutor:
                 interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
                 reset=pltpu.reset_tpu_interpret_mode_state)
         if devices is not None:
-            record = devices.record(_jax.remote_destinations(kernels, jax.device_count()))
-            result = dataclasses.replace(result, device_record=record)
+            result = _with_device_record(result, devices, kernels)
         if watch.found is not None:
             # Devices stopped after the run returned leave their failure in the runtime's
             # effect tokens and the interpreter's state: consume it, so the next run is clean.
@@ -353,6 +352,21 @@ class TpuInterpretExecutor:
                 jax.effects_barrier()
             pltpu.reset_tpu_interpret_mode_state()
         return _with_deadlock(result, watch.found, kernels)
+
+
+def _with_device_record(result: RunResult, devices: Any, kernels: Sequence[Kernel]
+                        ) -> RunResult:
+    """The run with the record of its DMAs and semaphores (a record that cannot be read is
+    said in a note; the run itself stands)."""
+    try:
+        names = {key: origin for k in kernels
+                 for key, origin in _jax.tpu_interpret_buffers(k).items()}
+        record = devices.record(_jax.remote_destinations(kernels, jax.device_count()), names)
+    except Exception as err:
+        return dataclasses.replace(result, notes=(
+            *result.notes, f"the record of DMAs between devices could not be read: "
+                           f"{type(err).__name__}: {err}"))
+    return dataclasses.replace(result, device_record=record)
 
 
 def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> RunResult:

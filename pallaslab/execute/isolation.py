@@ -29,6 +29,7 @@ import dataclasses
 import math
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -134,7 +135,41 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
                                    f"while running {done.timed_out}")
     if isinstance(done.reply, dict):  # the worker could not rebuild or run the request
         return _failed(name, prepared, done.reply["error"])
-    return dataclasses.replace(done.reply, inputs=_inputs(prepared))
+    return _with_user_sources(dataclasses.replace(done.reply, inputs=_inputs(prepared)),
+                              prepared)
+
+
+_DYNAMIC = re.compile(r"<dynamic-code>:(\d+)")
+
+
+def _with_user_sources(result: RunResult, prepared: Prepared) -> RunResult:
+    """Functions sent by value (defined in a notebook or a case file) run in the worker as
+    cloudpickle rebuilds them, named "<dynamic-code>": put back the user's file where this
+    process's capture knows a source line of that number."""
+    known: dict[str, set[str]] = {}
+    for k in prepared.capture:
+        for source in (k.source, k.call_site, *(d.source for d in k.dmas),
+                       *(op.source for op in k.semaphore_ops)):
+            if source:
+                known.setdefault(source.rsplit(":", 1)[-1], set()).add(source)
+
+    def fix(text: str | None) -> str | None:
+        if text is None or "<dynamic-code>" not in text:
+            return text
+        return _DYNAMIC.sub(lambda m: next(iter(known[m[1]])) if len(known.get(m[1], ())) == 1
+                            else m[0], text)
+
+    record = result.device_record
+    if record is not None:
+        record = dataclasses.replace(
+            record, transfers=tuple(dataclasses.replace(t, source=fix(t.source))
+                                    for t in record.transfers),
+            semaphores=tuple(dataclasses.replace(e, source=fix(e.source))
+                             for e in record.semaphores))
+    findings = tuple(dataclasses.replace(f, message=fix(f.message) or "")
+                     for f in result.findings)
+    return dataclasses.replace(result, device_record=record, findings=findings,
+                               error=fix(result.error))
 
 
 def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:

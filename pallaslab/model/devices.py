@@ -21,6 +21,10 @@ class Transfer:
     nbytes: int
     source: str | None  # "file.py:LINE" of the copy's start
     step: int  # how many transfers the source device had started from this line before
+    # Where it landed: the destination buffer's operand ("outputs", "scratch[0]"), when known,
+    # and the region of that (per-device) buffer, [start, stop) per dimension (None: whole).
+    dst_origin: str | None = None
+    dst_region: tuple[tuple[int, int], ...] | None = None
 
     @property
     def remote(self) -> bool:
@@ -48,3 +52,13 @@ class DeviceRecord:
 
     def remote_bytes(self) -> int:
         return sum(t.nbytes for t in self.transfers if t.remote)
+
+    def last_writer(self, device: int, origin: str, index: tuple[int, ...]) -> Transfer | None:
+        """The last DMA that wrote element `index` of `origin`'s buffer on `device`."""
+        found = None
+        for t in self.transfers:
+            if t.dst_device == device and t.dst_origin == origin and (
+                    t.dst_region is None or all(lo <= i < hi for i, (lo, hi) in
+                                                zip(index, t.dst_region, strict=False))):
+                found = t
+        return found

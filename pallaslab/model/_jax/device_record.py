@@ -35,6 +35,9 @@ _COUNTS = re.compile(r"count_by_core=(\[[^\]]*\])")
 _SOURCE = re.compile(r"^(\S+?):(\d+):\d+ ")
 
 Destination = Callable[[str | None, int], int | None]  # (copy's source, sender) -> receiver
+Names = dict[tuple[str, int], str]  # (memory space, buffer id) -> operand origin
+_RANGE = re.compile(r"rnge=(\(.*?\)), in_bounds")
+_SLICE = re.compile(r"slice\((-?\d+), (-?\d+), -?\d+\)")
 
 
 def logging_mode() -> Any:
@@ -82,15 +85,17 @@ class DeviceRecorder(logging.Handler):
         logger.setLevel(self._saved[0])
         logger.propagate = self._saved[1]
 
-    def record(self, destination: Destination | None = None) -> DeviceRecord:
+    def record(self, destination: Destination | None = None,
+               names: Names | None = None) -> DeviceRecord:
         """The record; `destination(source, device)` is where the remote copy at `source`
-        started on `device` sends (None: unknown), to pair the halves of remote DMAs."""
+        started on `device` sends (None: unknown), to pair the halves of remote DMAs;
+        `names`: (memory space, buffer id) -> the kernel operand it holds."""
         return _parse(self._lines, self.num_devices, self.truncated,
-                      destination or (lambda source, device: None))
+                      destination or (lambda source, device: None), names or {})
 
 
 def _parse(lines: list[tuple[int, str]], num_devices: int, truncated: bool,
-           destination: Destination) -> DeviceRecord:
+           destination: Destination, names: Names) -> DeviceRecord:
     ops: list[tuple[int, _Op]] = []  # (thread, op) in the order each op completed
     open_ops: dict[int, _Op] = {}
     for thread, message in lines:
@@ -105,11 +110,11 @@ def _parse(lines: list[tuple[int, str]], num_devices: int, truncated: bool,
         if _SOURCE.match(rest) or rest == "None":  # the op's last line: its source
             ops.append((thread, op))
             del open_ops[thread]
-    return _record(ops, num_devices, truncated, destination)
+    return _record(ops, num_devices, truncated, destination, names)
 
 
 def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
-            destination: Destination) -> DeviceRecord:
+            destination: Destination, names: Names) -> DeviceRecord:
     """A DMA run by one thread logs its read, its write and its semaphore's signal in a row;
     a remote DMA whose halves ran on the two devices logs the read then the send semaphore's
     signal on the sender, and the write then the receive semaphore's signal on the receiver:
@@ -122,10 +127,12 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
     started: dict[tuple[int, str | None], int] = defaultdict(int)
 
     def transfer(seq: int, src: tuple[str, int, int], dst: tuple[str, int, int],
-                 shape: tuple[int, ...], nbytes: int, source: str | None) -> None:
+                 shape: tuple[int, ...], nbytes: int, source: str | None,
+                 region: tuple[tuple[int, int], ...] | None) -> None:
         key = (src[2], source)
-        transfers.append(Transfer(seq, src[2], dst[2], f"{src[0]} #{src[1]}",
-                                  f"{dst[0]} #{dst[1]}", shape, nbytes, source, started[key]))
+        transfers.append(Transfer(
+            seq, src[2], dst[2], _label(src, names), _label(dst, names), shape, nbytes, source,
+            started[key], names.get((dst[0], dst[1])), region))
         started[key] += 1
 
     for seq, (thread, op) in enumerate(ops):
@@ -136,25 +143,26 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
             device = _signalled_device(counts, sem, text, inc, num_devices, op.device)
             semaphores.append(SemaphoreEvent(seq, "signal", device, sem, inc, source))
             before = [o for o in last[thread] if _source(o.lines[-1]) == source]
-            names = [o.name for o in before]
-            if names == ["get_buffer_content", "store_buffer_content"]:  # a whole DMA
+            kinds = [o.name for o in before]
+            if kinds == ["get_buffer_content", "store_buffer_content"]:  # a whole DMA
                 src, dst = _key(before[0]), _key(before[1])
                 if destination(source, src[2]) not in (None, dst[2]):
                     # run by the receiver, which logs the read as its own: the sender is the
                     # device whose copy lands here
                     senders = [d for d in range(num_devices) if destination(source, d) == dst[2]]
                     src = (src[0], src[1], senders[0]) if len(senders) == 1 else src
-                transfer(seq, src, dst, _shape(before[1]), inc, source)
-            elif names[-1:] == ["get_buffer_content"]:  # the send half of a remote DMA
+                transfer(seq, src, dst, _shape(before[1]), inc, source, _region(before[1]))
+            elif kinds[-1:] == ["get_buffer_content"]:  # the send half of a remote DMA
                 sent[source].append((seq, inc, _key(before[-1])))
-            elif names[-1:] == ["store_buffer_content"]:  # the receive half
+            elif kinds[-1:] == ["store_buffer_content"]:  # the receive half
                 dst = _key(before[-1])
                 waiting = sent[source]
                 match = next((i for i, (_, _, src) in enumerate(waiting)
                               if destination(source, src[2]) == dst[2]), 0 if waiting else None)
                 if match is not None:
                     _, nbytes, src = waiting.pop(match)
-                    transfer(seq, src, dst, _shape(before[-1]), nbytes, source)
+                    transfer(seq, src, dst, _shape(before[-1]), nbytes, source,
+                             _region(before[-1]))
         elif op.name == "wait" and (m := _WAIT.search(text)):
             semaphores.append(SemaphoreEvent(seq, "wait", op.device, int(m[1]), int(m[2]),
                                              source))
@@ -180,6 +188,25 @@ def _key(op: _Op) -> tuple[str, int, int]:
     m = _KEY.search(op.lines[0])
     space, buffer, device, *_ = ast.literal_eval(m[1]) if m else ("?", -1, op.device)
     return str(space), int(buffer), int(device)
+
+
+def _label(key: tuple[str, int, int], names: Names) -> str:
+    origin = names.get((key[0], key[1]))
+    plain = f"{key[0]} #{key[1]}"
+    return f"{origin} ({plain})" if origin else plain
+
+
+def _region(op: _Op) -> tuple[tuple[int, int], ...] | None:
+    """The written region of the buffer ("rnge" in the log): None for the whole buffer."""
+    m = _RANGE.search(op.lines[0])
+    if m is None or m[1] == "()":
+        return None
+    try:
+        parts = ast.literal_eval(_SLICE.sub(r"(\1, \2)", m[1]))
+    except (ValueError, SyntaxError):
+        return None
+    parts = parts if isinstance(parts, tuple) else (parts,)
+    return tuple((p, p + 1) if isinstance(p, int) else (int(p[0]), int(p[1])) for p in parts)
 
 
 def _shape(op: _Op) -> tuple[int, ...]:
