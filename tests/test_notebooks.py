@@ -57,5 +57,7 @@ def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
     assert "Devices of kernel 0 all_gather_kernel: 4 devices, 16 DMAs (49,152 B between" in text
     assert "step 2: device 3 -> device 0 4,096 B" in text
     assert "MISMATCH" in text and "step 0 transfers: [(0, 2), (1, 3), (2, 0), (3, 1)]" in text
+    assert "was last written by the DMA of step 1 from device 2" in text
+    assert "was written by no DMA" in text
     assert "error deadlock: deadlock: every device is blocked" in text
     assert text.rstrip().endswith("all close")  # the solution of exercise 2 passes
