@@ -18,6 +18,7 @@ import warnings
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
 from lowering import diagnostics, irtext, params
@@ -71,6 +72,14 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
         return CrossLowered(backend, False, (jaxpr_stage,), (*notes, diag))
     if backend == "mosaic-tpu":
         stages = _mosaic_tpu_stages(hlo)
+        if kernel.device_mesh is not None:
+            axes = ", ".join(f"{name}={size}" for name, size in kernel.device_mesh.axes)
+            notes = (*notes, Diagnostic(
+                "info", "shard-map-mesh",
+                f"kernel {kernel.name!r} runs inside shard_map (mesh {axes} as captured): it "
+                "is lowered inside shard_map again, over a mesh of one chip per axis, so its "
+                "remote DMAs and device semaphores lower as on one chip of a slice; its "
+                "operands are the per-device blocks it was captured with."))
         return CrossLowered(backend, True, (jaxpr_stage, *stages), notes, hlo=hlo)
     sections = irtext.debug_sections(printed)
     if backend == "triton":
@@ -94,8 +103,8 @@ def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]
                                            **_supported(kernel, overrides))
     avals = _jax.kernel_call_avals(kernel)
     printed = io.StringIO()
-    with (contextlib.redirect_stdout(printed), warnings.catch_warnings(),
-          jax.sharding.use_abstract_mesh(abstract_mesh(target))):
+    call, context = _in_shard_map(kernel, target, call)
+    with contextlib.redirect_stdout(printed), warnings.catch_warnings(), context:
         warnings.simplefilter("ignore")  # e.g. "the Triton backend is deprecated"
         lowered = jax.jit(call).trace(*avals).lower(
             lowering_platforms=(target.lowering_platform,))
@@ -103,6 +112,22 @@ def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]
         triton = _jax_lowering.triton_module_texts(lowered.compiler_ir("stablehlo")) \
             if target.platform == "gpu" else []
     return hlo, printed.getvalue(), triton
+
+
+def _in_shard_map(kernel: Kernel, target: Target, call: Any) -> tuple[Any, Any]:
+    """(the kernel's callable, the mesh context to lower it in). A kernel captured inside
+    shard_map is lowered inside one again: Pallas lowers remote DMAs and device semaphores only
+    within a shard_map over a concrete mesh. The mesh has the kernel's axes, one device each
+    (this host's first device stands in for every chip; the kernel body already carries the
+    target's TPU), its operands the per-device blocks; the rest: the target's abstract mesh."""
+    if kernel.device_mesh is None or target.platform != "tpu":
+        return call, jax.sharding.use_abstract_mesh(abstract_mesh(target))
+    names = tuple(name for name, _ in kernel.device_mesh.axes)
+    device = np.array(jax.devices()[:1]).reshape((1,) * len(names))
+    spec = jax.sharding.PartitionSpec()
+    mesh = jax.sharding.Mesh(device, names)
+    return jax.shard_map(call, mesh=mesh, in_specs=spec, out_specs=spec,
+                         check_vma=False), contextlib.nullcontext()
 
 
 def _pipeline_suspects(kernel: Kernel) -> dict[str, str | None]:

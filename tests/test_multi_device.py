@@ -178,3 +178,15 @@ def test_an_injected_bug_is_attributed_to_the_device_and_the_ring_step():
     assert shards[1] == ("device 1 (rows 4-7 of result[0]): 2,048 mismatched elements; the "
                          "first, (0, 0, 0) on the device, was written by no DMA (the kernel's "
                          "own store, or nothing)")
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])
+def test_communicating_kernels_lower_and_compile_for_tpu(target):
+    pytest.importorskip("libtpu")
+    fn, args = CATALOG["ring_all_gather"].case()
+    (k,) = pallaslab.lower(fn, *args, target=target, compile=True).kernels
+    assert k.ok and k.compiled, k.diagnostics
+    mosaic = k.stage("mosaic").text
+    assert "tpu.enqueue_dma" in mosaic and "device_id(" in mosaic  # the remote copy
+    (note,) = [d for d in k.diagnostics if d.code == "shard-map-mesh"]
+    assert note.severity == "info" and "inside shard_map (mesh x=1 as captured)" in note.message
