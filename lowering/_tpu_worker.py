@@ -2,9 +2,7 @@
 
 libtpu reads LIBTPU_INIT_ARGS once per process (the Mosaic dump directory is one of them) and
 prints screens of initialisation warnings from C++ straight to file descriptors 1 and 2; so it
-lives here, away from the user's process. Protocol: one JSON request per line on stdin, one
-JSON response per line on the file descriptor that was stdout at start (fds 1 and 2 now go to
-a log file, whose new lines come back with each response).
+lives here, away from the user's process (protocol: `lowering.compiler_worker`).
 
 Request:  {"topology": "v5e:1x1", "hlo": "<StableHLO text>", "dumps": true}
 Response: {"ok": bool, "error": str | null, "passes": [[name, text], ...], "log": [str],
@@ -13,13 +11,14 @@ Response: {"ok": bool, "error": str | null, "passes": [[name, text], ...], "log"
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from lowering.compiler_worker import serve
 
 # libtpu's start-up chatter about the (absent) TPU host; compiler messages are kept.
 NOISE = ("TPU_ACCELERATOR_TYPE", "host bounds", "InitGoogle", "Source Location Trace",
@@ -29,23 +28,11 @@ NOISE = ("TPU_ACCELERATOR_TYPE", "host bounds", "InitGoogle", "Source Location T
 
 
 def main() -> int:
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    log_path = Path(os.environ["PALLASLAB_WORKER_LOG"])
-    os.dup2(2, 1)  # C++ prints to fd 1 as well; keep the protocol channel clean
     dump_dir = Path(os.environ["PALLASLAB_MOSAIC_DUMP"])
     from pallaslab.model import _jax
 
     devices: dict[str, Any] = {}
-    protocol.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request.get("quit"):
-            break
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        response = _compile(_jax, devices, request, dump_dir)
-        response["log"] = _new_log_lines(log_path, offset)
-        protocol.write(json.dumps(response) + "\n")
-    return 0
+    return serve(lambda request: _compile(_jax, devices, request, dump_dir), NOISE)
 
 
 def _compile(_jax: Any, devices: dict[str, Any], request: dict, dump_dir: Path) -> dict:
@@ -85,16 +72,6 @@ def _read_passes(dump_dir: Path) -> list[list[str]]:
         name = path.stem.split("-mosaic-dump-", 1)[1].removeprefix(kernel + "-")
         out.append([name, path.read_text(errors="replace")])
     return out
-
-
-def _new_log_lines(path: Path, offset: int) -> list[str]:
-    if not path.exists():
-        return []
-    with path.open("rb") as f:
-        f.seek(offset)
-        text = f.read().decode(errors="replace")
-    return [line for line in text.splitlines()
-            if line.strip() and not any(n in line for n in NOISE)][:50]
 
 
 if __name__ == "__main__":

@@ -19,11 +19,8 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import io
-import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lowering import diagnostics
+from lowering.compiler_worker import CompilerWorker, WorkerDied
 from lowering.result import Diagnostic, Resources, Stage
 from lowering.targets import Target
 
@@ -147,15 +145,14 @@ def stablehlo(kernel: Any, target: Target) -> str:
         return str(lowered.as_text())
 
 
-class MosaicGpuWorker:
+class MosaicGpuWorker(CompilerWorker):
     """A process with XLA's CUDA plugin on its path; `compile` sends one StableHLO module."""
 
     def __init__(self, directory: Path) -> None:
         from pallaslab.util.tempdir import session_tmpdir
 
-        self._dir = Path(tempfile.mkdtemp(prefix="mosaic-gpu-worker-", dir=session_tmpdir()))
-        self.log_path = self._dir / "worker.log"
-        dump = self._dir / "dump"
+        workdir = Path(tempfile.mkdtemp(prefix="mosaic-gpu-worker-", dir=session_tmpdir()))
+        dump = workdir / "dump"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(directory), env.get("PYTHONPATH", "")) if p)
@@ -166,53 +163,13 @@ class MosaicGpuWorker:
         env["MOSAIC_GPU_DUMP_TO"] = str(dump)
         for flag in ("MOSAIC_GPU_DUMP_PTX", "MOSAIC_GPU_DUMP_PTXAS", "MOSAIC_GPU_DUMP_SASS"):
             env[flag] = "1"
-        env["PALLASLAB_WORKER_LOG"] = str(self.log_path)
         env["PALLASLAB_MOSAIC_GPU_DUMP"] = str(dump)
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "lowering._mosaic_gpu_worker"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=log, env=env, text=True, bufsize=1,
-                cwd=str(Path(__file__).resolve().parent.parent))
-        self._lock = threading.Lock()
-        self._read()  # {"ready": true}
-
-    def alive(self) -> bool:
-        return self._proc.poll() is None
+        super().__init__("lowering._mosaic_gpu_worker", env, workdir,
+                         "the Mosaic GPU compiler worker",
+                         cwd=str(Path(__file__).resolve().parent.parent))
 
     def compile(self, config: str, hlo: str) -> dict[str, Any]:
-        with self._lock:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(json.dumps({"target_config": config, "hlo": hlo}) + "\n")
-            self._proc.stdin.flush()
-            return self._read()
-
-    def _read(self) -> dict[str, Any]:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            self._proc.wait()
-            tail = self.log_path.read_text(errors="replace").splitlines()[-15:]
-            raise _WorkerDied(
-                f"the Mosaic GPU compiler worker exited with status {self._proc.returncode}; "
-                "its last output: " + " | ".join(t.strip() for t in tail if t.strip()))
-        response: dict[str, Any] = json.loads(line)
-        return response
-
-    def close(self) -> None:
-        if self.alive():
-            try:
-                assert self._proc.stdin is not None
-                self._proc.stdin.write('{"quit": true}\n')
-                self._proc.stdin.close()
-                self._proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-
-class _WorkerDied(RuntimeError):
-    pass
+        return self.request({"target_config": config, "hlo": hlo})
 
 
 # One worker per (compiler directory, target): within a process the plugin's Mosaic GPU
@@ -283,7 +240,7 @@ def compile_mosaic_gpu(kernel_name: str, target: Target, hlo: str,
             f"Mosaic GPU compiles for sm_90 and newer; {target.name} is not one."),), Resources())
     try:
         response = _compile_in_worker(target_config(target), hlo)
-    except (_WorkerDied, OSError) as err:
+    except (WorkerDied, OSError) as err:
         return MosaicGpuCompiled(False, True, (), (Diagnostic(
             "error", "compile-error",
             f"the {target.name} compiler failed on kernel {kernel_name!r}: {err}"),), Resources())

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import json
 import math
 import os
 import re
-import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -22,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from lowering import diagnostics, irtext
+from lowering.compiler_worker import CompilerWorker
 from lowering.result import Diagnostic, Stage
 from lowering.targets import Target
-from pallaslab.errors import UnavailableError, missing
+from pallaslab.errors import missing
 from pallaslab.util.tempdir import session_tmpdir
 
 
@@ -35,68 +32,27 @@ def require_libtpu() -> None:
         raise missing("Compiling for TPU (compile=True / --compile)", "libtpu", "tpu") from None
 
 
-class TpuWorker:
+class TpuWorker(CompilerWorker):
     """A libtpu compiler process; `compile` sends one StableHLO module and waits."""
 
     def __init__(self) -> None:
         # Under the session's temporary directory, removed at exit even if close() never runs.
-        self._dir = Path(tempfile.mkdtemp(prefix="tpu-worker-", dir=session_tmpdir()))
-        self.log_path = self._dir / "libtpu.log"
-        dump = self._dir / "mosaic"
+        directory = Path(tempfile.mkdtemp(prefix="tpu-worker-", dir=session_tmpdir()))
+        dump = directory / "mosaic"
         env = dict(os.environ)
         # libtpu's own logs (tpu_driver.INFO ...) go here too, not to /tmp/tpu_logs.
-        env["TPU_LOG_DIR"] = str(self._dir / "libtpu-logs")
+        env["TPU_LOG_DIR"] = str(directory / "libtpu-logs")
         # Mosaic's module after every pass, with locations (so each maps back to Python).
         flags = f"--xla_mosaic_dump_to={dump} --xla_mosaic_enable_dump_debug_info=true"
         env["LIBTPU_INIT_ARGS"] = f"{env.get('LIBTPU_INIT_ARGS', '')} {flags}".strip()
         env["JAX_PLATFORMS"] = "cpu"  # the worker compiles for topology devices only
         env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"  # other processes may hold libtpu's lockfile
-        env["PALLASLAB_WORKER_LOG"] = str(self.log_path)
         env["PALLASLAB_MOSAIC_DUMP"] = str(dump)
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "lowering._tpu_worker"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=log, env=env, text=True, bufsize=1)
-        self._lock = threading.Lock()
-        self._read()  # {"ready": true}
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    def alive(self) -> bool:
-        return self._proc.poll() is None
+        super().__init__("lowering._tpu_worker", env, directory,
+                         "the TPU compiler worker (libtpu)")
 
     def compile(self, topology: str, hlo: str, dumps: bool = True) -> dict[str, Any]:
-        with self._lock:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(json.dumps({"topology": topology, "hlo": hlo,
-                                               "dumps": dumps}) + "\n")
-            self._proc.stdin.flush()
-            return self._read()
-
-    def _read(self) -> dict[str, Any]:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            self._proc.wait()
-            tail = self.log_path.read_text(errors="replace").splitlines()[-15:]
-            raise UnavailableError(
-                f"the TPU compiler worker (libtpu) exited with status {self._proc.returncode}; "
-                "its last output:\n" + "\n".join(tail))
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self.alive():
-            try:
-                assert self._proc.stdin is not None
-                self._proc.stdin.write('{"quit": true}\n')
-                self._proc.stdin.close()
-                self._proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        return self.request({"topology": topology, "hlo": hlo, "dumps": dumps})
 
 
 _worker: TpuWorker | None = None
