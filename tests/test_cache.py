@@ -162,7 +162,7 @@ def test_tpu_worker_and_libtpu_logs_live_in_the_session_directory(private_loweri
     assert lowering.lower(fn, *args, target="tpu-v5e", compile=True, use_cache=False).ok
     directory = tpu_compile.worker()._dir
     assert directory.is_relative_to(session_tmpdir())
-    assert (directory / "libtpu.log").exists()
+    assert (directory / "worker.log").exists()  # what libtpu printed
     assert list((directory / "libtpu-logs").glob("tpu_driver*")), "libtpu logged elsewhere"
 
 
