@@ -19,8 +19,15 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["missing_signal", "reduce_scatter", "right_permute", "ring_all_gather",
-           "ring_all_gather_wrong_neighbour", "ring_all_reduce"]
+__all__ = [
+    "missing_signal",
+    "reduce_scatter",
+    "remote_write_race",
+    "right_permute",
+    "ring_all_gather",
+    "ring_all_gather_wrong_neighbour",
+    "ring_all_reduce",
+]
 
 SHARD = (8, 128)
 ANY = pl.BlockSpec(memory_space=pl.ANY)
@@ -216,3 +223,31 @@ def _missing_signal(x):
 def missing_signal():
     """Every device waits on a semaphore no one signals: a deadlock."""
     return _missing_signal, (rand((4 * SHARD[0], SHARD[1])),)
+
+
+# --- a race between devices -----------------------------------------------------------------
+
+
+def _overwrite_before_wait_body(x_ref, o_ref, send_sem, recv_sem):
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem,
+                                        device_id=(_neighbour(),))
+    copy.start()
+    o_ref[...] = jnp.zeros_like(o_ref)  # bug: the left neighbour's copy may land before or after
+    copy.wait()
+
+
+def _overwrite_before_wait(x):
+    def kernel(shard):
+        return pl.pallas_call(
+            _overwrite_before_wait_body,
+            out_shape=jax.ShapeDtypeStruct(shard.shape, shard.dtype),
+            in_specs=[ANY], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])(shard)
+
+    return _on_devices(kernel)(x)
+
+
+@case("multi-device", "remote-dma", "race", reference=_right_permute_reference)
+def remote_write_race():
+    """Each device zeroes its output while its left neighbour's copy into it is in flight."""
+    return _overwrite_before_wait, (rand((4 * SHARD[0], SHARD[1])),)

@@ -23,14 +23,15 @@ STOPS = {
     ("output_revisit_clobber", "tpu-interpret"): "output-revisit",
     ("missing_signal", "tpu-interpret"): "deadlock",  # one device waiting for itself
 }
-RACY = {"racy_parallel_accumulate"}  # 2 simulated cores: the result depends on the race
+RACY = {"racy_parallel_accumulate", "remote_write_race"}  # 2 simulated cores: the result depends on the race
 # Kernels an interpreter legitimately cannot run, and what its status must say.
 MOSAIC_GPU_TMA = ("tma_scale", "tma_blocks", "warp_specialized", "gpu_emit_pipeline",
                   "gpu_emit_pipeline_out_specs")
 CANNOT_RUN = {
     **{(name, "interpret"): r"^the HLO interpreter cannot run kernels that communicate between "
        r"devices \(remote DMAs, semaphore signals to a device\); tpu-interpret can"
-       for name in ("right_permute", "ring_all_gather", "ring_all_gather_wrong_neighbour")},
+       for name in ("right_permute", "ring_all_gather", "ring_all_gather_wrong_neighbour",
+                    "remote_write_race")},
     **{(name, "interpret"): r"^the HLO interpreter cannot run mesh kernels \((TensorCore|"
        r"VectorSubcore)Mesh\); tpu-interpret can"
        for name in ("mesh_kernel", "mesh_kernel_default_cores", "core_map_kernel",

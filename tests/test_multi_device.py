@@ -190,3 +190,14 @@ def test_communicating_kernels_lower_and_compile_for_tpu(target):
     assert "tpu.enqueue_dma" in mosaic and "device_id(" in mosaic  # the remote copy
     (note,) = [d for d in k.diagnostics if d.code == "shard-map-mesh"]
     assert note.severity == "info" and "inside shard_map (mesh x=1 as captured)" in note.message
+
+
+def test_a_race_with_a_remote_copy_names_the_devices():
+    fn, args = CATALOG["remote_write_race"].case()
+    result = pallaslab.run(fn, *args, devices=DEVICES)
+    races = [f for f in result.findings if f.code == "data-race"]
+    assert len(races) == DEVICES  # one per receiving device
+    for device in range(DEVICES):
+        assert any(f"write of outputs[()] by a DMA into device {device} and write of [()] by "
+                   f"device {device} (core 0) are not ordered. One side is a DMA" in f.message
+                   for f in races)

@@ -12,6 +12,8 @@ import logging
 import re
 from collections.abc import Iterator
 
+import jax
+
 from pallaslab.analysis.findings import Finding
 from pallaslab.execute.monitor import RunMonitor
 from pallaslab.model import Kernel, _jax
@@ -21,7 +23,8 @@ EXECUTOR_CODES = ("data-race", "out-of-bounds-read", "output-revisit", "interpre
                   "interrupted", "unwritten-output", "debug-check-failed")
 
 _RACE = re.compile(
-    r"RACE DETECTED\n\s+(?P<op>read|write) of \('(?P<space>\w+)', (?P<buf>\d+), \d+, \d+\)"
+    r"RACE DETECTED\n\s+(?P<op>read|write) of \('(?P<space>\w+)', (?P<buf>\d+), "
+    r"(?P<bufdev>\d+), \d+\)"
     r"\[(?P<range>.*?)\] from \((?P<dev>\d+), (?P<core>\d+)\), (?P<frame>[^\n]*)\n"
     r".*?\n\s+(?P<op2>read|write) of .*?\[(?P<range2>.*?)\] from \((?P<dev2>\d+), "
     r"(?P<core2>\d+)\)", re.S)
@@ -79,19 +82,37 @@ def race_findings(log: RaceLog, kernels: list[Kernel]) -> Iterator[Finding]:
         kernel = kernels[kernel_index] if kernel_index is not None else None
         origin = _buffer_origin(kernel, m["space"], int(m["buf"])) if m and kernel else None
         programs = tuple(p for p in (program, other) if p is not None)
-        what = (f"{m['op']} of {origin or 'a buffer'}[{m['range']}] on core {m['core']} and "
-                f"{m['op2']} of [{m['range2']}] on core {m['core2']} are not ordered"
+        what = (f"{m['op']} of {origin or 'a buffer'}[{m['range']}] by {_actor(m, '')} and "
+                f"{m['op2']} of [{m['range2']}] by {_actor(m, '2')} are not ordered"
                 if m else message.splitlines()[0])
         shown = " and ".join(str(p) for p in programs) or "unknown programs"
         name = f"{kernel.name}: " if kernel else ""
+        rule = (_CROSS_DEVICE_RULE if m is not None and "DMA" in _actor(m, "") + _actor(m, "2")
+                else
+                "TPU interpret mode ran the grid's \"parallel\" dimensions on 2 cores; on a "
+                "chip with 2 TensorCores these programs run at the same time. Rule: programs "
+                "that differ along a parallel dimension must not write the same memory.")
         yield Finding(
             "data-race", "error",
             f"{name}{origin or 'an operand'}: data race between programs {shown}: {what}. "
-            "TPU interpret mode ran the grid's \"parallel\" dimensions on 2 cores; on a chip "
-            "with 2 TensorCores these programs run at the same time. Rule: programs that "
-            "differ along a parallel dimension must not write the same memory.",
-            operand=origin, programs=programs,
+            f"{rule}", operand=origin, programs=programs,
         )
+
+
+def _actor(m: re.Match[str], side: str) -> str:
+    """Who made one side of a race: a core, a device's core (several devices), or a DMA in
+    flight (TPU interpret mode gives DMAs ids past the devices')."""
+    n = jax.device_count()
+    device, core = int(m[f"dev{side}"]), m[f"core{side}"]
+    if device >= n:
+        return f"a DMA into device {m['bufdev']}"
+    return f"device {device} (core {core})" if n > 1 else f"core {core}"
+
+
+_CROSS_DEVICE_RULE = (
+    "One side is a DMA: it lands whenever its sender sends it. Rule: "
+    "touch a buffer a remote copy writes only after waiting on the copy's receive semaphore, "
+    "and overwrite a buffer a neighbour reads only after it signals it is done.")
 
 
 def debug_check_findings(monitor: RunMonitor) -> Iterator[Finding]:
