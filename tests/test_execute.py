@@ -23,7 +23,8 @@ STOPS = {
     ("output_revisit_clobber", "tpu-interpret"): "output-revisit",
     ("missing_signal", "tpu-interpret"): "deadlock",  # one device waiting for itself
 }
-RACY = {"racy_parallel_accumulate", "remote_write_race"}  # 2 simulated cores: the result depends on the race
+# The result depends on a race (2 simulated cores; a DMA racing a store).
+RACY = {"racy_parallel_accumulate", "remote_write_race"}
 # Kernels an interpreter legitimately cannot run, and what its status must say.
 MOSAIC_GPU_TMA = ("tma_scale", "tma_blocks", "warp_specialized", "gpu_emit_pipeline",
                   "gpu_emit_pipeline_out_specs")
