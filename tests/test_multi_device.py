@@ -201,3 +201,32 @@ def test_a_race_with_a_remote_copy_names_the_devices():
         assert any(f"write of outputs[()] by a DMA into device {device} and write of [()] by "
                    f"device {device} (core 0) are not ordered. One side is a DMA" in f.message
                    for f in races)
+
+
+def test_stepping_in_lockstep_shows_each_ring_step_land():
+    entry = CATALOG["ring_all_gather"]
+    fn, args = entry.case()
+    st = pallaslab.step(fn, *args, devices=DEVICES)
+    try:
+        assert st.position == 0 and not st.transfers and not st.done
+        seen = []
+        for step in range(DEVICES - 1):
+            st.step()
+            assert st.programs == dict.fromkeys(range(DEVICES), step + 1)
+            remote = sorted((t.src_device, t.dst_device) for t in st.transfers
+                            if t.remote and t.step == step)
+            assert remote == [(d, (d + 1) % DEVICES) for d in range(DEVICES)]  # this ring step
+            seen.append(len(st.transfers))
+        assert seen == [8, 12, 16]  # 4 local copies, then 4 remote ones per ring step
+        assert st.done and st.result is not None and st.result.status == "ran"
+        x = np.asarray(args[0]).reshape(DEVICES, -1, 128)
+        np.testing.assert_array_equal(st.result.outputs[0], np.tile(x, (DEVICES, 1, 1)))
+    finally:
+        st.close()
+
+
+def test_stepping_a_deadlock_ends_with_the_finding():
+    fn, args = CATALOG["missing_signal"].case()
+    st = pallaslab.step(fn, *args, devices=DEVICES)
+    result = st.run()
+    assert [f.code for f in result.findings] == ["deadlock"]

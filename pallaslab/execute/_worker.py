@@ -12,7 +12,9 @@ then answers each request, a pickled dict whose "kind" says what to do:
   {"error": str};
 - "run-program": {"runner", "ids", "scalars", "blocks", "scratch"} (numpy) -> {"outputs",
   "scratch"} (numpy), {"missing": True} when this worker has no such runner (it was started
-  after the runner was opened, or dropped it), or {"error": str}.
+  after the runner was opened, or dropped it), or {"error": str};
+- "open-device-stepper" (with "work", "key") and "device-step" ({"key"[, "close"]}): a
+  multi-device kernel stepped in lockstep (`pallaslab.execute.device_stepper`) -> its state.
 
 The worker keeps the `MAX_RUNNERS` most recently used stepper runners. File descriptor 1 is
 redirected to the log (stderr) so that C-level prints cannot corrupt the channel.
@@ -68,6 +70,10 @@ def handle(data: bytes) -> Any:
     kind = request.get("kind", "execute")
     if kind == "run-program":
         return run_program(request)
+    if kind == "device-step":
+        from pallaslab.execute.device_stepper import handle_request
+
+        return handle_request(request, None)
     try:
         for path in request["sys_path"]:
             if path not in sys.path:
@@ -79,6 +85,10 @@ def handle(data: bytes) -> Any:
                          f"{type(err).__name__}: {err}"}
     if kind == "open-stepper":
         return open_stepper(work, request["config"])
+    if kind == "open-device-stepper":
+        from pallaslab.execute.device_stepper import handle_request
+
+        return handle_request(request, work)
     return execute(work)
 
 

@@ -307,6 +307,13 @@ class TpuInterpretExecutor:
             uninitialized_memory="nan", num_cores_or_threads=self.cores,
             grid_point_recorder=recorder, logging_mode=logging_mode)
 
+    def device_recorder(self, kernels: Sequence[Kernel]) -> Any:
+        """On several devices, the recorder that turns the interpreter's log of DMAs and
+        semaphores into the run's record (None on one device)."""
+        if jax.device_count() > 1 and any(k.device_mesh or k.communicates for k in kernels):
+            return _jax.DeviceRecorder(jax.device_count())
+        return None
+
     def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         from jax.experimental.pallas import tpu as pltpu
 
@@ -322,9 +329,7 @@ class TpuInterpretExecutor:
                 return token
             return record
 
-        # Several devices: the interpreter's log of DMAs and semaphores becomes the record.
-        devices = _jax.DeviceRecorder(jax.device_count()) if jax.device_count() > 1 and any(
-            k.device_mesh or k.communicates for k in kernels) else None
+        devices = self.device_recorder(kernels)
         mode = _jax.device_logging_mode() if devices is not None else None
 
         def overrides(eqn: Any) -> dict[str, Any]:

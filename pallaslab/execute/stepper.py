@@ -494,7 +494,14 @@ def _mesh_text(kernel: Kernel) -> str:
 
 
 def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
-         seed: int = DEFAULT_SEED, timeout: float | None = None, **kwargs: Any) -> Stepper:
+         seed: int = DEFAULT_SEED, timeout: float | None = None, devices: int | None = None,
+         **kwargs: Any) -> Any:
     """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet. Each program
-    runs within `timeout` seconds (default $PALLASLAB_TIMEOUT, else 300 s)."""
+    runs within `timeout` seconds (default $PALLASLAB_TIMEOUT, else 300 s). With `devices=N`,
+    a kernel inside shard_map is stepped in lockstep on N simulated devices
+    (`pallaslab.execute.device_stepper.DeviceStepper`)."""
+    if devices is not None:
+        from pallaslab.execute.device_stepper import DeviceStepper
+
+        return DeviceStepper(fn, args, kwargs, devices=devices, seed=seed, timeout=timeout)
     return Stepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)

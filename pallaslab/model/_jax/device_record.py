@@ -90,8 +90,25 @@ class DeviceRecorder(logging.Handler):
         """The record; `destination(source, device)` is where the remote copy at `source`
         started on `device` sends (None: unknown), to pair the halves of remote DMAs;
         `names`: (memory space, buffer id) -> the kernel operand it holds."""
-        return _parse(self._lines, self.num_devices, self.truncated,
+        with self._lock:  # the run may still be adding lines (a stepped run)
+            lines = list(self._lines)
+        return _parse(lines, self.num_devices, self.truncated,
                       destination or (lambda source, device: None), names or {})
+
+    @property
+    def lines(self) -> int:
+        """How many log lines came so far (a stepped run's sign of progress)."""
+        return len(self._lines)
+
+    def thread_devices(self) -> dict[int, int]:
+        """Thread id -> the simulated device it runs, as the log names them."""
+        with self._lock:
+            lines = list(self._lines)
+        found: dict[int, int] = {}
+        for thread, message in lines:
+            if thread not in found and (m := _LINE.match(message)):
+                found[thread] = int(m[1])
+        return found
 
 
 def _parse(lines: list[tuple[int, str]], num_devices: int, truncated: bool,

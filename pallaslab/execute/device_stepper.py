@@ -1,0 +1,294 @@
+"""Stepping a multi-device kernel in lockstep: every device advances one program at a time.
+
+`pallaslab.step(fn, *args, devices=4)` runs the function under TPU interpret mode in the
+worker process for 4 simulated devices, with a gate at every program start (the interpreter's
+`grid_point_recorder`, called on each device's thread before each program): a device waits
+there until the stepper lets it go. `step()` lets every device run one more program and
+returns when all of them are waiting at their next program again (or finished, or blocked:
+nothing moves any more). Between steps the DMAs and semaphore operations so far are read from
+the interpreter's record, so a ring collective's steps can be watched one by one; the last
+step gives the run's result (outputs, findings, the whole record).
+
+This is real execution, paused at program boundaries; in-flight DMAs are the sends whose data
+has not landed yet. A deadlock stops the run as it does without stepping (a `deadlock`
+finding). The stepper lives in the worker: `close()` (or a new stepper) ends it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pallaslab.errors import PallasLabError
+from pallaslab.execute import isolation
+from pallaslab.execute.data import DEFAULT_SEED
+from pallaslab.execute.executors import Prepared, TpuInterpretExecutor, execute_here, prepare
+from pallaslab.execute.result import RunResult
+from pallaslab.model.devices import SemaphoreEvent, Transfer
+
+QUIET = 0.5  # seconds without progress after which the devices are taken to be waiting
+_KEYS = itertools.count()
+_SESSIONS: dict[str, DeviceStepSession] = {}  # in the worker: key -> the stepped run
+
+
+class DeviceStepError(PallasLabError, RuntimeError):
+    """The stepped run could not be opened or advanced (the message says why)."""
+
+
+# --- in the worker ------------------------------------------------------------------------------
+
+
+class _Gate:
+    """Each device thread passes its k-th program start only once `allowed` > k."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.allowed = 0
+        self.passed: dict[int, int] = {}  # thread -> programs started
+        self.waiting: set[int] = set()
+        self.stopped = False
+
+    def enter(self) -> None:
+        me = threading.get_ident()
+        with self.cv:
+            self.waiting.add(me)
+            self.cv.notify_all()
+            while self.passed.get(me, 0) >= self.allowed and not self.stopped:
+                self.cv.wait(0.1)
+            self.waiting.discard(me)
+            self.passed[me] = self.passed.get(me, 0) + 1
+
+    def advance(self) -> None:
+        with self.cv:
+            self.allowed += 1
+            self.cv.notify_all()
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopped = True
+            self.cv.notify_all()
+
+
+class _GatedTpuInterpret(TpuInterpretExecutor):
+    """TPU interpret mode with a gate at every program start, its record kept in reach."""
+
+    def __init__(self, gate: _Gate):
+        super().__init__()
+        self.gate = gate
+        self.recorder: Any = None
+
+    def device_recorder(self, kernels: Sequence[Any]) -> Any:
+        self.recorder = super().device_recorder(kernels)
+        return self.recorder
+
+    def params(self, recorder: Callable[..., Any] | None = None,
+               logging_mode: Any = None) -> Any:
+        gate = self.gate
+
+        def gated(token: Any, grid_point: Any, core_id: Any) -> Any:
+            gate.enter()
+            return recorder(token, grid_point, core_id) if recorder is not None else token
+
+        return super().params(gated, logging_mode)
+
+
+class DeviceStepSession:
+    """The stepped run in the worker: a thread running the kernel behind the gate."""
+
+    def __init__(self, prepared: Prepared):
+        from pallaslab.model import _jax
+
+        self.kernels = list(prepared.capture)
+        self.gate = _Gate()
+        self.executor = _GatedTpuInterpret(self.gate)
+        self.result: RunResult | None = None
+        self.error: str | None = None
+        self._names = {key: origin for k in self.kernels
+                       for key, origin in _jax.tpu_interpret_buffers(k).items()}
+        self._thread = threading.Thread(target=self._run, args=(prepared,), daemon=True,
+                                        name="pallaslab-device-stepper")
+        self._thread.start()
+
+    def _run(self, prepared: Prepared) -> None:
+        try:
+            self.result = execute_here(self.executor, prepared, float("inf"))
+        except BaseException as err:
+            self.error = f"{type(err).__name__}: {err}"
+
+    def settle(self) -> None:
+        """Wait until every device waits at its next program, the run ended, or (after the
+        first program started) nothing moved for `QUIET` seconds: devices that finished
+        wait for no program, and a blocked one waits on a semaphore."""
+        last, since = None, time.monotonic()
+        while self._thread.is_alive():
+            with self.gate.cv:
+                threads = set(self.gate.passed) | self.gate.waiting
+                waiting = set(self.gate.waiting)
+                started = sum(self.gate.passed.values())
+                # waiting for the next program, not still at the one just let through
+                ahead = all(self.gate.passed.get(t, 0) >= self.gate.allowed for t in waiting)
+            if threads and threads <= waiting and ahead:
+                return
+            recorder = self.executor.recorder
+            progress = (started, len(waiting), recorder.lines if recorder is not None else 0)
+            if progress != last:
+                last, since = progress, time.monotonic()
+            elif threads and time.monotonic() - since > QUIET:
+                return
+            time.sleep(0.02)
+
+    def state(self) -> dict[str, Any]:
+        from pallaslab.model import _jax
+
+        done = not self._thread.is_alive()
+        recorder = self.executor.recorder
+        record = None
+        if recorder is not None:
+            record = recorder.record(_jax.remote_destinations(self.kernels,
+                                                               recorder.num_devices),
+                                     self._names)
+        by_thread = recorder.thread_devices() if recorder is not None else {}
+        with self.gate.cv:
+            passed = dict(self.gate.passed)
+            waiting = set(self.gate.waiting)
+        programs: dict[int, int] = {}  # device -> programs run (or running)
+        for thread, count in passed.items():
+            device = by_thread.get(thread)
+            if device is not None:
+                programs[device] = max(programs.get(device, 0), count)
+        result = self.result
+        if result is not None:
+            result = dataclasses.replace(result, inputs=())
+        return {"step": self.gate.allowed, "done": done, "programs": programs,
+                "waiting": sorted(by_thread[t] for t in waiting if t in by_thread),
+                "transfers": record.transfers if record else (),
+                "semaphores": record.semaphores if record else (),
+                "result": result, "error": self.error}
+
+    def close(self) -> None:
+        self.gate.stop()
+
+
+def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -> Any:
+    """The worker's side of "open-device-stepper" (with `work`) and "device-step"."""
+    key = request["key"]
+    if work is not None:
+        for old in _SESSIONS.values():
+            old.close()
+        _SESSIONS.clear()
+        try:
+            prepared = prepare(work["fn"], work["args"], work["kwargs"])
+        except Exception as err:
+            return {"error": f"capturing the function failed in the worker process: "
+                             f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"}
+        session = _SESSIONS[key] = DeviceStepSession(prepared)
+    else:
+        found = _SESSIONS.get(key)
+        if found is None:
+            return {"missing": True}
+        session = found
+        if request.get("close"):
+            session.close()
+            del _SESSIONS[key]
+            return {"closed": True}
+        session.gate.advance()
+    session.settle()
+    return session.state()
+
+
+# --- in the notebook's process ------------------------------------------------------------------
+
+
+class DeviceStepper:
+    """A multi-device kernel stepped in lockstep in the worker for `devices` devices."""
+
+    def __init__(self, fn: Callable[..., Any], args: Sequence[Any],
+                 kwargs: Mapping[str, Any] | None = None, *, devices: int,
+                 seed: int = DEFAULT_SEED, timeout: float | None = None):
+        prepared = prepare(fn, args, kwargs, seed=seed, devices=devices)
+        self.devices = devices
+        self.kernel = prepared.capture[0] if len(prepared.capture) else None
+        self.time_limit = isolation.time_limit(timeout)
+        self._key = f"{os.getpid()}-{next(_KEYS)}"
+        self._state: dict[str, Any] = {}
+        self._call({"kind": "open-device-stepper", "key": self._key},
+                   {"fn": prepared.fn, "args": prepared.args, "kwargs": prepared.kwargs})
+
+    def _call(self, request: dict[str, Any], work: dict[str, Any] | None = None) -> None:
+        payload = dict(request)
+        if work is not None:
+            payload = pickle.loads(isolation.encode_request(work, kind="open-device-stepper"))
+            payload.update(request)
+        done = isolation.call_worker(
+            pickle.dumps(payload), self.time_limit, label="stepping on devices",
+            running=lambda count, where: "the stepped kernel",
+            interrupted=lambda seconds, what: f"stepping interrupted after {seconds:.1f} s",
+            devices=self.devices)
+        if done.failed is not None or done.timed_out is not None:
+            raise DeviceStepError(f"stepping on {self.devices} devices: "
+                                  f"{done.failed or done.timed_out}")
+        reply = done.reply
+        if "error" in reply and "step" not in reply:
+            raise DeviceStepError(f"stepping on {self.devices} devices: {reply['error']}")
+        if "missing" in reply:
+            raise DeviceStepError("the stepped run is gone (its worker process was replaced); "
+                                  "make a new stepper")
+        self._state = reply
+
+    def step(self, n: int = 1) -> DeviceStepper:
+        """Let every device run `n` more programs (or to the end)."""
+        for _ in range(n):
+            if self.done:
+                break
+            self._call({"kind": "device-step", "key": self._key})
+        return self
+
+    def run(self) -> RunResult:
+        """Step to the end; the run's result."""
+        while not self.done:
+            self.step()
+        assert self.result is not None
+        return self.result
+
+    def close(self) -> None:
+        if not self.done:
+            self._call({"kind": "device-step", "key": self._key, "close": True})
+
+    @property
+    def position(self) -> int:
+        """Lockstep steps taken (each device ran up to this many programs)."""
+        return int(self._state.get("step", 0))
+
+    @property
+    def done(self) -> bool:
+        return bool(self._state.get("done"))
+
+    @property
+    def programs(self) -> dict[int, int]:
+        """Device -> programs it has run (a blocked device: including the one it is in)."""
+        return dict(self._state.get("programs", {}))
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        """The DMAs that have landed so far, in order."""
+        return tuple(self._state.get("transfers", ()))
+
+    @property
+    def semaphores(self) -> tuple[SemaphoreEvent, ...]:
+        return tuple(self._state.get("semaphores", ()))
+
+    @property
+    def result(self) -> RunResult | None:
+        """The run's result, once it ended."""
+        return self._state.get("result")
+
+    def __repr__(self) -> str:
+        return (f"<DeviceStepper {self.kernel.name if self.kernel else '?'} on {self.devices} "
+                f"devices: step {self.position}, {len(self.transfers)} DMAs landed"
+                f"{', done' if self.done else ''}>")
