@@ -230,3 +230,22 @@ def test_stepping_a_deadlock_ends_with_the_finding():
     st = pallaslab.step(fn, *args, devices=DEVICES)
     result = st.run()
     assert [f.code for f in result.findings] == ["deadlock"]
+
+
+def test_stepping_one_device_shows_it_blocked_with_its_dma_in_flight():
+    fn, args = CATALOG["ring_all_gather"].case()
+    st = pallaslab.step(fn, *args, devices=DEVICES)
+    try:
+        with pytest.raises(pallaslab.PallasLabError, match="step every device once first"):
+            st.step(device=0)
+        st.step()  # ring step 0 everywhere
+        st.step(device=0)  # device 0 alone into ring step 1
+        assert st.programs[0] == 2 and all(st.programs[d] == 1 for d in (1, 2, 3))
+        assert st.busy == [0]  # it waits for device 3's block, which has not been sent
+        assert [(t.src_device, t.dst_device, t.step) for t in st.in_flight] == [(0, 1, 1)]
+        st.step(device=3)  # device 3 sends to device 0, which can finish its program
+        assert st.busy == [3]
+        assert (3, 0, 1) in [(t.src_device, t.dst_device, t.step) for t in st.transfers]
+        assert st.run().status == "ran"
+    finally:
+        st.close()

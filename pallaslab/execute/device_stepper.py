@@ -45,28 +45,37 @@ class DeviceStepError(PallasLabError, RuntimeError):
 
 
 class _Gate:
-    """Each device thread passes its k-th program start only once `allowed` > k."""
+    """Each device thread passes its k-th program start only once its allowance is > k: all
+    threads' together (lockstep), or one device's alone."""
 
     def __init__(self) -> None:
         self.cv = threading.Condition()
-        self.allowed = 0
+        self.allowed = 0  # the lockstep allowance
+        self.extra: dict[int, int] = {}  # thread -> programs allowed beyond it (one device)
         self.passed: dict[int, int] = {}  # thread -> programs started
         self.waiting: set[int] = set()
         self.stopped = False
+
+    def allowance(self, thread: int) -> int:
+        return self.allowed + self.extra.get(thread, 0)
 
     def enter(self) -> None:
         me = threading.get_ident()
         with self.cv:
             self.waiting.add(me)
             self.cv.notify_all()
-            while self.passed.get(me, 0) >= self.allowed and not self.stopped:
+            while self.passed.get(me, 0) >= self.allowance(me) and not self.stopped:
                 self.cv.wait(0.1)
             self.waiting.discard(me)
             self.passed[me] = self.passed.get(me, 0) + 1
 
-    def advance(self) -> None:
+    def advance(self, threads: Sequence[int] | None = None) -> None:
+        """One more program for every thread, or for `threads` only."""
         with self.cv:
-            self.allowed += 1
+            if threads is None:
+                self.allowed += 1
+            for t in threads or ():
+                self.extra[t] = self.extra.get(t, 0) + 1
             self.cv.notify_all()
 
     def stop(self) -> None:
@@ -132,7 +141,8 @@ class DeviceStepSession:
                 waiting = set(self.gate.waiting)
                 started = sum(self.gate.passed.values())
                 # waiting for the next program, not still at the one just let through
-                ahead = all(self.gate.passed.get(t, 0) >= self.gate.allowed for t in waiting)
+                ahead = all(self.gate.passed.get(t, 0) >= self.gate.allowance(t)
+                            for t in waiting)
             if threads and threads <= waiting and ahead:
                 return
             recorder = self.executor.recorder
@@ -165,11 +175,18 @@ class DeviceStepSession:
         result = self.result
         if result is not None:
             result = dataclasses.replace(result, inputs=())
+        at_gate = {by_thread[t] for t in waiting if t in by_thread}
         return {"step": self.gate.allowed, "done": done, "programs": programs,
-                "waiting": sorted(by_thread[t] for t in waiting if t in by_thread),
+                # devices inside a program: running, or blocked on a semaphore
+                "busy": sorted(set(programs) - at_gate) if not done else [],
                 "transfers": record.transfers if record else (),
+                "in_flight": record.in_flight if record else (),
                 "semaphores": record.semaphores if record else (),
                 "result": result, "error": self.error}
+
+    def devices_by_thread(self) -> dict[int, int]:
+        recorder = self.executor.recorder
+        return recorder.thread_devices() if recorder is not None else {}
 
     def close(self) -> None:
         self.gate.stop()
@@ -197,7 +214,15 @@ def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -
             session.close()
             del _SESSIONS[key]
             return {"closed": True}
-        session.gate.advance()
+        device = request.get("device")
+        with session.gate.cv:
+            gated = set(session.gate.passed) | session.gate.waiting
+        threads = None if device is None else [
+            t for t, d in session.devices_by_thread().items() if d == device and t in gated]
+        if threads == []:  # a core thread is known by the device its first program logs
+            return {**session.state(), "error": f"device {device}'s threads are not known yet: "
+                    "step every device once first (step())"}
+        session.gate.advance(threads)
     session.settle()
     return session.state()
 
@@ -234,19 +259,21 @@ class DeviceStepper:
             raise DeviceStepError(f"stepping on {self.devices} devices: "
                                   f"{done.failed or done.timed_out}")
         reply = done.reply
-        if "error" in reply and "step" not in reply:
+        if reply.get("error") and not (reply.get("done") and reply.get("result")):
             raise DeviceStepError(f"stepping on {self.devices} devices: {reply['error']}")
         if "missing" in reply:
             raise DeviceStepError("the stepped run is gone (its worker process was replaced); "
                                   "make a new stepper")
         self._state = reply
 
-    def step(self, n: int = 1) -> DeviceStepper:
-        """Let every device run `n` more programs (or to the end)."""
+    def step(self, n: int = 1, *, device: int | None = None) -> DeviceStepper:
+        """Let every device (or only `device`, after a first step of all) run `n` more
+        programs (or to the end). A device let go alone may block on a semaphore another
+        device has yet to signal: it is then `busy`, with its DMAs `in_flight`."""
         for _ in range(n):
             if self.done:
                 break
-            self._call({"kind": "device-step", "key": self._key})
+            self._call({"kind": "device-step", "key": self._key, "device": device})
         return self
 
     def run(self) -> RunResult:
@@ -278,6 +305,16 @@ class DeviceStepper:
     def transfers(self) -> tuple[Transfer, ...]:
         """The DMAs that have landed so far, in order."""
         return tuple(self._state.get("transfers", ()))
+
+    @property
+    def in_flight(self) -> tuple[Transfer, ...]:
+        """DMAs sent whose data has not landed yet (`dst_device` -1 where not known)."""
+        return tuple(self._state.get("in_flight", ()))
+
+    @property
+    def busy(self) -> list[int]:
+        """Devices inside a program (running, or blocked on a semaphore)."""
+        return list(self._state.get("busy", []))
 
     @property
     def semaphores(self) -> tuple[SemaphoreEvent, ...]:

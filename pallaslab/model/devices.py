@@ -49,6 +49,8 @@ class DeviceRecord:
     transfers: tuple[Transfer, ...]
     semaphores: tuple[SemaphoreEvent, ...]
     truncated: bool = False  # the record stopped at its size limit
+    # Sent, not landed (a stepped run between steps): `dst_device` -1 where not known.
+    in_flight: tuple[Transfer, ...] = ()
 
     def remote_bytes(self) -> int:
         return sum(t.nbytes for t in self.transfers if t.remote)

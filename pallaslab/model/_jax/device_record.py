@@ -184,7 +184,12 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
             semaphores.append(SemaphoreEvent(seq, "wait", op.device, int(m[1]), int(m[2]),
                                              source))
         last[thread] = [*last[thread][-1:], op]
-    return DeviceRecord(num_devices, tuple(transfers), tuple(semaphores), truncated)
+    in_flight = tuple(
+        Transfer(seq, src[2], to if (to := destination(source, src[2])) is not None else -1,
+                 _label(src, names), "?", (), nbytes, source, started[(src[2], source)])
+        for source, sends in sent.items() for seq, nbytes, src in sends)
+    return DeviceRecord(num_devices, tuple(transfers), tuple(semaphores), truncated,
+                        in_flight)
 
 
 def _signalled_device(counts: dict[int, list[int]], sem: int, text: str, inc: int,
