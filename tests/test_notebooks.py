@@ -61,3 +61,15 @@ def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
     assert "was written by no DMA" in text
     assert "error deadlock: deadlock: every device is blocked" in text
     assert text.rstrip().endswith("all close")  # the solution of exercise 2 passes
+
+
+def test_gpu_tutorial_judges_compiles_and_steps_both_backends():
+    text = outputs_text(executed(next(p for p in NOTEBOOKS if p.name == "04_gpu_kernels.ipynb")))
+    assert "add -> no errors" in text and "overlapping -> ['parallel-write-conflict" in text
+    assert "triton compiled: True" in text and ".target sm_90a" in text
+    assert "blocks/SM" in text
+    assert "executors chosen by default: gpu-interpret, reference" in text
+    assert "after block (0,) : written 128 of 256" in text
+    assert "shared memory barrier: barrier[] 8 B" in text
+    assert "PTX/SASS: ('jaxpr', 'mosaic-gpu', 'ptx', 'ptxas', 'sass')" in text
+    assert text.rstrip().endswith("errors: []")
