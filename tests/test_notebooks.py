@@ -73,3 +73,15 @@ def test_gpu_tutorial_judges_compiles_and_steps_both_backends():
     assert "shared memory barrier: barrier[] 8 B" in text
     assert "PTX/SASS: ('jaxpr', 'mosaic-gpu', 'ptx', 'ptxas', 'sass')" in text
     assert text.rstrip().endswith("errors: []")
+
+
+def test_in_kernel_pipelines_tutorial_shows_the_inner_grid_and_the_dmas():
+    text = outputs_text(executed(next(p for p in NOTEBOOKS
+                                      if p.name == "05_in_kernel_pipelines_and_dmas.ipynb")))
+    assert "inner pipeline matmul_step grid (2, 2, 2)" in text
+    assert "x_ref: block (128, 128) of args[0], vmem, 2 buffers" in text
+    assert "pipelined_matmul_kernel on v5e: 384.0 KiB of 16.00 MiB scoped VMEM" in text
+    assert "nested pipeline 0: grid 2 x 2 x 2" in text
+    assert "async copy; x_hbm (args[0], any) -> buf (scratch[0], vmem), 32,768 B" in text
+    assert "MISMATCH" in text  # the slot read before its DMA landed
+    assert "pipelined_matmul mosaic-tpu ok | compiled: True" in text
