@@ -85,3 +85,24 @@ def test_in_kernel_pipelines_tutorial_shows_the_inner_grid_and_the_dmas():
     assert "async copy; x_hbm (args[0], any) -> buf (scratch[0], vmem), 32,768 B" in text
     assert "MISMATCH" in text  # the slot read before its DMA landed
     assert "pipelined_matmul mosaic-tpu ok | compiled: True" in text
+
+
+def test_pipelining_tutorial_trades_traffic_against_vmem_and_asks_libtpu():
+    text = outputs_text(executed(next(p for p in NOTEBOOKS
+                                      if p.name == "03_tpu_pipelining_and_vmem.ipynb")))
+    assert "blocks 128:" in text and "HBM traffic 276,824,064 B" in text
+    assert "blocks 512:" in text and "HBM traffic 75,497,472 B" in text
+    assert "What-if (best first" in text and "40960 !!" in text
+    assert "blocks 512: compiled True, ok True | libtpu needs" in text
+    assert "blocks 2048: compiled True, ok False" in text and "vmem-oom" in text
+    assert text.rstrip().endswith("fits v5e: [1024, 512]")
+
+
+def test_fuser_tutorial_shows_what_was_fused_and_whose_arrays():
+    text = outputs_text(executed(next(p for p in NOTEBOOKS
+                                      if p.name == "07_fused_kernels.ipynb")))
+    assert "1 kernel: scale_kernel" in text
+    assert "(args[0][0] = x)" in text and "(args[0][1] = b)" in text
+    assert "prologue -> args[0]" in text and "c:f32[64,128] = exp a" in text
+    assert "epilogue applied to outputs" in text and "all close" in text
+    assert text.rstrip().endswith("[('prologue', 'args[0]'), ('epilogue', 'outputs')]")
