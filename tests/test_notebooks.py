@@ -18,6 +18,11 @@ def executed(path: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def text_of(name: str) -> str:
+    """Everything the tutorial `name` printed, executed once per session."""
+    return outputs_text(executed(next(p for p in NOTEBOOKS if p.name == name)))
+
+
 def outputs_text(nb: nbformat.NotebookNode) -> str:
     return "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
                    for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
@@ -31,15 +36,14 @@ def test_notebook_runs(path):
 
 
 def test_quickstart_shows_fetches_and_the_race():
-    text = outputs_text(executed(next(p for p in NOTEBOOKS if p.name == "00_quickstart.ipynb")))
+    text = text_of("00_quickstart.ipynb")
     # grid (8, 6, 4): x and y change block every step, the output once per (i, j)
     assert "args[0]  fetches= 192" in text and "outputs  fetches=  48" in text
     assert "error parallel-write-conflict" in text
 
 
 def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
-    text = outputs_text(executed(next(p for p in NOTEBOOKS
-                                      if p.name == "02_debugging_a_kernel.ipynb")))
+    text = text_of("02_debugging_a_kernel.ipynb")
     assert "mismatched blocks: ((2, 0),) | written by programs: ((2,),)" in text
     assert "program (2,) read args[0] block (3, 0)" in text
     # The race may also leave NaN from the accumulator's uninitialised VMEM: an
@@ -50,8 +54,7 @@ def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
 
 
 def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
-    text = outputs_text(executed(next(p for p in NOTEBOOKS
-                                      if p.name == "06_multi_device.ipynb")))
+    text = text_of("06_multi_device.ipynb")
     assert "devices in this notebook: 1" in text
     assert "ran on 4 simulated CPU devices in a worker process" in text
     assert "Devices of kernel 0 all_gather_kernel: 4 devices, 16 DMAs (49,152 B between" in text
@@ -64,7 +67,7 @@ def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
 
 
 def test_gpu_tutorial_judges_compiles_and_steps_both_backends():
-    text = outputs_text(executed(next(p for p in NOTEBOOKS if p.name == "04_gpu_kernels.ipynb")))
+    text = text_of("04_gpu_kernels.ipynb")
     assert "add -> no errors" in text and "overlapping -> ['parallel-write-conflict" in text
     assert "triton compiled: True" in text and ".target sm_90a" in text
     assert "blocks/SM" in text
@@ -76,8 +79,7 @@ def test_gpu_tutorial_judges_compiles_and_steps_both_backends():
 
 
 def test_in_kernel_pipelines_tutorial_shows_the_inner_grid_and_the_dmas():
-    text = outputs_text(executed(next(p for p in NOTEBOOKS
-                                      if p.name == "05_in_kernel_pipelines_and_dmas.ipynb")))
+    text = text_of("05_in_kernel_pipelines_and_dmas.ipynb")
     assert "inner pipeline matmul_step grid (2, 2, 2)" in text
     assert "x_ref: block (128, 128) of args[0], vmem, 2 buffers" in text
     assert "pipelined_matmul_kernel on v5e: 384.0 KiB of 16.00 MiB scoped VMEM" in text
@@ -88,8 +90,7 @@ def test_in_kernel_pipelines_tutorial_shows_the_inner_grid_and_the_dmas():
 
 
 def test_pipelining_tutorial_trades_traffic_against_vmem_and_asks_libtpu():
-    text = outputs_text(executed(next(p for p in NOTEBOOKS
-                                      if p.name == "03_tpu_pipelining_and_vmem.ipynb")))
+    text = text_of("03_tpu_pipelining_and_vmem.ipynb")
     assert "blocks 128:" in text and "HBM traffic 276,824,064 B" in text
     assert "blocks 512:" in text and "HBM traffic 75,497,472 B" in text
     assert "What-if (best first" in text and "40960 !!" in text
@@ -99,8 +100,7 @@ def test_pipelining_tutorial_trades_traffic_against_vmem_and_asks_libtpu():
 
 
 def test_fuser_tutorial_shows_what_was_fused_and_whose_arrays():
-    text = outputs_text(executed(next(p for p in NOTEBOOKS
-                                      if p.name == "07_fused_kernels.ipynb")))
+    text = text_of("07_fused_kernels.ipynb")
     assert "1 kernel: scale_kernel" in text
     assert "(args[0][0] = x)" in text and "(args[0][1] = b)" in text
     assert "prologue -> args[0]" in text and "c:f32[64,128] = exp a" in text
