@@ -28,8 +28,9 @@ from typing import Any
 from pallaslab.errors import PallasLabError
 from pallaslab.execute import isolation
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.executors import Prepared, TpuInterpretExecutor, execute_here, prepare
+from pallaslab.execute.executors import Prepared, execute_here, prepare
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
 from pallaslab.model.devices import SemaphoreEvent, Transfer
 
 QUIET = 0.5  # seconds without progress after which the devices are taken to be waiting

@@ -24,7 +24,6 @@ with a one-line reason, never a traceback.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
@@ -280,115 +279,6 @@ class InterpretExecutor:
         return _timed_jaxpr_run(self.name, prepared, jaxpr, monitor)
 
 
-TPU_INTERPRET_CORES = 2
-
-
-class TpuInterpretExecutor:
-    """TPU interpret mode: HBM/VMEM/SMEM, DMAs, semaphores, race detection (slow)."""
-
-    name = "tpu-interpret"
-
-    def __init__(self, cores: int = TPU_INTERPRET_CORES, detect_races: bool = True):
-        self.cores = cores
-        self.detect_races = detect_races
-
-    def unavailable(self) -> str | None:
-        return None
-
-    def cannot_run(self, prepared: Prepared) -> str | None:
-        return capabilities.tpu_interpreter_refusal(prepared.capture)
-
-    def params(self, recorder: Callable[..., Any] | None = None,
-               logging_mode: Any = None) -> Any:
-        from jax.experimental.pallas import tpu as pltpu
-
-        return pltpu.InterpretParams(
-            detect_races=self.detect_races, on_race="warn", out_of_bounds_reads="raise",
-            uninitialized_memory="nan", num_cores_or_threads=self.cores,
-            grid_point_recorder=recorder, logging_mode=logging_mode)
-
-    def device_recorder(self, kernels: Sequence[Kernel]) -> Any:
-        """On several devices, the recorder that turns the interpreter's log of DMAs and
-        semaphores into the run's record (None on one device)."""
-        if jax.device_count() > 1 and any(k.device_mesh or k.communicates for k in kernels):
-            return _jax.DeviceRecorder(jax.device_count())
-        return None
-
-    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
-        from jax.experimental.pallas import tpu as pltpu
-
-        cap = prepared.capture
-        kernels = list(cap)
-        monitor = RunMonitor(kernels, desc=self.name, total=total_programs(kernels),
-                             deadline=deadline)
-        by_eqn = {id(k.handle.eqn): k for k in cap}
-
-        def recorder_for(index: int) -> Callable[..., Any]:
-            def record(token: Any, grid_point: Any, core_id: Any) -> Any:
-                monitor.enter(index, tuple(int(g) for g in grid_point), int(core_id))
-                return token
-            return record
-
-        devices = self.device_recorder(kernels)
-        mode = _jax.device_logging_mode() if devices is not None else None
-
-        def overrides(eqn: Any) -> dict[str, Any]:
-            kernel = by_eqn.get(id(eqn))
-            recorder = recorder_for(kernel.index) if kernel is not None else None
-            update = {"interpret": self.params(recorder, mode)}
-            if kernel is not None:
-                update |= _jax.full_dimension_semantics_params(kernel) or {}
-                update |= _jax.instrument_kernel(eqn, on_check=monitor.check_failed) or {}
-            return update
-
-        jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
-        race_log = diagnostics.RaceLog(monitor)
-        with race_log, _jax.DeadlockWatch() as watch, devices or contextlib.nullcontext():
-            result = _timed_jaxpr_run(
-                self.name, prepared, jaxpr, monitor,
-                interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
-                reset=pltpu.reset_tpu_interpret_mode_state)
-        if devices is not None:
-            result = _with_device_record(result, devices, kernels)
-        if watch.found is not None:
-            # Devices stopped after the run returned leave their failure in the runtime's
-            # effect tokens and the interpreter's state: consume it, so the next run is clean.
-            with contextlib.suppress(Exception):
-                jax.effects_barrier()
-            pltpu.reset_tpu_interpret_mode_state()
-        return _with_deadlock(result, watch.found, kernels)
-
-
-def _with_device_record(result: RunResult, devices: Any, kernels: Sequence[Kernel]
-                        ) -> RunResult:
-    """The run with the record of its DMAs and semaphores (a record that cannot be read is
-    said in a note; the run itself stands)."""
-    try:
-        names = {key: origin for k in kernels
-                 for key, origin in _jax.tpu_interpret_buffers(k).items()}
-        record = devices.record(_jax.remote_destinations(kernels, jax.device_count()), names)
-    except Exception as err:
-        return dataclasses.replace(result, notes=(
-            *result.notes, f"the record of DMAs between devices could not be read: "
-                           f"{type(err).__name__}: {err}"))
-    return dataclasses.replace(result, device_record=record)
-
-
-def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> RunResult:
-    """A run stopped by the deadlock watch: its error is the deadlock, as a finding naming
-    the blocked devices and the kernel's semaphore waits."""
-    if found is None:
-        return result
-    waits = sorted({op.source for k in kernels for op in k.semaphore_ops
-                    if op.kind in ("wait", "dma_wait") and op.source})
-    where = f" (the kernel waits at {', '.join(w.rsplit('/', 1)[-1] for w in waits)})" \
-        if waits else ""
-    message = found.message + where
-    kept = tuple(f for f in result.findings if "DeadlockError" not in f.message)
-    return dataclasses.replace(result, error=message,
-                               findings=(Finding("deadlock", "error", message), *kept))
-
-
 def attached_accelerator() -> tuple[Any | None, str | None]:
     """(device, None) for an attached TPU or GPU, else (None, why not)."""
     for platform in ("tpu", "gpu"):
@@ -478,6 +368,12 @@ class ReferenceExecutor:
                          inputs=_numpy(prepared.flat_args))
 
 
+def _tpu_interpret() -> Executor:
+    from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
+
+    return TpuInterpretExecutor()
+
+
 def _gpu_interpret() -> Executor:
     from pallaslab.execute.gpu_interpret import GpuInterpretExecutor
 
@@ -504,7 +400,7 @@ def get_executor(name: str | Executor, *, reference: Callable[..., Any] | None =
         return name
     factories: dict[str, Callable[[], Executor]] = {
         "interpret": InterpretExecutor,
-        "tpu-interpret": TpuInterpretExecutor,
+        "tpu-interpret": _tpu_interpret,
         "gpu-interpret": _gpu_interpret,
         "vectorized": _vectorized,
         "device": DeviceExecutor,

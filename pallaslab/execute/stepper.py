@@ -32,7 +32,6 @@ programs in this process instead, and `notes` says the time limit is not enforce
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -40,11 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pallaslab.analysis.tiling import OperandTiling, Tiling, tile, tiling_unavailable_reason
+from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute import capabilities, isolation
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import Prepared, prepare
+from pallaslab.execute.mesh_stepping import mesh_note, mesh_runner_or_raise, mesh_tiling
 from pallaslab.execute.monitor import Interruptible, progress
 from pallaslab.execute.step_worker import (  # the errors stay importable from here
     RUNNER_KEYS,
@@ -56,7 +56,7 @@ from pallaslab.execute.step_worker import (  # the errors stay importable from h
 from pallaslab.model import Kernel, _jax, select_kernel
 
 if TYPE_CHECKING:
-    from pallaslab.model._jax.stepper import ProgramRunner
+    pass
 
 PROGRESS_MIN_STEPS = 64  # loops this long may show a progress bar (after its delay)
 
@@ -106,8 +106,8 @@ class Stepper:
         # A mesh kernel's programs are its cores (TPU) or blocks (Mosaic GPU): program ids
         # are mesh (grid) coordinates.
         self._per_core = self.kernel.kind == "mesh"
-        runner = _mesh_runner_or_raise(self.kernel) if self._per_core else None
-        self.tiling: Tiling = _mesh_tiling(self.kernel, runner) if runner is not None else \
+        runner = mesh_runner_or_raise(self.kernel) if self._per_core else None
+        self.tiling: Tiling = mesh_tiling(self.kernel, runner) if runner is not None else \
             _tiling_or_raise(self.kernel)
         operands = _jax.kernel_operands(prepared.capture.handle.closed_jaxpr,
                                         prepared.flat_args, self.kernel)
@@ -119,7 +119,7 @@ class Stepper:
                 "stepped. Step a function that launches it directly.")
         self._runner = runner or _jax.program_runner(self.kernel)
         if self._per_core:
-            self.notes.append(_mesh_note(self.kernel))
+            self.notes.append(mesh_note(self.kernel))
         self._remote = self._remote_runner(prepared)
         self._ids = self.tiling.program_ids()
         self._init_state(operands)
@@ -425,72 +425,6 @@ def _tiling_or_raise(kernel: Kernel) -> Tiling:
         raise UnavailableError(f"kernel {kernel.name} cannot be stepped: operand(s) "
                                f"{', '.join(unblocked)} have no BlockSpec")
     return t
-
-
-def _mesh_runner_or_raise(kernel: Kernel) -> ProgramRunner:
-    talking = [op.source or op.semaphore for op in kernel.semaphore_ops if op.device] + \
-        [d.source or d.dst for d in kernel.dmas if d.kind == "remote"]
-    if talking:  # alone, a core would wait for a signal no one sends (or lose its effect)
-        raise UnavailableError(
-            f"mesh kernel {kernel.name} cannot be stepped core by core: its cores signal "
-            f"each other (a semaphore signal or DMA to another core at {talking[0]}), so no "
-            "core can run alone. Run it whole under tpu-interpret: pallaslab.run(fn, *args, "
-            "executor='tpu-interpret')")
-    try:
-        return _jax.program_runner(kernel)
-    except Exception as err:
-        raise UnavailableError(
-            f"mesh kernel {kernel.name} cannot be stepped core by core: "
-            f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}. Run it whole under "
-            "tpu-interpret: pallaslab.run(fn, *args, executor='tpu-interpret')") from None
-
-
-def _mesh_tiling(kernel: Kernel, runner: ProgramRunner) -> Tiling:
-    """A mesh kernel's "tiling": its mesh as the grid, each operand one whole-array block
-    (every core sees all of it; what it touches is its own DMAs' business)."""
-    grid = tuple(runner.grid)
-    programs = math.prod(grid)
-    ops = [op for op in kernel.operands if op.role != "scratch" and not op.scalar_prefetch]
-    if len(ops) != len(runner.block_shapes) or any(
-            tuple(op.shape) != tuple(shape) for op, shape in
-            zip(ops, runner.block_shapes, strict=True)):
-        raise UnavailableError(
-            f"mesh kernel {kernel.name} cannot be stepped core by core: its operands "
-            f"{[op.origin for op in ops]} do not match the operands of its body "
-            f"{[list(b) for b in runner.block_shapes]}")
-    return Tiling(grid, {op.origin: OperandTiling(
-        origin=op.origin, role=op.role, shape=tuple(op.shape), extent=tuple(op.shape),
-        block_indices=np.zeros((programs, len(op.shape)), np.int32),
-        fetch_mask=np.zeros(programs, bool), windowed=False, itemsize=op.itemsize,
-        scale=tuple(op.shape), offset=(0,) * len(op.shape)) for op in ops})
-
-
-def _mesh_note(kernel: Kernel) -> str:
-    """How a mesh kernel's programs are stepped."""
-    if kernel.backend != "mosaic_gpu":
-        return (f"mesh kernel {kernel.name}: each program is one core of its "
-                f"{_mesh_text(kernel)} (program ids = mesh coordinates), run alone and in "
-                "order with its own scratch (fresh each core), on the whole HBM operands the "
-                "cores before it left; tpu-interpret runs the cores together")
-    warpgroups = kernel.mesh.warpgroups if kernel.mesh is not None else None
-    axes = [f"{n}={s}" for n, s in (kernel.mesh.axes if kernel.mesh else ())
-            if warpgroups is None or n != warpgroups[0]]
-    blocks = f"one block of its grid ({', '.join(axes)})" if axes else "its single block"
-    together = (f"; its {warpgroups[1]} warpgroups ({warpgroups[0]}) run together within the "
-                "block, as threads, since they synchronise through barriers and SMEM"
-                if warpgroups is not None and warpgroups[1] > 1 else "")
-    return (f"Mosaic GPU kernel {kernel.name}: each program is {blocks} (program ids = block "
-            "coordinates), run alone and in order by JAX's Mosaic GPU interpreter with its "
-            "own shared memory and barriers, on the whole GMEM operands the blocks before it "
-            f"left{together}")
-
-
-def _mesh_text(kernel: Kernel) -> str:
-    mesh = kernel.mesh
-    if mesh is None:
-        return "mesh"
-    axes = ", ".join(f"{name}={size}" for name, size in mesh.axes)
-    return f"{mesh.kind} ({axes})"
 
 
 def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,

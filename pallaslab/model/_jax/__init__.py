@@ -7,7 +7,8 @@ package, one module per responsibility: `base` (imports, version gate, handles),
 `fusion` (what the fuser fused in), `rerun` (re-binding kernels with other params),
 `rewrite` (jaxprs re-traced with equations replaced), `checks` (debug checks), `compiled`
 (compile caches), `chips` (TPU chip facts, kernel bodies), `lowering` (Mosaic modules,
-topologies, AOT compiles) and `stepper` (one-program runners).
+topologies, AOT compiles), `stepper` and `mesh_runners` (one-program runners), `deadlock`
+and `device_record` (what TPU interpret mode's threads and log say about a run).
 Checked against jax 0.12; other versions get a warning at import.
 """
 
