@@ -57,11 +57,21 @@ def test_grid_of_bounded_slice_pipeline_windows_scratch():
     view = workbench("bounded_slice_pipeline").view("grid")
     [nested] = view.payload()["pipelines"]
     assert nested["payload"]["grid"] == [3, 2]
-    # The tiling computes fixed-size blocks only: the view says which windows it leaves out.
-    assert nested["payload"]["note"] == ("not drawn: x_ref, o_ref (BoundedSlice windows; the "
-                                         "tiling computes fixed-size blocks only)")
-    assert nested["payload"]["note"] in view.to_text()
-    assert nested["payload"]["note"] in view.to_html()
+    # BoundedSlice windows are drawn: rows 2i .. 2i+i+2 (starts 2i, sizes i+3) as affine
+    # columns of the program ids; their copies count each window's own rows.
+    assert nested["payload"]["note"] is None
+    x_ref, o_ref = nested["payload"]["operands"]
+    assert x_ref["extent"] == [6, 8, 256] and x_ref["scale"] == [1, 8, 256]
+    assert x_ref["index"][0] == {"affine": [0, 2, 0], "table": None}
+    assert x_ref["size"] == [{"affine": [3, 1, 0], "table": None}, None, None]
+    assert x_ref["fetches"] == o_ref["fetches"] == 6
+    assert x_ref["hbm_bytes"] == (3 + 3 + 4 + 4 + 5 + 5) * 8 * 256 * 4
+    # Rows 9-15 are outside every window: they keep what the kernel wrote (not an error).
+    [finding] = nested["payload"]["findings"]
+    assert finding["code"] == "uncovered-output" and finding["severity"] == "info"
+    assert finding["message"].startswith("outputs: 28672 of 65536 elements (43.8%) are never "
+                                         "written by any program, starting at element (9, 0, 0)")
+    assert finding["message"].endswith("they keep what the kernel left in scratch[1].")
 
 
 def test_grid_of_a_mesh_kernel_says_why_there_is_no_grid():

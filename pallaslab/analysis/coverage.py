@@ -96,12 +96,14 @@ def _sparse_block_coverage(covered: np.ndarray, nblocks: tuple[int, ...], extent
 
 
 def _element_coverage(ot: OperandTiling, op: Operand) -> Coverage:
-    """Element-offset (pl.Element) tilings: mark each distinct block window."""
+    """Element-offset (pl.Element, pl.BoundedSlice) tilings: mark each distinct window."""
     covered = np.zeros(ot.shape, bool)
-    starts = np.unique(ot.starts, axis=0) if len(ot.starts) else ot.starts
+    windows = np.concatenate([ot.starts, ot.extents_at(slice(None))], axis=1)
+    windows = np.unique(windows, axis=0) if len(windows) else windows
+    starts, extents = np.split(windows, 2, axis=1)
     shape = np.asarray(ot.shape, np.int64)
     lo = np.clip(starts, 0, shape)
-    hi = np.clip(starts + np.asarray(ot.extent, np.int64), 0, shape)
+    hi = np.clip(starts + extents, 0, shape)
     for a, b in zip(lo, hi, strict=True):
         covered[tuple(slice(int(x), int(y)) for x, y in zip(a, b, strict=True))] = True
     points = np.argwhere(~covered)

@@ -238,11 +238,16 @@ def out_of_bounds(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Find
 
 
 def _outside(ot: OperandTiling, op: Operand) -> np.ndarray:
-    """(P,) bool: the step's block starts outside the array (Element windows: ends outside)."""
+    """(P,) bool: the step's block starts outside the array (Element windows: ends outside;
+    BoundedSlice windows: ends outside or is longer than its bound)."""
     bad = np.zeros(len(ot.block_indices), bool)
     for d, (dim, size) in enumerate(zip(op.block_dims or (), ot.shape, strict=True)):
         idx = ot.block_indices[:, d]
-        if dim.kind == "element":
+        if dim.kind == "bounded" and ot.sizes is not None:
+            length = ot.sizes[:, d]
+            bad |= (idx < 0) | (idx + length.astype(np.int64) > size) | (length > dim.size) \
+                | (length < 0)
+        elif dim.kind == "element":
             lo, hi = -dim.padding[0], size + dim.padding[1]
             start = idx.astype(np.int64) - dim.padding[0]
             bad |= (start < lo) | (start + dim.size > hi)
@@ -288,8 +293,12 @@ def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[
         cover = coverage(ot, op)
         if not cover.missing:
             continue
-        aliased = op.aliased_with is not None
-        tail = (f"they keep the values of the aliased input {op.aliased_with}" if aliased
+        # A nested pipeline writes into a ref its kernel owns: what it leaves keeps the
+        # kernel's own values, as an aliased output keeps its input's.
+        nested = kernel.kind == "pipeline"
+        aliased = op.aliased_with is not None or nested
+        tail = (f"they keep what the kernel left in {op.outer or ot.origin}" if nested
+                else f"they keep the values of the aliased input {op.aliased_with}" if aliased
                 else "they hold whatever was in memory (garbage on TPU/GPU)")
         none = " (the grid has none)" if not tiling.programs else ""
         yield Finding(
@@ -297,8 +306,9 @@ def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[
             f"{ot.origin}: {cover.missing} of {cover.total} elements "
             f"({100 * cover.missing / cover.total:.1f}%) are never written by any "
             f"program{none}, "
-            f"starting at element {cover.first_missing}; {tail}. Rule: the output BlockSpecs "
-            "over the grid must cover the whole output.",
+            f"starting at element {cover.first_missing}; {tail}."
+            + ("" if nested else " Rule: the output BlockSpecs over the grid must cover the "
+               "whole output."),
             operand=ot.origin, blocks=cover.missing_blocks,
         )
 

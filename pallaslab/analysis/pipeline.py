@@ -267,12 +267,12 @@ def step_times(kernel: Kernel, chip: Chip, tiling: Tiling, cost: StepCost,
         single = occ.operand(origin).buffers <= 1 and steps > 1
         if ot.role == "input":
             mask = ot.fetch_mask
-            in_bytes[mask] += ot.clipped_volume(ot.starts_at(mask)) * ot.itemsize
+            in_bytes[mask] += ot.volume_at(mask) * ot.itemsize
             serial_in |= mask & single
         elif ot.role == "output":
             # Written back when the block changes, and after the last step (if any).
             mask = np.append(ot.fetch_mask[1:], True)[:steps]
-            out_bytes[mask] += ot.clipped_volume(ot.starts_at(mask)) * ot.itemsize
+            out_bytes[mask] += ot.volume_at(mask) * ot.itemsize
             serial_out |= mask & single
     serial_in[:1] = False
     eight_bit = any(np.dtype(op.dtype).itemsize == 1 for op in kernel.inputs)

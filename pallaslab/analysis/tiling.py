@@ -31,8 +31,9 @@ import numpy as np
 
 from pallaslab.model import Kernel, Operand
 
-# Block kinds whose start offset the tiling table can express.
-_TABULAR_KINDS = frozenset({"blocked", "squeezed", "element"})
+# Block kinds whose start offset the tiling table can express (a BoundedSlice's start is an
+# element offset and its size varies per step: `OperandTiling.sizes`).
+_TABULAR_KINDS = frozenset({"blocked", "squeezed", "element", "bounded"})
 
 MAX_PROGRAMS = 2**24  # default limit on the programs of a whole-grid analysis
 MAX_PROGRAMS_ENV = "PALLASLAB_MAX_PROGRAMS"
@@ -54,6 +55,9 @@ class OperandTiling:
     itemsize: int
     scale: tuple[int, ...]  # elements per block-index unit (block size; 1 for element dims)
     offset: tuple[int, ...]  # low padding of element dims
+    # (P, ndim) int32 elements of each step's block when a dim is a pl.BoundedSlice (its size
+    # varies per step, up to `extent`); None: every block spans `extent`.
+    sizes: np.ndarray | None = None
 
     @property
     def starts(self) -> np.ndarray:
@@ -63,6 +67,17 @@ class OperandTiling:
     def starts_at(self, steps: np.ndarray | slice) -> np.ndarray:
         rows = self.block_indices[steps].astype(np.int64)
         return rows * np.asarray(self.scale, np.int64) - np.asarray(self.offset, np.int64)
+
+    def extents_at(self, steps: np.ndarray | slice) -> np.ndarray:
+        """(n, ndim) int64: elements of each of these steps' blocks along each dimension."""
+        if self.sizes is not None:
+            return self.sizes[steps].astype(np.int64)
+        n = len(self.block_indices[steps])
+        return np.broadcast_to(np.asarray(self.extent, np.int64), (n, len(self.extent)))
+
+    def volume_at(self, steps: np.ndarray | slice) -> np.ndarray:
+        """In-bounds elements of these steps' blocks."""
+        return self.clipped_volume(self.starts_at(steps), self.extents_at(steps))
 
     @property
     def fetches(self) -> int | None:
@@ -76,14 +91,17 @@ class OperandTiling:
         elements = 0
         for start, stop in step_chunks(len(self.block_indices)):  # O(chunk) temporaries
             steps = start + np.flatnonzero(self.fetch_mask[start:stop])
-            elements += int(self.clipped_volume(self.starts_at(steps)).sum())
+            elements += int(self.volume_at(steps).sum())
         return elements * self.itemsize
 
-    def clipped_volume(self, starts: np.ndarray) -> np.ndarray:
-        """In-bounds elements of blocks starting at `starts` (rows)."""
+    def clipped_volume(self, starts: np.ndarray, extents: np.ndarray | None = None
+                       ) -> np.ndarray:
+        """In-bounds elements of blocks starting at `starts` (rows), each `extents` (rows;
+        the operand's extent by default) long."""
         shape = np.asarray(self.shape, np.int64)
         lo = np.clip(starts, 0, shape)
-        hi = np.clip(starts + np.asarray(self.extent, np.int64), 0, shape)
+        hi = np.clip(starts + (np.asarray(self.extent, np.int64) if extents is None
+                               else extents), 0, shape)
         return np.prod(hi - lo, axis=1, dtype=np.int64)
 
     def block_key(self) -> tuple[np.ndarray, int]:
@@ -214,7 +232,8 @@ def tile(kernel: Kernel, *, chunk: int = CHUNK_PROGRAMS) -> Tiling | None:
     tabular = {i: op for i, op in enumerate(kernel.blocked_operands)
                if all(d.kind in _TABULAR_KINDS for d in op.block_dims or ())}
     tables = block_index_tables(kernel.handle.index_map_evaluator, grid, kernel.prefetch_values,
-                                {i: len(op.shape) for i, op in tabular.items()}, chunk)
+                                {i: len(op.shape) + len(_bounded_dims(op))
+                                 for i, op in tabular.items()}, chunk)
     operands = {op.origin: _operand_tiling(op, tables[i]) for i, op in tabular.items()}
     return Tiling(grid=grid, operands=operands)
 
@@ -306,13 +325,28 @@ def _fetch_mask(block_indices: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _operand_tiling(op: Operand, block_indices: np.ndarray) -> OperandTiling:
+def _bounded_dims(op: Operand) -> list[int]:
+    return [d for d, dim in enumerate(op.block_dims or ()) if dim.kind == "bounded"]
+
+
+def _operand_tiling(op: Operand, table: np.ndarray) -> OperandTiling:
+    """An operand's tiling from its evaluated table: a block index per dimension, then the
+    slice size of each BoundedSlice dimension."""
     dims = op.block_dims or ()
-    fetch_mask = _fetch_mask(block_indices)
+    rank = len(op.shape)
+    block_indices = table[:, :rank]
+    extent = op.block_extent or ()
+    sizes = None
+    if bounded := _bounded_dims(op):
+        sizes = np.repeat(np.asarray(extent, np.int32)[None, :], len(table), axis=0)
+        sizes[:, bounded] = table[:, rank:]
+    # A copy starts where the block index or (BoundedSlice) its size changes.
+    fetch_mask = _fetch_mask(table)
     return OperandTiling(
-        origin=op.origin, role=op.role, shape=op.shape, extent=op.block_extent or (),
+        origin=op.origin, role=op.role, shape=op.shape, extent=extent,
         block_indices=block_indices, fetch_mask=fetch_mask,
         windowed=op.windowed, itemsize=op.itemsize,
         scale=tuple(d.size if d.kind == "blocked" else 1 for d in dims),
         offset=tuple(d.padding[0] if d.kind == "element" else 0 for d in dims),
+        sizes=sizes,
     )

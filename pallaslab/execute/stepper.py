@@ -414,7 +414,8 @@ def _tiling_or_raise(kernel: Kernel) -> Tiling:
     if t is None:
         raise UnavailableError(f"kernel {kernel.name} cannot be stepped: "
                                f"{reason or 'its block index tables are unavailable'}")
-    missing = [op.origin for op in kernel.blocked_operands if op.origin not in t.operands]
+    missing = [op.origin for op in kernel.blocked_operands if op.origin not in t.operands
+               or any(d.kind == "bounded" for d in op.block_dims or ())]
     if missing:
         raise UnavailableError(
             f"kernel {kernel.name} cannot be stepped: operand(s) {', '.join(missing)} use "

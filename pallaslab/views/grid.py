@@ -50,6 +50,9 @@ class GridOperand(TypedDict):
     scale: list[int]  # element start = block index * scale - offset
     offset: list[int]
     index: list[IndexColumn]
+    # Per dimension: the elements of each step's block where it varies (pl.BoundedSlice
+    # dims, up to `extent`), else None.
+    size: list[IndexColumn | None]
     lo: list[int]  # smallest block index per dimension over the grid
     hi: list[int]  # largest
     fetches: int | None
@@ -109,20 +112,24 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
     tables: list[np.ndarray] = []
     seen: dict[bytes, int] = {}
     operands = []
+    def column(values: np.ndarray) -> IndexColumn:
+        """A per-step column as an affine function of the program ids, or a shared table."""
+        col = np.ascontiguousarray(values, dtype="<i4")
+        coeffs = affine_fit(col, ids, tiling.grid)
+        if coeffs is not None:
+            return IndexColumn(affine=coeffs, table=None)
+        key = col.tobytes()
+        if key not in seen:
+            seen[key] = len(tables)
+            tables.append(col)
+        return IndexColumn(affine=None, table=seen[key])
+
     for ot in tiling.operands.values():
-        columns = []
-        for d in range(ot.block_indices.shape[1]):
-            col = np.ascontiguousarray(ot.block_indices[:, d], dtype="<i4")
-            coeffs = affine_fit(col, ids, tiling.grid)
-            if coeffs is not None:
-                columns.append(IndexColumn(affine=coeffs, table=None))
-                continue
-            key = col.tobytes()
-            if key not in seen:
-                seen[key] = len(tables)
-                tables.append(col)
-            columns.append(IndexColumn(affine=None, table=seen[key]))
-        operands.append(_operand(ot, kernel.operand(ot.origin), columns, labels[ot.origin],
+        op = kernel.operand(ot.origin)
+        columns = [column(ot.block_indices[:, d]) for d in range(ot.block_indices.shape[1])]
+        sizes = [column(ot.sizes[:, d]) if ot.sizes is not None and dim.kind == "bounded"
+                 else None for d, dim in enumerate(op.block_dims or ())]
+        operands.append(_operand(ot, op, columns, sizes, labels[ot.origin],
                                  concurrent if ot.origin in racing else []))
     rank = len(tiling.grid)
     return visible_payload(GridPayload(
@@ -159,14 +166,14 @@ def nested_grids(kernel: Kernel, backend: str | None = None) -> list[NestedGrid]
 
 
 def _undrawn_note(pipe: Kernel, tiling: Tiling) -> str | None:
-    """Windows the tiling leaves out: pl.BoundedSlice dims, whose index maps return
-    (start, size) pairs."""
+    """Windows the tiling leaves out: pl.Indirect dims, whose offsets are read from a ref
+    while the kernel runs."""
     undrawn = [op.param or op.origin for op in pipe.operands
                if op.windowed and op.origin not in tiling.operands]
     if not undrawn:
         return None
-    return (f"not drawn: {', '.join(undrawn)} (BoundedSlice windows; the tiling computes "
-            "fixed-size blocks only)")
+    return (f"not drawn: {', '.join(undrawn)} (pl.Indirect windows: their offsets are read "
+            "from a ref while the kernel runs)")
 
 
 def no_grid_note(kernel: Kernel) -> str:
@@ -205,7 +212,8 @@ def affine_fit(col: np.ndarray, ids: np.ndarray, grid: tuple[int, ...]) -> list[
 
 
 def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn],
-             label: str, writer_axes: list[int]) -> GridOperand:
+             sizes: list[IndexColumn | None], label: str, writer_axes: list[int]
+             ) -> GridOperand:
     bi = ot.block_indices
     # starts = index * scale - offset; recover scale/offset per dim from the tiling itself.
     scale, offset = [], []
@@ -221,6 +229,7 @@ def _operand(ot: OperandTiling, op: Operand, columns: list[IndexColumn],
         windowed=ot.windowed, shape=list(ot.shape),
         block_shape=list(op.block_shape or ot.extent),
         extent=[int(e) for e in ot.extent], scale=scale, offset=offset, index=columns,
+        size=sizes,
         lo=[int(v) for v in lo], hi=[int(v) for v in hi], fetches=ot.fetches,
         hbm_bytes=ot.hbm_bytes, writer_axes=list(writer_axes),
     )
@@ -405,8 +414,9 @@ def _static_program_grid(tiling: Tiling) -> str:
 
 
 def _static_operand(ot: OperandTiling, name: str) -> str:
-    """An operand's blocks in its last two dimensions, shaded by fetch count."""
-    bi = ot.block_indices
+    """An operand's blocks in its last two dimensions, shaded by fetch count (element-offset
+    windows, pl.Element or pl.BoundedSlice, in the block cell where they start)."""
+    bi = ot.starts // np.maximum(np.asarray(ot.extent, np.int64), 1)
     if bi.shape[1] == 0 or not len(bi):
         return ""
     lead = bi[0, :-2] if bi.shape[1] > 2 else bi[0, :0]

@@ -401,3 +401,19 @@ def test_coverage_paints_several_writers_where_a_finding_says_so(page):
     o = list(tiling.operands).index("outputs")
     assert writes(page, o) == [tiling.programs]
     assert warmth(coverage_rgb(page, "outputs", 0.5, 0.5)) > 0
+
+
+def test_bounded_slice_windows_are_drawn_with_each_steps_own_size(page):
+    """pl.BoundedSlice windows (rows 2i .. 2i+i+2 in a window of at most 6): each step's
+    element range and copy follow its own slice size, not the window's capacity."""
+    fn, args = CATALOG["bounded_slice_pipeline"].case()[:2]
+    [nested] = pallaslab.inspect(fn, *args).grid().payload()["pipelines"]
+    mount(page, "grid.js", nested["payload"])
+    ranges = []
+    for step in range(6):
+        scrub(page, step)
+        ranges.append(page.locator('table.pl-blocks tr[data-origin="args[0]"] .pl-range')
+                      .inner_text())
+    assert ranges == ["[0:3, 0:8, 0:256]", "[0:3, 0:8, 256:512]", "[2:6, 0:8, 0:256]",
+                      "[2:6, 0:8, 256:512]", "[4:9, 0:8, 0:256]", "[4:9, 0:8, 256:512]"]
+    assert shown_blocks(page)["args[0]"] == ["4,0,1", "fetch"]

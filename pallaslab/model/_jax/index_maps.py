@@ -10,6 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
+from jax._src import tree_util
+from jax._src.pallas import core as pallas_core
+from jax._src.state import indexing
 from jax._src.state import discharge as state_discharge
 
 from pallaslab.model._jax.compiled import CacheStats, CompiledCache, structural_key
@@ -22,7 +25,9 @@ def _index_map_evaluator(
     """One jitted, vmapped function computing every operand's block indices for many programs.
 
     Called with `program_ids` of shape (grid_rank, P) in execution order and the concrete
-    scalar-prefetch arrays; returns one (P, ndim) int array per block mapping. The jitted
+    scalar-prefetch arrays; returns one (P, ndim + b) int array per block mapping: the block
+    index along each dimension, then the slice size of each of its b `pl.BoundedSlice`
+    dimensions (whose index map returns a `pl.ds(start, size)`: start in elements). The jitted
     function is shared by identical re-captures (`_INDEX_MAPS`), so a re-run does not compile
     it again.
     """
@@ -68,12 +73,32 @@ def _batched_index_maps(gm: Any) -> Callable[..., list[jax.Array]]:
         scalars = [ids[d] for d in range(n_grid)]
         outs = []
         for fn, bm in zip(pure, mappings, strict=True):
-            vals = fn(*scalars, *prefetch)[: len(bm.block_shape)]
+            starts, sizes = _starts_and_sizes(bm, fn(*scalars, *prefetch))
+            vals = [*starts, *sizes]
             outs.append(jnp.stack([jnp.asarray(v, jnp.int32) for v in vals]) if vals
                         else jnp.zeros((0,), jnp.int32))
         return outs
 
     return jax.jit(jax.vmap(all_maps, in_axes=(1, None)))
+
+
+def _starts_and_sizes(bm: Any, outs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """(an index per block dimension, the sizes of its BoundedSlice dimensions): a bounded
+    dimension's index map returns a `pl.ds(start, size)`, whose static fields live in the
+    output tree rather than among the outputs."""
+    tree = bm.index_map_out_tree  # (discharged refs' values follow the outputs)
+    indices = tree_util.tree_unflatten(tree, list(outs)[: tree.num_leaves])
+    if not isinstance(indices, (tuple, list)):
+        indices = (indices,)
+    starts, sizes = [], []
+    for dim, index in zip(bm.block_shape, indices, strict=False):
+        if isinstance(index, indexing.Slice):
+            starts.append(index.start)
+            if isinstance(dim, pallas_core.BoundedSlice):
+                sizes.append(index.size)
+        else:
+            starts.append(index)
+    return starts, sizes
 
 
 def _pure_index_map(bm: Any) -> Callable[..., list[Any]]:
@@ -88,7 +113,7 @@ def eval_index_map_once(kernel: Kernel, origin: str, program: Sequence[int]) -> 
         if bm.origin == origin:
             fn = _pure_index_map(bm)
             out = fn(*[jnp.int32(p) for p in program], *kernel.prefetch_values)
-            return tuple(int(v) for v in out[: len(bm.block_shape)])
+            return tuple(int(v) for v in _starts_and_sizes(bm, out)[0])
     raise KeyError(origin)
 
 

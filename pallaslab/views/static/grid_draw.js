@@ -345,7 +345,7 @@ function drawOperandHighlight(v, p, s) {
   }
   const block = t.blockIndex(p.o, s);
   const fetch = t.isCopy(p.o, s);
-  const rc = blockRect(t, p, block);
+  const rc = blockRect(t, p, block, s);
   if (rc.w < 5 || rc.h < 5) {  // a tiny block: crosshair through it, drawn at least 7 px
     const cx = rc.x + rc.w / 2, cy = rc.y + rc.h / 2;
     ctx.strokeStyle = colors.hl; ctx.lineWidth = 1; ctx.globalAlpha = 0.6;

@@ -59,7 +59,7 @@ function blocksTable(v, s) {
     const tr = h("tr");
     tr.dataset.origin = op.origin;
     const block = t.blockIndex(o, s);
-    const ranges = t.elementRange(o, block).map(([a, b], d) =>
+    const ranges = t.elementRange(o, block, s).map(([a, b], d) =>
       op.block_shape[d] === null ? `${a}` : `${a}:${b}`);
     const output = op.role === "output";
     const fetch = t.isCopy(o, s);

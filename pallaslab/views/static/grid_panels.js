@@ -185,11 +185,11 @@ export function inSlice(p, block, slice) {
 }
 
 /**
- * Rectangle (CSS px) of a block in an operand panel.
- * @param {Tiling} t @param {OperandPanel} p @param {number[]} block
+ * Rectangle (CSS px) of a block in an operand panel (as `step` sees it, when given).
+ * @param {Tiling} t @param {OperandPanel} p @param {number[]} block @param {number} [step]
  */
-export function blockRect(t, p, block) {
-  const rg = t.elementRange(p.o, block);
+export function blockRect(t, p, block, step = -1) {
+  const rg = t.elementRange(p.o, block, step);
   const [r0, r1] = p.dims[0] < 0 ? [p.spans[0][0], p.spans[0][1]] : rg[p.dims[0]];
   const [c0, c1] = rg[p.dims[1]];
   return {

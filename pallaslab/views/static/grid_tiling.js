@@ -12,7 +12,8 @@ import { toInt32 } from "./prelude.js";
  * @typedef {{origin: string, param?: string | null, label?: string, role: string,
  *   dtype: string, memory_space: string,
  *   windowed: boolean, shape: number[], block_shape: (number | null)[], extent: number[],
- *   scale: number[], offset: number[], index: IndexColumn[], lo: number[], hi: number[],
+ *   scale: number[], offset: number[], index: IndexColumn[], size?: (IndexColumn | null)[],
+ *   lo: number[], hi: number[],
  *   fetches: number | null, hbm_bytes: number | null, writer_axes?: number[]}} GridOperand
  */
 /**
@@ -68,7 +69,20 @@ export class Tiling {
 
   /** Block index of operand `o` at `step` along dimension `d`. */
   indexAt(o, d, step) {
-    const col = this.operands[o].index[d];
+    return this.columnAt(this.operands[o].index[d], step);
+  }
+
+  /**
+   * Elements of operand `o`'s block at `step` along dimension `d`: its extent, or the
+   * step's own size where it varies (pl.BoundedSlice dims).
+   */
+  sizeAt(o, d, step) {
+    const col = this.operands[o].size?.[d];
+    return col ? this.columnAt(col, step) : this.operands[o].extent[d];
+  }
+
+  /** A per-step column's value: a shared table's entry, or affine in the program ids. */
+  columnAt(/** @type {IndexColumn} */ col, step) {
     if (col.table !== null) return this.tables[col.table][step];
     const a = /** @type {number[]} */ (col.affine);
     let v = a[0];
@@ -90,7 +104,10 @@ export class Tiling {
   isFetch(o, step) {
     if (step === 0) return true;
     const n = this.operands[o].index.length;
-    for (let d = 0; d < n; d++) if (this.indexAt(o, d, step) !== this.indexAt(o, d, step - 1)) return true;
+    for (let d = 0; d < n; d++) {
+      if (this.indexAt(o, d, step) !== this.indexAt(o, d, step - 1)) return true;
+      if (this.sizeAt(o, d, step) !== this.sizeAt(o, d, step - 1)) return true;
+    }
     return false;
   }
 
@@ -109,12 +126,15 @@ export class Tiling {
     return this.operands[o].role === "output" ? this.isWriteBack(o, step) : this.isFetch(o, step);
   }
 
-  /** Element range [start, stop) of a block along each dimension (clipped to nothing). */
-  elementRange(o, block) {
+  /**
+   * Element range [start, stop) of a block along each dimension (clipped to nothing); with a
+   * step, the block as that step sees it (a pl.BoundedSlice's size varies per step).
+   */
+  elementRange(o, block, step = -1) {
     const op = this.operands[o];
     return block.map((b, d) => {
       const start = b * op.scale[d] - op.offset[d];
-      return [start, start + op.extent[d]];
+      return [start, start + (step < 0 ? op.extent[d] : this.sizeAt(o, d, step))];
     });
   }
 
