@@ -12,8 +12,8 @@ import numpy as np
 from jax._src import core as jax_core
 from jax._src import tree_util
 from jax._src.pallas import core as pallas_core
-from jax._src.state import indexing
 from jax._src.state import discharge as state_discharge
+from jax._src.state import indexing
 
 from pallaslab.model._jax.compiled import CacheStats, CompiledCache, structural_key
 from pallaslab.model.kernel import Kernel
