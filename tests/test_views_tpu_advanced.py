@@ -99,6 +99,55 @@ def test_pipeline_lists_manual_dmas_and_waits_in_program_order():
     assert "Manual DMAs and semaphores" in view.to_html()
 
 
+def test_pipeline_shows_the_recorded_run_of_the_manual_dmas():
+    """What the static listing cannot know: the loop's DMAs ran 3 and 4 times, in this order,
+    each writing its own rows (recorded by tpu-interpret)."""
+    view = workbench("manual_dma_double_buffer").view("pipeline")
+    recorded = view.payload()["recorded"]
+    assert recorded["executor"] == "tpu-interpret" and not recorded["truncated"]
+    assert recorded["lines"] == [
+        "kernels_tpu.py:129: 1 DMA, 1 signal (32,768 B)",
+        "kernels_tpu.py:138: 4 completed waits",
+        "kernels_tpu.py:140: 4 DMAs, 4 signals, 4 completed waits (131,072 B)",
+        "kernels_tpu.py:136: 3 DMAs, 3 signals (98,304 B)"]
+    dmas = [o for o in recorded["ops"] if o["op"] == "dma"]
+    assert [(o["source"], o["iteration"]) for o in dmas] == [
+        ("kernels_tpu.py:129", 0), ("kernels_tpu.py:140", 0), ("kernels_tpu.py:136", 0),
+        ("kernels_tpu.py:140", 1), ("kernels_tpu.py:136", 1), ("kernels_tpu.py:140", 2),
+        ("kernels_tpu.py:136", 2), ("kernels_tpu.py:140", 3)]
+    # The prefetches alternate slots; the write-backs walk the output's rows.
+    assert [o["region"] for o in dmas if o["source"] == "kernels_tpu.py:136"] == [
+        "[1, 0:64, 0:128]", "[0, 0:64, 0:128]", "[1, 0:64, 0:128]"]
+    assert [o["region"] for o in dmas if o["source"] == "kernels_tpu.py:140"] == [
+        "[0:64, 0:128]", "[64:128, 0:128]", "[128:192, 0:128]", "[192:256, 0:128]"]
+    assert dmas[1]["src"] == "scratch[1] (vmem #103)" and dmas[1]["dst"] == "outputs (hbm #101)"
+    text = view.to_text()
+    assert "recorded run (tpu-interpret), per line:" in text
+    assert "DMA scratch[1] (vmem #103) -> outputs (hbm #101) [64:128, 0:128], 32,768 B at " \
+        "kernels_tpu.py:140 (#2 of its line)" in text
+    assert "Recorded run (tpu-interpret)" in view.to_html()
+
+
+def test_pipeline_says_why_a_kernel_has_no_recorded_run():
+    payload = workbench("semaphore_read_kernel").view("pipeline").payload()
+    assert payload["recorded"] is None
+    assert payload["recorded_note"].startswith(
+        "no recorded run: tpu-interpret unavailable: JAX's TPU interpreter (TPU interpret "
+        "mode) does not implement pl.semaphore_read")
+
+
+def test_pipeline_reuses_the_comparisons_recorded_run():
+    fn, args = CATALOG["run_scoped_sync_copy"].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+    comparison = wb.compare(executors=["tpu-interpret", "interpret"]).comparison
+    view = wb.view("pipeline")
+    assert view.recorded_run is comparison.result("tpu-interpret")
+    # sync_copy's DMAs carry no line in the log: they get their sync_copy's.
+    assert view.payload()["recorded"]["lines"] == [
+        "kernels_tpu.py:166: 1 DMA, 1 signal, 1 completed wait (65,536 B)",
+        "kernels_tpu.py:168: 1 DMA, 1 signal, 1 completed wait (65,536 B)"]
+
+
 def test_pipeline_of_a_mesh_kernel_shows_its_dmas_without_a_model():
     view = workbench("core_map_kernel").view("pipeline")
     payload = view.payload()

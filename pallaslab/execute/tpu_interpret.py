@@ -46,11 +46,14 @@ class TpuInterpretExecutor:
             grid_point_recorder=recorder, logging_mode=logging_mode)
 
     def device_recorder(self, kernels: Sequence[Kernel]) -> Any:
-        """On several devices, the recorder that turns the interpreter's log of DMAs and
-        semaphores into the run's record (None on one device)."""
-        if jax.device_count() > 1 and any(k.device_mesh or k.communicates for k in kernels):
-            return _jax.DeviceRecorder(jax.device_count())
-        return None
+        """The recorder that turns the interpreter's log of DMAs and semaphores into the run's
+        record: on several devices, and for kernels that issue DMAs or semaphore operations
+        themselves (what the Pipeline view cannot know statically: how often, in what
+        order); None otherwise."""
+        several = jax.device_count() > 1 and any(k.device_mesh or k.communicates
+                                                  for k in kernels)
+        manual = any(k.dmas or k.semaphore_ops for k in kernels)
+        return _jax.DeviceRecorder(jax.device_count()) if several or manual else None
 
     def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         from jax.experimental.pallas import tpu as pltpu
@@ -107,7 +110,7 @@ def _with_device_record(result: RunResult, devices: Any, kernels: Sequence[Kerne
         record = devices.record(_jax.remote_destinations(kernels, jax.device_count()), names)
     except Exception as err:
         return dataclasses.replace(result, notes=(
-            *result.notes, f"the record of DMAs between devices could not be read: "
+            *result.notes, f"the record of the run's DMAs and semaphores could not be read: "
                            f"{type(err).__name__}: {err}"))
     return dataclasses.replace(result, device_record=record)
 

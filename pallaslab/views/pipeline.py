@@ -43,10 +43,13 @@ from pallaslab.views.pipeline_manual import (
     nested_pipelines,
     op_text,
 )
+from pallaslab.views.pipeline_record import RunRecord, record_html, record_text, run_record
 from pallaslab.views.registry import register_tab
+from pallaslab.views.session import session
 
 if TYPE_CHECKING:
     from pallaslab.execute.profile import ProfileTimeline
+    from pallaslab.execute.result import RunResult
 
 PAYLOAD_VERSION = 1
 MAX_EVENTS = 20_000  # events sent in full up to this many; beyond, bins + a window of events
@@ -95,6 +98,9 @@ class PipelinePayload(TypedDict):
     manual: list[ManualOp]
     manual_note: str | None
     nested: list[NestedPipeline]
+    # What a tpu-interpret run logged of those DMAs and semaphores, in order (None: no run).
+    recorded: RunRecord | None
+    recorded_note: str | None  # why there is no record
 
 
 def pipeline_payload(
@@ -123,7 +129,7 @@ def pipeline_payload(
         version=PAYLOAD_VERSION, kernel=kernel_name, index=index, chip=model.chip,
         grid=[int(g) for g in grid], programs=s.steps, summary=s.to_json(), stall_time=stall,
         measured=info, tracks=tracks, chips=list(chips) or [model.chip], live=live,
-        manual=[], manual_note=None, nested=[]))
+        manual=[], manual_note=None, nested=[], recorded=None, recorded_note=None))
 
 
 def track(name: str, source: str, events: Events, step_kind: int, duration: float, *,
@@ -214,16 +220,56 @@ class PipelineView(InteractiveView):
     module = "pipeline.js"
 
     def __init__(self, ctx: KernelContext, chip: str | None = None,
-                 profile: ProfileTimeline | bool | None = None):
+                 profile: ProfileTimeline | bool | None = None,
+                 result: RunResult | None = None):
         """`chip` defaults to the workbench's first (`--chip`), else v5e. `profile=True` runs
         the kernel under the profiler now (as `.profile()` does); a `ProfileTimeline` is shown
-        as it is."""
+        as it is. `result`: a tpu-interpret run whose record of manual DMAs and semaphores to
+        show (by default the workbench's comparison's, else one run when first shown)."""
         self.ctx = ctx
+        if result is not None:
+            self.__dict__["recorded_run"] = result
         self.chip = get_chip(chip or (ctx.chips[0] if ctx.chips else DEFAULT_CHIPS[0])).name
         self.measured = None if isinstance(profile, bool) else profile
         self.window: tuple[float, float] | None = None
         if profile is True:
             self.profile()
+
+    @functools.cached_property
+    def recorded_run(self) -> RunResult | None:
+        """The tpu-interpret run whose log shows the kernel's manual DMAs and semaphores as
+        they happened: the comparison's, else one made now (None: the kernel has none)."""
+        k = self.ctx.kernel
+        if not (k.dmas or k.semaphore_ops) or self.ctx.capture is None:
+            return None
+        s = session(self.ctx.capture)
+        comparison = s.comparison if s is not None else None
+        if comparison is not None and "tpu-interpret" in comparison.executors:
+            ran = comparison.result("tpu-interpret")
+            if ran.device_record is not None:
+                return ran
+        if s is None:
+            return None
+        from pallaslab.execute import run
+
+        fn, args, kwargs = s.call_args()
+        return run(fn, *args, executor="tpu-interpret", **kwargs)
+
+    @property
+    def recorded(self) -> tuple[RunRecord | None, str | None]:
+        """(the kernel's part of the run's record, why there is none)."""
+        ran = self.recorded_run
+        if ran is None:
+            return None, None
+        record = ran.device_record
+        recorded = None if record is None else run_record(self.ctx.kernel, record,
+                                                          ran.executor)
+        if ran.status == "ran" and recorded is not None:
+            return recorded, None
+        why = ran.unavailable or ran.error or ran.reason or "the run kept no record"
+        if recorded is None or not recorded["ops"]:
+            return None, f"no recorded run: tpu-interpret {ran.status}: {why}"
+        return recorded, f"the recorded run stopped early: tpu-interpret {ran.status}: {why}"
 
     @functools.cached_property
     def model(self) -> Pipeline:
@@ -264,18 +310,22 @@ class PipelineView(InteractiveView):
     def _payload(self, *, live: bool) -> PipelinePayload:
         # The live widget also gets the exact events of the window it zoomed to.
         k = self.ctx.kernel
+        recorded, note = self.recorded
         if self.ctx.tiling is None:  # a mesh kernel: only its manual DMAs and semaphores
             return visible_payload(PipelinePayload(
                 version=PAYLOAD_VERSION, kernel=k.name, index=k.index, chip=self.chip, grid=[],
                 programs=0, summary={}, stall_time=None, measured=None, tracks=[],
                 chips=self.chips, live=live, manual=manual_ops(k), manual_note=manual_note(k),
-                nested=nested_pipelines(k, self.chip)))
+                nested=nested_pipelines(k, self.chip), recorded=recorded,
+                recorded_note=note))
         payload = pipeline_payload(k.name, k.index, self.tiling.grid, self.model,
                                    self.measured, window=self.window if live else None,
                                    chips=self.chips, live=live)
         payload["manual"] = manual_ops(k)
         payload["manual_note"] = manual_note(k)
         payload["nested"] = nested_pipelines(k, self.chip)
+        payload["recorded"] = recorded
+        payload["recorded_note"] = note
         return visible_payload(payload)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
@@ -326,11 +376,18 @@ class PipelineView(InteractiveView):
             lines.append(f"  manual DMAs and semaphores ({len(ops)}, program order):")
             lines += [f"    {op_text(o)}" for o in ops]
             lines.append(f"  {manual_note(k)}")
+        recorded, note = self.recorded
+        lines += [f"  {note}"] if note else []
+        if recorded is not None:
+            lines += [f"  {line}" for line in record_text(recorded)]
         return visible("\n".join(lines))
 
     def to_html(self) -> str:
         k = self.ctx.kernel
         extra = manual_html(k, self.chip)
+        recorded, note = self.recorded
+        extra += f'<p class="pl-dim">{esc(note)}</p>' if note else ""
+        extra += record_html(recorded) if recorded is not None else ""
         if self.ctx.tiling is None:
             return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
                     f'<code>{esc(k.name)}</code> <span class="pl-dim">no BlockSpec pipeline'

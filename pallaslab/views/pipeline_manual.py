@@ -66,7 +66,7 @@ def manual_note(kernel: Kernel) -> str | None:
             "order and does not time them.")
     if loops:
         note += (f" {loops} of them sit in a loop of the body and run once per iteration; "
-                 "how many iterations is not known statically.")
+                 "how many iterations is not known statically (the recorded run shows them).")
     return note
 
 

@@ -53,6 +53,14 @@ def test_pipeline_lists_the_manual_dmas_of_manual_dma_double_buffer(page):
     assert cells[1][5] == "in a loop: once per iteration"
     assert "how many iterations is not known" in page.locator(".pl-manual-note").inner_text()
     assert page.locator("canvas[data-role=timeline]").count() >= 1  # the BlockSpec model too
+    # The recorded run: every event in order, the loop's DMAs with their iteration.
+    recorded = page.locator("table.pl-recorded-ops tr[data-op]")
+    assert recorded.count() == len(view.payload()["recorded"]["ops"]) == 24
+    last = recorded.nth(21).locator("td").all_inner_texts()
+    assert last == ["38", "dma", "scratch[1] (vmem #103) → outputs (hbm #101)",
+                    "[192:256, 0:128]", "32,768", "", "kernels_tpu.py:140", "4"]
+    assert page.locator(".pl-recorded-lines li").all_inner_texts()[1] == \
+        "kernels_tpu.py:138: 4 completed waits"
 
 
 def test_pipeline_of_a_mesh_kernel_lists_its_dmas_without_a_timeline(page):

@@ -124,7 +124,9 @@ def _parse(lines: list[tuple[int, str]], num_devices: int, truncated: bool,
         if op is None or op.name != name or op.device != device:
             op = open_ops[thread] = _Op(name, device)
         op.lines.append(rest)
-        if _SOURCE.match(rest) or rest == "None":  # the op's last line: its source
+        # The op's last line is its source: "file:line:col (fn)", or "None" / "." where the
+        # equation has none (sync_copy's DMA).
+        if _SOURCE.match(rest) or rest in ("None", "."):
             ops.append((thread, op))
             del open_ops[thread]
     return _record(ops, num_devices, truncated, destination, names)

@@ -13,6 +13,7 @@
  */
 
 import { h, typed } from "./prelude.js";
+import { recordSection } from "./pipeline_record.js";
 
 /**
  * @typedef {DataView | ArrayBuffer | ArrayBufferView} Buffer
@@ -24,6 +25,7 @@ import { h, typed } from "./prelude.js";
  *   programs: number, summary: Record<string, any>, stall_time: number | null,
  *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
  *   live: boolean, manual?: ManualOp[], manual_note?: string | null,
+ *   recorded?: import("./pipeline_record.js").RunRecord | null, recorded_note?: string | null,
  *   nested?: {label: string, lines: string[]}[]}} PipelinePayload
  * @typedef {{op: string, src: string | null, dst: string | null, bytes: number | null,
  *   semaphore: string | null, source: string | null, repeated: boolean}} ManualOp
@@ -177,6 +179,7 @@ function manualSection(p) {
   }
   box.append(table);
   if (p.manual_note) box.append(h("p", "pl-dim pl-manual-note", p.manual_note));
+  box.append(recordSection(p));
   return box;
 }
 

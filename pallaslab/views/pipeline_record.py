@@ -1,0 +1,171 @@
+"""The Pipeline view's recorded run: what TPU interpret mode logged of a kernel's manual DMAs
+and semaphore operations — each DMA as it happened (bytes, the region it wrote, which
+iteration of its line), each signal and completed wait — where the static listing can only
+say "once per iteration"."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable
+from typing import TypedDict
+
+from pallaslab.model import Kernel
+from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
+from pallaslab.views import _html
+from pallaslab.views._html import esc
+
+MAX_RECORDED = 2_000  # events carried to the widget (the summary counts them all)
+
+
+class RecordedOp(TypedDict):
+    seq: int  # position in the run's log (its order)
+    op: str  # "dma", "signal", "wait"
+    src: str | None  # "args[0] (hbm #100)"
+    dst: str | None
+    region: str | None  # rows/columns of the destination written: "[64:128, 0:128]"
+    bytes: int | None  # DMA bytes; signal: the increment; wait: the value waited for
+    semaphore: int | None  # the interpreter's semaphore id
+    source: str | None  # "file.py:LINE"
+    iteration: int | None  # DMAs: how many DMAs this line had started before this one
+
+
+class RunRecord(TypedDict):
+    executor: str  # who recorded it
+    ops: list[RecordedOp]
+    lines: list[str]  # per source line: how often it ran and what it moved
+    truncated: bool  # the run's log, or the events carried here, stopped at a limit
+
+
+def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interpret"
+               ) -> RunRecord:
+    """The kernel's part of a run's record, in the order it happened."""
+    transfers = [_attributed(t, kernel) for t in record.transfers]
+    transfers = [t for t in transfers if _belongs(t.source, kernel)]
+    started: Counter[tuple[int, str | None]] = Counter()  # the lines as attributed here
+    ops = []
+    for t in transfers:
+        ops.append(RecordedOp(seq=t.seq, op="dma", src=t.src_buffer, dst=t.dst_buffer,
+                              region=_region_text(t.dst_region), bytes=t.nbytes,
+                              semaphore=None, source=_short(t.source),
+                              iteration=started[(t.src_device, t.source)]))
+        started[(t.src_device, t.source)] += 1
+    ops += [RecordedOp(seq=s.seq, op=s.kind, src=None, dst=None, region=None, bytes=s.amount,
+                       semaphore=s.semaphore, source=_short(source), iteration=None)
+            for s, source in _semaphore_sources(record, transfers) if _belongs(source, kernel)]
+    ops.sort(key=lambda o: (o["seq"], o["op"] != "dma"))
+    return RunRecord(executor=executor, ops=ops[:MAX_RECORDED], lines=_per_line(ops),
+                     truncated=record.truncated or len(ops) > MAX_RECORDED)
+
+
+def _attributed(t: Transfer, kernel: Kernel) -> Transfer:
+    """A DMA the log gives no line (sync_copy's) gets the line of the kernel's one sync copy
+    between the same refs (a ref the log does not name, e.g. a run_scoped buffer, matches
+    any)."""
+    if t.source is not None:
+        return t
+    src, dst = _origin(t.src_buffer), t.dst_origin
+    lines = {d.source for d in kernel.dmas if d.kind == "sync" and src in (None, d.src)
+             and dst in (None, d.dst)}
+    if len(lines) != 1:
+        return t
+    return dataclasses.replace(t, source=lines.pop())
+
+
+def _semaphore_sources(record: DeviceRecord, transfers: list[Transfer]
+                       ) -> list[tuple[SemaphoreEvent, str | None]]:
+    """Each semaphore event with its line; where the log gives none (sync_copy's own
+    semaphore), the line of the DMA that signalled it, and of that signal for its wait."""
+    by_seq = {t.seq: t.source for t in transfers}
+    last_signal: dict[int, str | None] = {}
+    out = []
+    for e in record.semaphores:
+        source = e.source
+        if source is None:
+            source = by_seq.get(e.seq) if e.kind == "signal" else last_signal.get(e.semaphore)
+        if e.kind == "signal":
+            last_signal[e.semaphore] = source
+        out.append((e, source))
+    return out
+
+
+def _belongs(source: str | None, kernel: Kernel) -> bool:
+    """An event of this kernel: at one of its DMA or semaphore lines (a kernel with no lines
+    known, or an event with none, is kept)."""
+    known = {d.source for d in kernel.dmas} | {s.source for s in kernel.semaphore_ops}
+    known.discard(None)
+    return source is None or not known or source in known
+
+
+def _per_line(ops: Iterable[RecordedOp]) -> list[str]:
+    counts: Counter[tuple[str, str]] = Counter()
+    moved: Counter[str] = Counter()
+    for o in ops:
+        line = o["source"] or "(no line)"
+        counts[(line, o["op"])] += 1
+        if o["op"] == "dma":
+            moved[line] += o["bytes"] or 0
+    out = []
+    for line in dict.fromkeys(line for line, _ in counts):
+        parts = [f"{counts[(line, op)]} {_plural(op, counts[(line, op)])}"
+                 for op in ("dma", "signal", "wait") if counts[(line, op)]]
+        bytes_ = f" ({_html.num(moved[line])} B)" if moved[line] else ""
+        out.append(f"{line}: {', '.join(parts)}{bytes_}")
+    return out
+
+
+def _plural(op: str, n: int) -> str:
+    word = {"dma": "DMA", "signal": "signal", "wait": "completed wait"}[op]
+    return word + ("s" if n != 1 else "")
+
+
+def _origin(label: str) -> str | None:
+    """"scratch[1] (vmem #103)" -> "scratch[1]"; a buffer the kernel does not name -> None."""
+    head, sep, _ = label.partition(" (")
+    return head if sep else None
+
+
+def _region_text(region: tuple[tuple[int, int], ...] | None) -> str | None:
+    if region is None:
+        return None
+    return "[" + ", ".join(str(a) if b == a + 1 else f"{a}:{b}" for a, b in region) + "]"
+
+
+def _short(source: str | None) -> str | None:
+    return None if source is None else source.rsplit("/", 1)[-1]
+
+
+# --- static forms ---------------------------------------------------------------------------
+
+
+def op_line(o: RecordedOp) -> str:
+    where = f" at {o['source']}" if o["source"] else ""
+    if o["op"] == "dma":
+        region = f" {o['region']}" if o["region"] else ""
+        nth = f" (#{o['iteration'] + 1} of its line)" if o["iteration"] is not None else ""
+        return f"{o['seq']:>5}  DMA {o['src']} -> {o['dst']}{region}, " \
+               f"{_html.num(o['bytes'])} B{where}{nth}"
+    amount = "+" if o["op"] == "signal" else "waited for "
+    return f"{o['seq']:>5}  {o['op']} semaphore {o['semaphore']} ({amount}{o['bytes']}){where}"
+
+
+def record_text(rec: RunRecord, limit: int = 40) -> list[str]:
+    lines = [f"recorded run ({rec['executor']}), per line:",
+             *(f"  {line}" for line in rec["lines"]),
+             f"  in order ({len(rec['ops'])} events):"]
+    lines += [f"  {op_line(o)}" for o in rec["ops"][:limit]]
+    if len(rec["ops"]) > limit:
+        lines.append(f"    ... {len(rec['ops']) - limit} more")
+    return lines
+
+
+def record_html(rec: RunRecord, limit: int = 200) -> str:
+    rows = [(str(o["seq"]), o["op"], f"{o['src']} → {o['dst']}" if o["src"] else "",
+             o["region"] or "", _html.num(o["bytes"]),
+             "" if o["semaphore"] is None else str(o["semaphore"]), o["source"] or "",
+             "" if o["iteration"] is None else str(o["iteration"] + 1))
+            for o in rec["ops"][:limit]]
+    return (f"<h4>Recorded run ({esc(rec['executor'])})</h4>"
+            + "".join(f'<p class="pl-dim">{esc(line)}</p>' for line in rec["lines"])
+            + _html.table(("#", "event", "src → dst", "region", "bytes / count", "semaphore",
+                           "line", "nth of line"), rows, numeric=(0, 4)))

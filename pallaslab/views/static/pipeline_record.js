@@ -1,0 +1,50 @@
+// @ts-check
+/**
+ * The Pipeline view's recorded run: what TPU interpret mode logged of a kernel's manual DMAs
+ * and semaphore operations, in the order they happened (each DMA with the region it wrote and
+ * which time its line ran; each signal and completed wait). User-derived strings are inserted
+ * with textContent only.
+ */
+
+import { h } from "./prelude.js";
+
+/**
+ * @typedef {{seq: number, op: string, src: string | null, dst: string | null,
+ *   region: string | null, bytes: number | null, semaphore: number | null,
+ *   source: string | null, iteration: number | null}} RecordedOp
+ * @typedef {{executor: string, ops: RecordedOp[], lines: string[], truncated: boolean}} RunRecord
+ */
+
+/**
+ * The recorded run's section (empty when there is neither a record nor a note).
+ * @param {{recorded?: RunRecord | null, recorded_note?: string | null}} p
+ */
+export function recordSection(p) {
+  const box = h("div", "pl-recorded");
+  if (p.recorded_note) box.append(h("p", "pl-dim pl-recorded-note", p.recorded_note));
+  const rec = p.recorded;
+  if (!rec) return box;
+  box.append(h("h4", "", `Recorded run (${rec.executor}): ${rec.ops.length} events`));
+  const perLine = h("ul", "pl-recorded-lines");
+  for (const line of rec.lines) perLine.append(h("li", "pl-mono", line));
+  box.append(perLine);
+  const table = h("table", "pl-table pl-recorded-ops");
+  const head = h("tr");
+  for (const c of ["#", "event", "src → dst", "region", "bytes / count", "semaphore", "line", "nth of line"]) {
+    head.append(h("th", "", c));
+  }
+  table.append(head);
+  for (const o of rec.ops) {
+    const tr = h("tr");
+    tr.dataset.op = o.op;
+    tr.append(h("td", "num", String(o.seq)), h("td", "", o.op),
+      h("td", "", o.src ? `${o.src} → ${o.dst}` : ""), h("td", "pl-mono", o.region || ""),
+      h("td", "num", o.bytes === null ? "" : o.bytes.toLocaleString("en-US")),
+      h("td", "", o.semaphore === null ? "" : String(o.semaphore)), h("td", "", o.source || ""),
+      h("td", "num", o.iteration === null ? "" : String(o.iteration + 1)));
+    table.append(tr);
+  }
+  box.append(table);
+  if (rec.truncated) box.append(h("p", "pl-dim", "The record stopped at its size limit."));
+  return box;
+}
