@@ -23,7 +23,7 @@ __all__ = [
     "bounded_slice_pipeline",
     "buffered_three",
     "core_map_kernel",
-    "emit_pipeline_matmul",
+    "emit_pipeline_matmul", "emit_pipeline_per_program",
     "fused_scale_add",
     "manual_dma_double_buffer",
     "mesh_kernel",
@@ -390,3 +390,28 @@ def fused_scale_add():
         return jnp.maximum(_fusible_scale(y), 0.0)
 
     return jax.jit(fn), (rand((256, 128)), rand((256, 128), seed=1))
+
+
+# --- a nested pipeline per outer program ----------------------------------------------------
+
+
+def _rows_of_my_program(x_hbm, o_hbm):
+    # Program i of the kernel's grid pipelines its own 4 row blocks: the inner index maps
+    # use the outer program id.
+    i = pl.program_id(0)
+    spec = pl.BlockSpec((8, 128), lambda j: (i * 4 + j, 0))
+    pltpu.emit_pipeline(_double, grid=(4,), in_specs=[spec], out_specs=[spec])(x_hbm, o_hbm)
+
+
+@case("tpu", "tpu-advanced", "pipeline", reference=lambda x: x * 2.0)
+def emit_pipeline_per_program():
+    """A gridded pallas_call whose programs each run an inner `emit_pipeline` over their own
+    rows (the megacore pattern): the inner index maps close over `pl.program_id(0)`."""
+
+    def fn(x):
+        return pl.pallas_call(
+            _rows_of_my_program, grid=(2,),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), in_specs=[ANY], out_specs=ANY,
+        )(x)
+
+    return fn, (rand((64, 128)),)

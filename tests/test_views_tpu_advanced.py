@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 
+import jax
+import jax.numpy as jnp
 import pytest
 from catalog import catalog_names
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from kernels import CATALOG
 
 import pallaslab
@@ -72,6 +76,44 @@ def test_grid_of_bounded_slice_pipeline_windows_scratch():
     assert finding["message"].startswith("outputs: 28672 of 65536 elements (43.8%) are never "
                                          "written by any program, starting at element (9, 0, 0)")
     assert finding["message"].endswith("they keep what the kernel left in scratch[1].")
+
+
+def test_grid_of_a_nested_pipeline_spans_the_outer_programs():
+    """Inner index maps using the outer program id: tiled over the kernel's grid x the inner
+    one, each outer program fetching its own rows from its first step."""
+    view = workbench("emit_pipeline_per_program").view("grid")
+    [nested] = view.payload()["pipelines"]
+    p = nested["payload"]
+    assert nested["label"].endswith("grid 2 x 4 (the kernel's 2 x its own 4)")
+    assert p["grid"] == [2, 4] and p["grid_names"] == ["outer 0", "inner 0"]
+    x_ref, o_ref = p["operands"]
+    assert x_ref["index"][0] == {"affine": [0, 4, 1], "table": None}  # row block 4i + j
+    assert x_ref["fetches"] == o_ref["fetches"] == 8 and p["findings"] == []
+    assert "grid 2 x 4 (the kernel's 2 x its own 4) = 8 programs" in view.to_text()
+
+
+def _rows_from_a_ref(n_ref, x_hbm, o_hbm):
+    n = n_ref[0]  # read while the kernel runs: the inner windows are unknown before
+    spec = pl.BlockSpec((8, 128), lambda j: (n + j, 0))
+    pltpu.emit_pipeline(_double_rows, grid=(4,), in_specs=[spec], out_specs=[spec])(x_hbm, o_hbm)
+
+
+def _double_rows(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def test_a_nested_pipeline_whose_windows_depend_on_run_time_values_says_so():
+    def fn(n, x):
+        return pl.pallas_call(
+            _rows_from_a_ref, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY))(n, x)
+
+    wb = pallaslab.inspect(fn, jnp.zeros((1,), jnp.int32), jnp.ones((32, 128), jnp.float32))
+    [pipe] = wb.kernels[0].pipelines
+    assert pipe.outer_dims == 0 and pipe.grid == (4,)
+    text = wb.view("grid").to_text()
+    assert "its index maps use values the enclosing kernel computes while it runs" in text
 
 
 def test_grid_of_a_mesh_kernel_says_why_there_is_no_grid():

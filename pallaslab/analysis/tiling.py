@@ -218,6 +218,8 @@ def tiling_unavailable_reason(kernel: Kernel) -> str | None:
                 + (kernel.dynamic_values_reason or "pass concrete arrays to evaluate them"))
     if not kernel.blocked_operands:
         return "the kernel has no BlockSpec operands"
+    if kernel.handle is not None and kernel.handle.index_map_evaluator is None:
+        return kernel.dynamic_values_reason or "its index maps cannot be evaluated here"
     return over_limit_reason(kernel)
 
 
@@ -234,7 +236,11 @@ def tile(kernel: Kernel, *, chunk: int = CHUNK_PROGRAMS) -> Tiling | None:
     tables = block_index_tables(kernel.handle.index_map_evaluator, grid, kernel.prefetch_values,
                                 {i: len(op.shape) + len(_bounded_dims(op))
                                  for i, op in tabular.items()}, chunk)
-    operands = {op.origin: _operand_tiling(op, tables[i]) for i, op in tabular.items()}
+    # A nested pipeline starts over in each program of its enclosing kernel: its first step
+    # there fetches every block.
+    restart = math.prod(grid[kernel.outer_dims:]) if kernel.outer_dims else 0
+    operands = {op.origin: _operand_tiling(op, tables[i], restart)
+                for i, op in tabular.items()}
     return Tiling(grid=grid, operands=operands)
 
 
@@ -329,9 +335,10 @@ def _bounded_dims(op: Operand) -> list[int]:
     return [d for d, dim in enumerate(op.block_dims or ()) if dim.kind == "bounded"]
 
 
-def _operand_tiling(op: Operand, table: np.ndarray) -> OperandTiling:
+def _operand_tiling(op: Operand, table: np.ndarray, restart: int = 0) -> OperandTiling:
     """An operand's tiling from its evaluated table: a block index per dimension, then the
-    slice size of each BoundedSlice dimension."""
+    slice size of each BoundedSlice dimension; `restart`: every so many steps the pipeline
+    starts over (fetching again)."""
     dims = op.block_dims or ()
     rank = len(op.shape)
     block_indices = table[:, :rank]
@@ -342,6 +349,8 @@ def _operand_tiling(op: Operand, table: np.ndarray) -> OperandTiling:
         sizes[:, bounded] = table[:, rank:]
     # A copy starts where the block index or (BoundedSlice) its size changes.
     fetch_mask = _fetch_mask(table)
+    if restart:
+        fetch_mask[::restart] = True
     return OperandTiling(
         origin=op.origin, role=op.role, shape=op.shape, extent=extent,
         block_indices=block_indices, fetch_mask=fetch_mask,

@@ -202,6 +202,10 @@ class Kernel:
     dynamic_values_reason: str | None = None
     # Inside `shard_map`: its mesh (kind "shard_map"), as traced: the devices the kernel runs on.
     device_mesh: MeshInfo | None = None
+    # Nested pipelines whose index maps use the enclosing kernel's program ids: the first
+    # `outer_dims` grid dimensions are the enclosing kernel's grid (the pipeline runs whole,
+    # from its first step, in each outer program).
+    outer_dims: int = 0
     handle: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property

@@ -25,6 +25,7 @@ from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
+from pallaslab.views.pipeline_manual import nested_grid_text
 from pallaslab.views.registry import register_tab
 
 PAYLOAD_VERSION = 1
@@ -151,17 +152,18 @@ def nested_grids(kernel: Kernel, backend: str | None = None) -> list[NestedGrid]
     out = []
     for i, pipe in enumerate(kernel.pipelines):
         insp = inspect_kernel(pipe, backend=backend, chips=())
-        if insp.tiling is None:
-            continue  # a dynamic inner grid: nothing to draw
+        where = f" ({_short(pipe.source)})" if pipe.source else ""
+        label = f"pipeline {i}{where}: grid {nested_grid_text(pipe)}"
+        if insp.tiling is None:  # e.g. windows known only at run time: said why
+            out.append(NestedGrid(label=label, payload=empty_grid_payload(pipe, backend)))
+            continue
         payload = grid_payload(pipe, insp.tiling, insp.findings, backend=backend)
         for op in payload["operands"]:
             outer = pipe.operand(op["origin"]).outer
             if outer is not None:
                 op["label"] = f"{op['param'] or op['origin']} (window of {outer})"
         payload["note"] = _undrawn_note(pipe, insp.tiling)
-        where = f" ({_short(pipe.source)})" if pipe.source else ""
-        out.append(NestedGrid(label=f"pipeline {i}{where}: grid {_grid_text(pipe.grid)}",
-                              payload=payload))
+        out.append(NestedGrid(label=label, payload=payload))
     return out
 
 
@@ -351,6 +353,9 @@ def _nested_html(kernel: Kernel, backend: str | None) -> str:
     for i, pipe in enumerate(kernel.pipelines):
         insp = inspect_kernel(pipe, backend=backend, chips=())
         if insp.tiling is None:
+            parts.append(f'<h4 class="pl-nested">Nested pipeline {i}: grid '
+                         f"{esc(nested_grid_text(pipe))}</h4>"
+                         f'<p class="pl-dim">{esc(no_grid_note(pipe))}</p>')
             continue
         labels = {op.origin: f"{op.param or op.origin} (window of {op.outer})"
                   for op in pipe.operands}
@@ -360,7 +365,7 @@ def _nested_html(kernel: Kernel, backend: str | None) -> str:
                  _html.num(ot.fetches)) for ot in insp.tiling.operands.values()]
         note = _undrawn_note(pipe, insp.tiling)
         parts.append(f'<h4 class="pl-nested">Nested pipeline {i}: grid '
-                     f"{esc(_grid_text(pipe.grid))} = {insp.tiling.programs:,} programs</h4>"
+                     f"{esc(nested_grid_text(pipe))} = {insp.tiling.programs:,} programs</h4>"
                      + (f'<p class="pl-dim">{esc(note)}</p>' if note else "")
                      + '<div class="pl-maps">' + "".join(maps) + "</div>"
                      + _html.table(("operand", "role", "block", "fetches"), rows, numeric=(3,))

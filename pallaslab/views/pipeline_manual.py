@@ -83,7 +83,7 @@ def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:
     """The pipeline model of each nested emit_pipeline's inner grid (as for a pallas_call)."""
     out = []
     for i, pipe in enumerate(kernel.pipelines):
-        label = f"nested pipeline {i}: grid {' x '.join(str(g) for g in pipe.grid) or '()'}"
+        label = f"nested pipeline {i}: grid {nested_grid_text(pipe)}"
         try:
             model = pipeline(pipe, chip)
         except ValueError as e:  # e.g. a dynamic inner grid: said, the outer view still renders
@@ -97,6 +97,18 @@ def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:
             f"exposed copy time {format_time(s.exposed_copy_time)}; HBM traffic "
             f"{_html.num(s.hbm_bytes)} B"]))
     return out
+
+
+def nested_grid_text(pipe: Kernel) -> str:
+    """"4 x 2", or with the enclosing kernel's program ids in its index maps, "2 x 4 x 2
+    (the kernel's 2 x its own 4 x 2)"."""
+    def dims(grid: tuple[int | None, ...]) -> str:
+        return " x ".join("?" if g is None else str(g) for g in grid) or "()"
+
+    if not pipe.outer_dims:
+        return dims(pipe.grid)
+    return (f"{dims(pipe.grid)} (the kernel's {dims(pipe.grid[:pipe.outer_dims])} x its own "
+            f"{dims(pipe.grid[pipe.outer_dims:])})")
 
 
 def op_text(o: ManualOp) -> str:

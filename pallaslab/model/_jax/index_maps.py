@@ -11,16 +11,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 from jax._src import tree_util
+from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 from jax._src.state import discharge as state_discharge
 from jax._src.state import indexing
 
 from pallaslab.model._jax.compiled import CacheStats, CompiledCache, structural_key
+from pallaslab.model._jax.nested_outer import Closure
 from pallaslab.model.kernel import Kernel
 
 
 def _index_map_evaluator(
-    gm: Any,
+    gm: Any, closure: Closure | None = None, outer_rank: int = 0,
 ) -> Callable[[np.ndarray, Sequence[np.ndarray]], list[np.ndarray]] | None:
     """One jitted, vmapped function computing every operand's block indices for many programs.
 
@@ -30,11 +32,18 @@ def _index_map_evaluator(
     dimensions (whose index map returns a `pl.ds(start, size)`: start in elements). The jitted
     function is shared by identical re-captures (`_INDEX_MAPS`), so a re-run does not compile
     it again.
+
+    A nested pipeline's index maps may close over values of its enclosing kernel: then the
+    first `outer_rank` program ids are the enclosing kernel's, and `closure` computes those
+    values from them (`nested_outer`).
     """
     mappings = list(gm.block_mappings)
     if not mappings:
         return None
-    batched = _INDEX_MAPS.get(lambda: _index_maps_key(gm), lambda: _batched_index_maps(gm))
+    if closure is not None:
+        batched = _batched_index_maps(gm, closure, outer_rank)
+    else:
+        batched = _INDEX_MAPS.get(lambda: _index_maps_key(gm), lambda: _batched_index_maps(gm))
 
     def evaluate(program_ids: np.ndarray, prefetch: Sequence[np.ndarray]) -> list[np.ndarray]:
         ids = np.ascontiguousarray(program_ids, dtype=np.int32)
@@ -64,16 +73,23 @@ def _index_maps_key(gm: Any) -> Hashable:
                    structural_key(bm.array_aval)) for bm in gm.block_mappings))
 
 
-def _batched_index_maps(gm: Any) -> Callable[..., list[jax.Array]]:
+def _batched_index_maps(gm: Any, closure: Closure | None = None, outer_rank: int = 0
+                        ) -> Callable[..., list[jax.Array]]:
     mappings = list(gm.block_mappings)
     n_grid = len(gm.grid)
-    pure = [_pure_index_map(bm) for bm in mappings]
+    pure = [_pure_index_map(bm, with_consts=closure is not None) for bm in mappings]
+    n_consts = [len(bm.index_map_jaxpr.consts) if closure is not None else 0
+                for bm in mappings]
 
     def all_maps(ids: jax.Array, prefetch: tuple[jax.Array, ...]) -> list[jax.Array]:
-        scalars = [ids[d] for d in range(n_grid)]
+        outer = [ids[d] for d in range(outer_rank)]
+        scalars = [ids[outer_rank + d] for d in range(n_grid)]
+        consts = closure(outer) if closure is not None else []
         outs = []
-        for fn, bm in zip(pure, mappings, strict=True):
-            starts, sizes = _starts_and_sizes(bm, fn(*scalars, *prefetch))
+        for j, (fn, bm) in enumerate(zip(pure, mappings, strict=True)):
+            first = sum(n_consts[:j])
+            mine = consts[first:first + n_consts[j]]
+            starts, sizes = _starts_and_sizes(bm, fn(*mine, *scalars, *prefetch))
             vals = [*starts, *sizes]
             outs.append(jnp.stack([jnp.asarray(v, jnp.int32) for v in vals]) if vals
                         else jnp.zeros((0,), jnp.int32))
@@ -101,8 +117,13 @@ def _starts_and_sizes(bm: Any, outs: Sequence[Any]) -> tuple[list[Any], list[Any
     return starts, sizes
 
 
-def _pure_index_map(bm: Any) -> Callable[..., list[Any]]:
-    jaxpr = state_discharge.discharge_state(bm.index_map_jaxpr, strip_memory_space=True)
+def _pure_index_map(bm: Any, with_consts: bool = False) -> Callable[..., list[Any]]:
+    """The index map as a pure function; `with_consts`: of its closed-over values first (they
+    belong to the enclosing kernel's trace, so they are passed in, never read)."""
+    closed = bm.index_map_jaxpr
+    if with_consts:
+        closed = pe.convert_constvars_jaxpr(closed)
+    jaxpr = state_discharge.discharge_state(closed, strip_memory_space=True)
     return jax_core.jaxpr_as_fun(jaxpr)
 
 

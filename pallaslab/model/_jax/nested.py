@@ -20,6 +20,7 @@ from jax._src.pallas import core as pallas_core
 from jax._src.state import types as state_types
 
 from pallaslab.model._jax.base import KernelHandle
+from pallaslab.model._jax.nested_outer import outer_closure
 from pallaslab.model.kernel import DmaCopy, Kernel, Operand, SemaphoreOp
 
 # Loops: what they run, runs once per iteration.
@@ -48,6 +49,8 @@ class _Walk:
     dmas: list[DmaCopy] = dataclasses.field(default_factory=list)
     semaphore_ops: list[SemaphoreOp] = dataclasses.field(default_factory=list)
     defs: dict[Any, Any] = dataclasses.field(default_factory=dict)  # value -> its equation
+    # A sub-jaxpr's parameter -> the outer value it always equals (never a loop's carry).
+    aliases: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
 
 def nested_structure(kernel: Kernel, body: Any) -> Nested:
@@ -102,7 +105,26 @@ def _descend(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
     for sub, outer in subs:
         if len(sub.invars) == len(outer):
             _bind(walk, sub.invars, outer)
+            fixed = _loop_invariant(eqn, len(outer))
+            walk.aliases.update((iv, ov) for iv, ov in zip(sub.invars[:fixed], outer[:fixed],
+                                                            strict=False)
+                                if isinstance(ov, (jax_core.Var, jax_core.Literal)))
         _walk_jaxpr(sub, walk, repeated=inner_repeated, kernel=kernel)
+
+
+def _loop_invariant(eqn: Any, n: int) -> int:
+    """How many leading parameters of `eqn`'s sub-jaxpr equal its operands on every run: a
+    scan's or while's consts only (its carry changes), all of any other call's."""
+    name = eqn.primitive.name
+    if name == "scan":  # its operands are grouped (consts, carry, xs) by `ft_in`
+        try:
+            consts = eqn.params["ft_in"].update(list(range(n))).unpack()[0]
+        except Exception:  # another scan signature: alias nothing
+            return 0
+        return len(list(consts))
+    if name == "while":
+        return int(eqn.params["body_nconsts"])
+    return n
 
 
 def _run_scoped(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
@@ -318,23 +340,42 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
     grid = tuple(None if pallas_core.is_dynamic_dim(g) else int(g) for g in gm.grid)
     semantics = params.get("dimension_semantics")
     fn_name, source = _func_src(body)
-    # Index maps closing over values of the enclosing kernel cannot be evaluated on their own.
-    closed_over = any(bm.index_map_jaxpr.consts for bm in gm.block_mappings)
-    handle = KernelHandle(eqn=eqn,
-                          index_map_evaluator=None if closed_over else _index_map_evaluator(gm),
+    inner_semantics = tuple(_semantics_name(s) for s in semantics) if semantics \
+        else ("arbitrary",) * len(grid)
+    # Index maps closing over values of the enclosing kernel: tiled over its grid x the inner
+    # one when those values follow from its program ids; otherwise not at all (said).
+    outer_grid: tuple[int, ...] = ()
+    if not any(bm.index_map_jaxpr.consts for bm in gm.block_mappings):
+        evaluator, why = _index_map_evaluator(gm), None
+    else:
+        evaluator, why = None, (
+            "its index maps use values the enclosing kernel computes while it runs (not "
+            "only its program ids), so its windows are known only then")
+        closure = outer_closure(args.all_index_map_consts, walk.defs, walk.aliases,
+                                kernel.grid) if kernel.grid_known else None
+        if closure is not None:
+            outer_grid = tuple(int(g) for g in kernel.grid)  # type: ignore[arg-type]
+            evaluator, why = _index_map_evaluator(gm, closure, len(outer_grid)), None
+    handle = KernelHandle(eqn=eqn, index_map_evaluator=evaluator,
                           num_dynamic_grid=int(gm.num_dynamic_grid_bounds),
                           prefetch_concrete=False)
+    outer_names = tuple(n for n in kernel.grid_names or ()) or tuple(
+        f"outer {i}" for i in range(len(outer_grid)))
+    full_grid = (*outer_grid, *grid)
     return Kernel(
         index=index, name=str(fn_name or "pipeline"), kind="pipeline", source=source,
-        call_site=_call_site(eqn), context=(*kernel.context, kernel.name), grid=grid,
-        grid_names=None,
-        dynamic_grid_dims=tuple(i for i, g in enumerate(grid) if g is None),
+        call_site=_call_site(eqn), context=(*kernel.context, kernel.name), grid=full_grid,
+        grid_names=(*outer_names, *(f"inner {i}" for i in range(len(grid))))
+        if outer_grid else None,
+        dynamic_grid_dims=tuple(i for i, g in enumerate(full_grid) if g is None),
         vmapped_dims=(),
-        dimension_semantics=tuple(_semantics_name(s) for s in semantics) if semantics
-        else None,
+        dimension_semantics=(*(kernel.dimension_semantics or ("arbitrary",) * len(outer_grid)),
+                             *inner_semantics) if outer_grid else
+        (inner_semantics if semantics else None),
         operands=tuple(operands), input_output_aliases=(), compiler_params={},
         backend="tpu", cost_estimate=None, kernel_jaxpr=str(body),
-        traced_for_chip=kernel.traced_for_chip, handle=handle,
+        traced_for_chip=kernel.traced_for_chip, dynamic_values_reason=why,
+        outer_dims=len(outer_grid), handle=handle,
     )
 
 
