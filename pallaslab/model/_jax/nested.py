@@ -351,10 +351,11 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
         evaluator, why = None, (
             "its index maps use values the enclosing kernel computes while it runs (not "
             "only its program ids), so its windows are known only then")
+        known = tuple(g for g in kernel.grid if g is not None)
         closure = outer_closure(args.all_index_map_consts, walk.defs, walk.aliases,
-                                kernel.grid) if kernel.grid_known else None
+                                known) if len(known) == len(kernel.grid) else None
         if closure is not None:
-            outer_grid = tuple(int(g) for g in kernel.grid)  # type: ignore[arg-type]
+            outer_grid = known
             evaluator, why = _index_map_evaluator(gm, closure, len(outer_grid)), None
     handle = KernelHandle(eqn=eqn, index_map_evaluator=evaluator,
                           num_dynamic_grid=int(gm.num_dynamic_grid_bounds),
