@@ -4,7 +4,8 @@ libtpu reads LIBTPU_INIT_ARGS once per process (the Mosaic dump directory is one
 prints screens of initialisation warnings from C++ straight to file descriptors 1 and 2; so it
 lives here, away from the user's process (protocol: `lowering.compiler_worker`).
 
-Request:  {"topology": "v5e:1x1", "hlo": "<StableHLO text>", "dumps": true}
+Request:  {"topology": "v5e:1x1", "hlo": "<StableHLO text>", "dumps": true, "partitions": 1}
+          (partitions > 1: the module is one SPMD program over the topology's first N devices)
 Response: {"ok": bool, "error": str | null, "passes": [[name, text], ...], "log": [str],
            "seconds": float}
 """
@@ -42,8 +43,14 @@ def _compile(_jax: Any, devices: dict[str, Any], request: dict, dump_dir: Path) 
     topology = request["topology"]
     try:
         if topology not in devices:
-            devices[topology] = _jax.tpu_topology_device(topology)
-        _jax.aot_compile_stablehlo(request["hlo"], devices[topology])
+            devices[topology] = _jax.tpu_topology_devices(topology)
+        chips = devices[topology]
+        partitions = int(request.get("partitions", 1))
+        if partitions > len(chips):
+            raise ValueError(f"the topology {topology} has {len(chips)} devices, not "
+                             f"{partitions}")
+        _jax.aot_compile_stablehlo(request["hlo"], chips[0],
+                                   partitions=chips[:partitions] if partitions > 1 else ())
         ok, error = True, None
     except Exception as err:  # the compiler's verdict
         ok, error = False, f"{type(err).__name__}: {err}"

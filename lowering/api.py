@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from lowering import cache, params
+from lowering import cache, params, slices
 from lowering.cross import CrossLowered, cross_lower
 from lowering.diagnostics import headline
 from lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
@@ -21,6 +21,7 @@ def lower(
     compile: bool = False,
     vmem_exact: bool = False,
     use_cache: bool = True,
+    devices: int | None = None,
     **kwargs: Any,
 ) -> LoweringResult:
     """Lower every Pallas kernel for `target` ("tpu-v5e", "gpu-h100", ...); no device needed.
@@ -28,13 +29,18 @@ def lower(
     `compile=True` also runs the real compiler (libtpu for TPU, the triton wheel for GPU) and
     adds its per-pass IR, diagnostics and resources. `vmem_exact=True` (TPU) bisects the
     compiler for the kernel's true scoped-VMEM need. Results are cached on disk.
+
+    A kernel captured inside `shard_map` (remote DMAs, device semaphores) is lowered and
+    compiled as one program over the devices of a multi-chip TPU topology: `devices=N` of
+    them, else as many as its mesh had when captured (`lowering.slices`).
     """
     tgt = get_target(target)
+    slices.check_devices(devices)
     kernels, notes = _for_chip(_kernels(fn_or_capture, args, kwargs), tgt)
     compile = compile or vmem_exact
     return LoweringResult(tgt.name, tuple(
         _noted(lower_kernel(k, tgt, compile=compile, vmem_exact=vmem_exact,
-                            use_cache=use_cache), notes)
+                            use_cache=use_cache, devices=devices), notes)
         for k in kernels))
 
 
@@ -83,12 +89,16 @@ def _noted(result: KernelLowering, notes: tuple[Diagnostic, ...]) -> KernelLower
 
 
 def lower_kernel(kernel: Kernel, target: Target, *, compile: bool = False,
-                 vmem_exact: bool = False, use_cache: bool = True) -> KernelLowering:
-    options = {"compile": compile, "vmem_exact": vmem_exact}
+                 vmem_exact: bool = False, use_cache: bool = True,
+                 devices: int | None = None) -> KernelLowering:
+    slices.check_devices(devices)
+    # `devices` changes only what a kernel inside shard_map is compiled over
+    options = {"compile": compile, "vmem_exact": vmem_exact,
+               "devices": devices if kernel.device_mesh is not None else None}
     key = cache.cache_key(kernel, target.name, options) if use_cache else None
     if key is not None and (hit := cache.load(key)) is not None and not _stale(hit):
         return dataclasses.replace(hit, index=kernel.index, cached=True)
-    result = _lower_uncached(kernel, target, compile, vmem_exact)
+    result = _lower_uncached(kernel, target, compile, vmem_exact, devices)
     if key is not None:
         cache.store(key, result)
     return result
@@ -112,8 +122,8 @@ def _stale(hit: KernelLowering) -> bool:
 
 
 def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
-                    vmem_exact: bool) -> KernelLowering:
-    cross = cross_lower(kernel, target)
+                    vmem_exact: bool, devices: int | None = None) -> KernelLowering:
+    cross = cross_lower(kernel, target, devices=devices)
     stages = list(cross.stages)
     diags = list(cross.diagnostics)
     if cross.backend == "mosaic-gpu" and (target.compute_capability or (0, 0)) < (9, 0):
@@ -146,8 +156,11 @@ def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact
     from lowering import tpu_compile
 
     assert cross.hlo is not None
-    out = tpu_compile.compile_tpu(kernel.name, target, cross.hlo)
+    out = tpu_compile.compile_tpu(kernel.name, target, cross.hlo, where=cross.slice)
     stages.extend(out.stages)
+    if cross.slice is not None:  # the note now says what the compiler compiled
+        said = slices.note(kernel, target, cross.slice, "compiled" if out.ok else "rejected")
+        diags[:] = [said if d.code == "shard-map-mesh" else d for d in diags]
     diags.extend(out.diagnostics)
     vmem = smem = None
     if out.ok and out.stages:
@@ -156,14 +169,15 @@ def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact
         declared = tpu_compile.module_buffers(out.stages[-1].text)
         vmem, smem = declared.vmem_bytes, declared.smem_bytes
     if vmem_exact and out.ok:
-        vmem = _vmem_exact(kernel, target, diags) or vmem
+        vmem = _vmem_exact(kernel, target, diags, cross) or vmem
     elif not out.ok:
         vmem = next((d.get("needed_bytes") for d in out.diagnostics if d.code == "vmem-oom"),
                     None)
     return out.ok, True, Resources(vmem_bytes=vmem, smem_bytes=smem)
 
 
-def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic]) -> int | None:
+def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic],
+                cross: CrossLowered) -> int | None:
     from lowering import tpu_compile
     from pallaslab.model import _jax
 
@@ -175,11 +189,13 @@ def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic]) -> int 
     capacity = int(_jax.tpu_chip_facts(target.chip)["vmem_capacity_bytes"])
 
     def hlo_with_limit(limit: int) -> str:
-        relowered = cross_lower(kernel, target, vmem_limit_bytes=limit)
+        devices = cross.slice.partitions if cross.slice is not None else None
+        relowered = cross_lower(kernel, target, vmem_limit_bytes=limit, devices=devices)
         assert relowered.hlo is not None
         return relowered.hlo
 
-    need = tpu_compile.find_vmem_need(kernel.name, target, capacity, hlo_with_limit)
+    need = tpu_compile.find_vmem_need(kernel.name, target, capacity, hlo_with_limit,
+                                      where=cross.slice)
     diags.extend(need.diagnostics)
     if need.bytes is not None:
         diags.append(Diagnostic(

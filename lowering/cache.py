@@ -28,11 +28,12 @@ from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resourc
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
 
-SCHEMA = 7  # 2: lowered under the target's own abstract device; 3: VMEM of body allocations;
+SCHEMA = 8  # 2: lowered under the target's own abstract device; 3: VMEM of body allocations;
 # 4: Triton compiles the module bytecode of the custom call (multi-line loc aliases);
 # 5: a pallas_call with Mosaic GPU params says why it is shown lowered with Triton
 # 6: Mosaic GPU kernels compile (PTX, ptxas, SASS) with XLA's CUDA plugin
 # 7: kernels captured inside shard_map lower inside one (remote DMAs, device semaphores)
+# 8: ... and compile over a multi-chip topology (options gain "devices")
 
 
 class CacheError(PallasLabError, OSError):

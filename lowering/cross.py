@@ -18,11 +18,11 @@ import warnings
 from typing import Any
 
 import jax
-import numpy as np
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
-from lowering import diagnostics, irtext, params
+from lowering import diagnostics, irtext, params, slices
 from lowering.result import Diagnostic, Stage
+from lowering.slices import Slice
 from lowering.targets import Target
 from pallaslab.errors import missing
 from pallaslab.model import Kernel, _jax
@@ -37,6 +37,7 @@ class CrossLowered:
     diagnostics: tuple[Diagnostic, ...]
     hlo: str | None = None  # lowered StableHLO of the kernel alone (what libtpu compiles)
     ttir: str | None = None  # the Triton module as the custom call carries it (valid MLIR)
+    slice: Slice | None = None  # inside shard_map: the devices `hlo` is partitioned over
 
 
 def abstract_device(target: Target) -> AbstractDevice:
@@ -49,9 +50,12 @@ def abstract_mesh(target: Target) -> AbstractMesh:
                         abstract_device=abstract_device(target))
 
 
-def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None = None
-                ) -> CrossLowered:
+def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None = None,
+                devices: int | None = None) -> CrossLowered:
+    """`devices`: for a kernel captured inside shard_map, lower it for that many TPU devices
+    (default: as many as its mesh had), see `lowering.slices`."""
     backend = params.lowering_backend(kernel, target)
+    where = slices.plan(kernel, target, devices)
     jaxpr_stage = Stage("jaxpr", *irtext.jaxpr_with_sources(
         _jax.kernel_jaxpr_with_source_info(kernel)))
     if (wrong := params.wrong_backend(kernel, target)) is not None:
@@ -63,7 +67,7 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
     if compiler_params is not None:
         overrides["compiler_params"] = compiler_params
     try:
-        hlo, printed, triton_modules = _lower(kernel, target, overrides)
+        hlo, printed, triton_modules = _lower(kernel, target, overrides, where)
     except Exception as err:  # Pallas's verdict on this kernel for this backend
         if (tool_error := diagnostics.context_error(err, kernel.name, target.name)) is not None:
             raise tool_error from err
@@ -72,15 +76,10 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
         return CrossLowered(backend, False, (jaxpr_stage,), (*notes, diag))
     if backend == "mosaic-tpu":
         stages = _mosaic_tpu_stages(hlo)
-        if kernel.device_mesh is not None:
-            axes = ", ".join(f"{name}={size}" for name, size in kernel.device_mesh.axes)
-            notes = (*notes, Diagnostic(
-                "info", "shard-map-mesh",
-                f"kernel {kernel.name!r} runs inside shard_map (mesh {axes} as captured): it "
-                "is lowered inside shard_map again, over a mesh of one chip per axis, so its "
-                "remote DMAs and device semaphores lower as on one chip of a slice; its "
-                "operands are the per-device blocks it was captured with."))
-        return CrossLowered(backend, True, (jaxpr_stage, *stages), notes, hlo=hlo)
+        if where is not None:
+            notes = (*notes, slices.note(kernel, target, where))
+        return CrossLowered(backend, True, (jaxpr_stage, *stages), notes, hlo=hlo,
+                            slice=where)
     sections = irtext.debug_sections(printed)
     if backend == "triton":
         module = sections.get("Triton module", "")
@@ -95,7 +94,7 @@ def cross_lower(kernel: Kernel, target: Target, *, vmem_limit_bytes: int | None 
 _BACKEND_NAMES = {"mosaic-tpu": "Mosaic TPU", "triton": "Triton", "mosaic-gpu": "Mosaic GPU"}
 
 
-def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]
+def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any], where: Slice | None
            ) -> tuple[str, str, list[str]]:
     """(StableHLO text for TPU, what the lowering printed, the Triton modules to compile):
     prints never reach the user's stdout."""
@@ -103,7 +102,7 @@ def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]
                                            **_supported(kernel, overrides))
     avals = _jax.kernel_call_avals(kernel)
     printed = io.StringIO()
-    call, context = _in_shard_map(kernel, target, call)
+    call, context = _in_shard_map(target, call, where)
     with contextlib.redirect_stdout(printed), warnings.catch_warnings(), context:
         warnings.simplefilter("ignore")  # e.g. "the Triton backend is deprecated"
         lowered = jax.jit(call).trace(*avals).lower(
@@ -114,20 +113,22 @@ def _lower(kernel: Kernel, target: Target, overrides: dict[str, Any]
     return hlo, printed.getvalue(), triton
 
 
-def _in_shard_map(kernel: Kernel, target: Target, call: Any) -> tuple[Any, Any]:
-    """(the kernel's callable, the mesh context to lower it in). A kernel captured inside
+def _in_shard_map(target: Target, call: Any, where: Slice | None) -> tuple[Any, Any]:
+    """(the kernel's callable, the abstract mesh to lower it under). A kernel captured inside
     shard_map is lowered inside one again: Pallas lowers remote DMAs and device semaphores only
-    within a shard_map over a concrete mesh. The mesh has the kernel's axes, one device each
-    (this host's first device stands in for every chip; the kernel body already carries the
-    target's TPU), its operands the per-device blocks; the rest: the target's abstract mesh."""
-    if kernel.device_mesh is None or target.platform != "tpu":
+    within a shard_map, from its mesh's axis names and sizes. An abstract mesh of the slice's
+    axes (the target's device kind, no device here) gives StableHLO with one partition per
+    device, which the compiler worker compiles over the topology's devices. Its operands are
+    the per-device blocks, replicated; the rest: the target's abstract mesh of one device."""
+    if where is None:
         return call, jax.sharding.use_abstract_mesh(abstract_mesh(target))
-    names = tuple(name for name, _ in kernel.device_mesh.axes)
-    device = np.array(jax.devices()[:1]).reshape((1,) * len(names))
+    names = tuple(name for name, _ in where.axes)
+    mesh = AbstractMesh(tuple(size for _, size in where.axes), names,
+                        (AxisType.Explicit,) * len(names),
+                        abstract_device=abstract_device(target))
     spec = jax.sharding.PartitionSpec()
-    mesh = jax.sharding.Mesh(device, names)
-    return jax.shard_map(call, mesh=mesh, in_specs=spec, out_specs=spec,
-                         check_vma=False), contextlib.nullcontext()
+    return (jax.shard_map(call, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False),
+            jax.sharding.use_abstract_mesh(mesh))
 
 
 def _pipeline_suspects(kernel: Kernel) -> dict[str, str | None]:

@@ -20,6 +20,7 @@ from typing import Any
 from lowering import diagnostics, irtext
 from lowering.compiler_worker import CompilerWorker
 from lowering.result import Diagnostic, Stage
+from lowering.slices import Slice
 from lowering.targets import Target
 from pallaslab.errors import missing
 from pallaslab.util.tempdir import session_tmpdir
@@ -51,8 +52,10 @@ class TpuWorker(CompilerWorker):
         super().__init__("lowering._tpu_worker", env, directory,
                          "the TPU compiler worker (libtpu)")
 
-    def compile(self, topology: str, hlo: str, dumps: bool = True) -> dict[str, Any]:
-        return self.request({"topology": topology, "hlo": hlo, "dumps": dumps})
+    def compile(self, topology: str, hlo: str, dumps: bool = True, partitions: int = 1
+                ) -> dict[str, Any]:
+        return self.request({"topology": topology, "hlo": hlo, "dumps": dumps,
+                             "partitions": partitions})
 
 
 _worker: TpuWorker | None = None
@@ -86,16 +89,23 @@ class TpuCompiled:
     seconds: float
 
 
-def compile_tpu(kernel_name: str, target: Target, hlo: str, dumps: bool = True) -> TpuCompiled:
-    assert target.topology is not None
-    response = worker().compile(target.topology, hlo, dumps)
+def compile_tpu(kernel_name: str, target: Target, hlo: str, dumps: bool = True,
+                where: Slice | None = None) -> TpuCompiled:
+    """Compile for one device of the target's topology, or over the devices of `where` (a
+    shard_map kernel's slice: `hlo` has its number of partitions)."""
+    topology, partitions = (target.topology, 1) if where is None else \
+        (where.topology, where.partitions)
+    assert topology is not None
+    response = worker().compile(topology, hlo, dumps, partitions)
     stages = []
     for name, text in response["passes"]:
         clean, sources = irtext.pretty_ir_with_sources(text)
         stages.append(Stage(f"mosaic:{name}", clean, sources))
     diags: list[Diagnostic] = []
     if not response["ok"]:
-        diags.append(diagnostics.from_compile_error(response["error"], kernel_name, target.name))
+        where_text = target.name if partitions == 1 else \
+            f"{target.name} ({partitions} devices of {topology})"
+        diags.append(diagnostics.from_compile_error(response["error"], kernel_name, where_text))
         if response["log"]:
             diags.append(Diagnostic("info", "compiler-log", "libtpu printed: "
                                     + " | ".join(response["log"][:10])))
@@ -110,7 +120,8 @@ class VmemNeed:
 
 
 def find_vmem_need(kernel_name: str, target: Target, capacity: int,
-                   hlo_with_limit: Callable[[int], str]) -> VmemNeed:
+                   hlo_with_limit: Callable[[int], str], where: Slice | None = None
+                   ) -> VmemNeed:
     """Bisect `vmem_limit_bytes` (in KiB) for the smallest limit the real compiler accepts.
 
     The compiler's VMEM OOM message states the size it needed (rounded to 0.01 of its unit);
@@ -121,7 +132,8 @@ def find_vmem_need(kernel_name: str, target: Target, capacity: int,
     def compiles(kib: int) -> tuple[bool, Diagnostic | None]:
         nonlocal count
         count += 1
-        out = compile_tpu(kernel_name, target, hlo_with_limit(kib * 1024), dumps=False)
+        out = compile_tpu(kernel_name, target, hlo_with_limit(kib * 1024), dumps=False,
+                          where=where)
         return out.ok, (out.diagnostics[0] if out.diagnostics else None)
 
     lo, hi = 0, capacity // 1024

@@ -1,4 +1,5 @@
-"""`pallaslab lower CASE --target T [--compile] [--vmem-exact] [--json]`: lowered IR per kernel.
+"""`pallaslab lower CASE --target T [--compile] [--vmem-exact] [--devices N] [--json]`:
+lowered IR per kernel.
 
 Exit status: 0 when every kernel lowers (and compiles, with --compile), 1 when one does not,
 2 when the case cannot be loaded, a dependency is missing or a --stage is not produced.
@@ -15,6 +16,7 @@ from pallaslab.cli._shared import (
     EXIT_OK,
     UsageError,
     console,
+    device_count,
     load_and_capture,
     print_json,
     safe,
@@ -44,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print this stage's IR (repeatable; 'all' for every stage): jaxpr, "
                         "mosaic, mosaic-gpu, ttir; with --compile mosaic:PASS, ttgir, llir, "
                         "ptx, sass")
+    p.add_argument("--devices", type=device_count, default=None, metavar="N",
+                   help="TPU: compile kernels inside shard_map over N devices of a multi-chip "
+                        "topology (default: as many as their mesh had when captured)")
     p.add_argument("--no-cache", action="store_true", help="ignore the on-disk result cache")
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.set_defaults(func=run)
@@ -54,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     _, cap = load_and_capture(args.case)
     result = lower(cap, target=args.target, compile=args.compile,
-                   vmem_exact=args.vmem_exact, use_cache=not args.no_cache)
+                   vmem_exact=args.vmem_exact, use_cache=not args.no_cache,
+                   devices=args.devices)
     if args.json:
         print_json(result.to_json())
     else:

@@ -78,8 +78,11 @@ class LoweringView(InteractiveView):
         want_compile = self.compile if compile is None else compile
         have = self._results.get(name)
         if have is None or (want_compile and not have.compiled):
+            # a shard_map kernel compiles over as many chips as the workbench runs devices
+            devices = self.ctx.options.get("devices")
             self._results[name] = clean_lowering(lower_kernel(
-                self.ctx.kernel, get_target(name), compile=want_compile))
+                self.ctx.kernel, get_target(name), compile=want_compile,
+                devices=int(devices) if devices else None))
         return self._results[name]
 
     @property

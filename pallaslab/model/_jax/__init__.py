@@ -32,6 +32,7 @@ from pallaslab.model._jax.lowering import (
     kernel_jaxpr_with_source_info,
     mosaic_tpu_module,
     tpu_topology_device,
+    tpu_topology_devices,
 )
 from pallaslab.model._jax.rerun import (
     jaxpr_callable,
@@ -97,6 +98,7 @@ __all__ = [
     "tpu_chip_facts",
     "tpu_interpret_buffers",
     "tpu_topology_device",
+    "tpu_topology_devices",
     "trace",
     "uninitialized",
 ]

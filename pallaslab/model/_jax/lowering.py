@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,24 +91,32 @@ def _preorder(op: Any) -> Iterator[Any]:
 
 def tpu_topology_device(topology: str) -> Any:
     """The first device of a libtpu topology ("v5e:1x1"), to AOT-compile for without a TPU."""
+    return tpu_topology_devices(topology)[0]
+
+
+def tpu_topology_devices(topology: str) -> tuple[Any, ...]:
+    """Every device of a libtpu topology ("v5e:2x2"), in the topology's order."""
     from jax.experimental import topologies
 
-    return topologies.get_topology_desc(topology, "tpu").devices[0]
+    return tuple(topologies.get_topology_desc(topology, "tpu").devices)
 
 
-def aot_compile_stablehlo(hlo_text: str, device: Any) -> Any:
-    """Compile a lowered single-device StableHLO module for a (topology) device; raises the
+def aot_compile_stablehlo(hlo_text: str, device: Any, *, partitions: Sequence[Any] = ()
+                          ) -> Any:
+    """Compile a lowered StableHLO module for a (topology) device, or as one SPMD program over
+    `partitions` (the module's `mhlo.num_partitions` devices, e.g. a shard_map's); raises the
     compiler's error. Returns the unloaded executable."""
     from jax._src import compiler
     from jax._src.interpreters import mlir as jax_mlir
     from jax._src.lib import xla_client
     from jax._src.lib.mlir import ir
 
+    devices = tuple(partitions) or (device,)
     options = compiler.get_compile_options(
-        num_replicas=1, num_partitions=1, device_assignment=np.array([[device]]))
+        num_replicas=1, num_partitions=len(devices), device_assignment=np.array([devices]))
     with jax_mlir.make_ir_context():
         module = ir.Module.parse(hlo_text)
-        return device.client.compile(module, xla_client.DeviceList((device,)), options)
+        return devices[0].client.compile(module, xla_client.DeviceList(devices), options)
 
 
 def kernel_jaxpr_with_source_info(kernel: Kernel) -> str:
