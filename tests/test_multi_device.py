@@ -173,9 +173,9 @@ def test_an_injected_bug_is_attributed_to_the_device_and_the_ring_step():
     # Sending two to the right, device 0's slot 1 arrives from device 2 at step 1 (device 1
     # never sends to it), and device 1's slot 0 (device 0's shard) never arrives at all.
     assert shards[0].startswith(
-        "device 0 (rows 0-3 of result[0]): 2,048 mismatched elements; the first, (1, 0, 0) on "
+        "device 0 (rows 0-3 of outputs): 2,048 mismatched elements; the first, (1, 0, 0) on "
         "the device, was last written by the DMA of step 1 from device 2 (kernels_multi.py:")
-    assert shards[1] == ("device 1 (rows 4-7 of result[0]): 2,048 mismatched elements; the "
+    assert shards[1] == ("device 1 (rows 4-7 of outputs): 2,048 mismatched elements; the "
                          "first, (0, 0, 0) on the device, was written by no DMA (the kernel's "
                          "own store, or nothing)")
 
@@ -249,3 +249,35 @@ def test_stepping_one_device_shows_it_blocked_with_its_dma_in_flight():
         assert st.run().status == "ran"
     finally:
         st.close()
+
+
+def _write_top_half(x_ref, o_ref):
+    o_ref[:4, :] = x_ref[:4, :]  # rows 4-7 of each device's shard are never written
+
+
+def _half_written(x):
+    import jax
+    from jax.experimental import pallas as pl
+
+    def kernel(shard):
+        return pl.pallas_call(_write_top_half,
+                              out_shape=jax.ShapeDtypeStruct(shard.shape, shard.dtype))(shard)
+
+    return kernels_multi._on_devices(kernel)(x)
+
+
+@pytest.mark.parametrize("devices", [None, DEVICES])
+def test_output_a_kernel_inside_shard_map_never_writes_is_found(devices):
+    x = np.ones((4 * 8, 128), np.float32)
+    result = pallaslab.run(_half_written, x, executor="tpu-interpret", devices=devices)
+    assert result.status == "ran"
+    [finding] = [f for f in result.findings if f.code == "unwritten-output"]
+    assert finding.operand == "outputs"
+    if devices is None:  # one device here: its shard is the whole array, rows 4-31 unwritten
+        assert finding.message.startswith("_write_top_half: outputs: 3,584 of 4,096 element(s) "
+                                          "were written by no program under tpu-interpret:")
+    else:
+        assert finding.message.startswith(
+            "_write_top_half: outputs: 2,048 of 4,096 element(s) were written by no program "
+            "under tpu-interpret on device(s) 0, 1, 2, 3 (each device's 8 rows of the "
+            "gathered output; blocks are the first one's)")

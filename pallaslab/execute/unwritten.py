@@ -60,6 +60,19 @@ def unwritten_findings(result: RunResult, kernels: Sequence[Kernel]) -> tuple[Fi
     return tuple(found)
 
 
+def _device_shards(kernel: Kernel, origin: str, mask: np.ndarray
+                   ) -> tuple[list[int], np.ndarray] | None:
+    """A shard_map kernel's output gathered from its devices along the first axis: (the
+    devices whose shard holds fill values, the first such shard's mask); None otherwise."""
+    shape = tuple(kernel.operand(origin).shape)
+    if kernel.device_mesh is None or mask.shape == shape or not shape or not shape[0] \
+            or mask.shape[1:] != shape[1:] or mask.shape[0] % shape[0]:
+        return None
+    shards = mask.reshape(mask.shape[0] // shape[0], *shape)
+    devices = [d for d in range(len(shards)) if shards[d].any()]
+    return devices, shards[devices[0]]
+
+
 def _aliased(kernel: Kernel, origin: str) -> bool:
     outputs = [op.origin for op in kernel.outputs]
     if origin not in outputs:
@@ -72,6 +85,12 @@ def _finding(executor: str, kernel: Kernel, origin: str, value: np.ndarray, mask
              tiling: Tiling | None) -> Finding:
     count, total = int(mask.sum()), mask.size
     fill = _fill_text(executor, value.dtype)
+    on_devices = ""
+    if (shards := _device_shards(kernel, origin, mask)) is not None:
+        devices, mask = shards  # blocks and programs below: on the first such device
+        rows = kernel.operand(origin).shape[0]
+        on_devices = (f" on device(s) {', '.join(str(d) for d in devices)} (each device's "
+                      f"{rows} rows of the gathered output; blocks are the first one's)")
     blocks: list[tuple[int, ...]] = []
     programs: list[tuple[int, ...]] = []
     ot = tiling.operands.get(origin) if tiling is not None else None
@@ -91,8 +110,8 @@ def _finding(executor: str, kernel: Kernel, origin: str, value: np.ndarray, mask
     return Finding(
         "unwritten-output", "warning" if "NaN" in fill else "error",
         f"{kernel.name}: {origin}: {count:,} of {total:,} element(s) were written by no "
-        f"program under {executor}: they still hold its fill for uninitialised memory, "
-        f"{fill}{nan_note}{where}{owners}. On hardware these elements are whatever the "
+        f"program under {executor}{on_devices}: they still hold its fill for uninitialised "
+        f"memory, {fill}{nan_note}{where}{owners}. On hardware these elements are whatever the "
         "memory held. Rule: every output element must be written by some program.",
         operand=origin, programs=tuple(programs[:MAX_EXAMPLES]), blocks=tuple(blocks),
     )

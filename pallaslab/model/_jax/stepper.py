@@ -359,7 +359,8 @@ def kernel_leading_invars(kernel: Kernel) -> list[Any]:
 def output_sources(closed_jaxpr: Any, kernels: Sequence[Kernel]
                    ) -> list[tuple[int, int] | None]:
     """For each output of the traced function: (kernel index, output position) when it is
-    a kernel's output unchanged (through jit-like calls), else None."""
+    a kernel's output unchanged (through jit-like calls; through shard_map, each device's
+    output gathered), else None."""
     index = {id(k.handle.eqn): k.index for k in kernels}
 
     def sources(jaxpr: Jaxpr) -> list[tuple[int, int] | None]:
@@ -368,7 +369,8 @@ def output_sources(closed_jaxpr: Any, kernels: Sequence[Kernel]
             if id(eqn) in index:
                 for j, v in enumerate(eqn.outvars):
                     made[v] = (index[id(eqn)], j)
-            elif eqn.primitive.name in _CALL_ONCE and (sub := _single_sub(eqn.params)) is not None:
+            elif eqn.primitive.name in (*_CALL_ONCE, "shard_map") and \
+                    (sub := _single_sub(eqn.params)) is not None:
                 inner = sources(sub)
                 for v, s in zip(eqn.outvars, inner, strict=False):
                     made[v] = s
