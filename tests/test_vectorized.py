@@ -185,3 +185,104 @@ def test_jax_shipped_kernels_match_the_interpreter_or_say_why_not(name):
     vec, ref = _both(fn, args)
     _assert_same(vec, ref)
     assert vec.notes and all(": " in n for n in vec.notes)
+
+
+# The reshape path: regularly tiled operands are sliced and transposed, not gathered and
+# scattered; irregular ones keep the gather path (issue 14's speed-up).
+
+def _vectorized_hlo(prepared) -> str:
+    from pallaslab.model._jax import vectorize
+
+    cap = prepared.capture
+    plans = {id(k.handle.eqn): p.plan for k, p in zip(cap, VectorizedExecutor().plans(prepared),
+                                                      strict=True)}
+    call = vectorize.vectorized_jaxpr_callable(cap.handle.closed_jaxpr, plans)
+    return jax.jit(call).lower(*prepared.flat_args).as_text()
+
+
+def _layouts(fn, args):
+    (kernel,) = pallaslab.capture(fn, *args)
+    return dict(plan_kernel(kernel).plan.layouts)
+
+
+def _tiled_add(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + y_ref[...]
+
+
+def test_regular_tiling_is_sliced_not_gathered():
+    def fn(x, y):
+        spec = pl.BlockSpec((16, 128), lambda i, j: (i, j))
+        row = pl.BlockSpec((16, 128), lambda i, j: (i, 0))  # the same block for every j
+        return pl.pallas_call(_tiled_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(4, 2), in_specs=[spec, row], out_specs=spec)(x, y)
+
+    args = (rand((64, 256)), rand((64, 128), seed=1))
+    assert _layouts(fn, args) == {"args[0]": ((0, 0), (1, 0)), "args[1]": ((0, 0), (None, 0)),
+                                  "outputs": ((0, 0), (1, 0))}
+    vec, ref = _both(fn, args)
+    np.testing.assert_array_equal(vec.outputs[0], ref.outputs[0])
+    hlo = _vectorized_hlo(prepare(fn, args))
+    assert "scatter" not in hlo and "gather" not in hlo
+    assert "0x7FC00000" not in hlo  # fully written: no NaN fill of the output (f32 NaN)
+
+
+def _transpose_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...].T
+
+
+def test_permuted_index_map_transposes_blocks():
+    def fn(x):
+        return pl.pallas_call(
+            _transpose_kernel, out_shape=jax.ShapeDtypeStruct(x.shape[::-1], x.dtype),
+            grid=(4, 2), in_specs=[pl.BlockSpec((32, 64), lambda i, j: (i, j))],
+            out_specs=pl.BlockSpec((64, 32), lambda i, j: (j, i)))(x)
+
+    x = rand((128, 128))
+    assert _layouts(fn, (x,))["outputs"] == ((1, 0), (0, 0))
+    vec, ref = _both(fn, (x,))
+    np.testing.assert_array_equal(vec.outputs[0], ref.outputs[0])
+    np.testing.assert_array_equal(vec.outputs[0], np.asarray(x).T)
+    assert "scatter" not in _vectorized_hlo(prepare(fn, (x,)))
+
+
+def _double_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def test_non_divisible_edge_block_keeps_the_gather_path():
+    def fn(x):
+        spec = pl.BlockSpec((32, 128), lambda i: (i, 0))
+        return pl.pallas_call(_double_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(pl.cdiv(x.shape[0], 32),), in_specs=[spec],
+                              out_specs=spec)(x)
+
+    x = rand((100, 128))
+    assert _layouts(fn, (x,)) == {}
+    vec, ref = _both(fn, (x,))
+    np.testing.assert_array_equal(vec.outputs[0], ref.outputs[0])
+    assert "scatter" in _vectorized_hlo(prepare(fn, (x,)))
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+def test_output_not_fully_covered_keeps_nan_where_unwritten(shift):
+    def fn(x):
+        return pl.pallas_call(
+            _double_kernel, out_shape=jax.ShapeDtypeStruct((64, 128), x.dtype), grid=(2,),
+            in_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((16, 128), lambda i: (i + shift, 0)))(x)
+
+    x = rand((32, 128))
+    assert _layouts(fn, (x,))["outputs"] == ((0, shift), (None, 0))
+    vec, ref = _both(fn, (x,))
+    np.testing.assert_array_equal(vec.outputs[0], ref.outputs[0])  # NaN where NaN
+    written = np.zeros(64, bool)
+    written[16 * shift:16 * shift + 32] = True
+    assert np.isnan(vec.outputs[0][~written]).all()
+    np.testing.assert_array_equal(vec.outputs[0][written], np.asarray(x) * 2.0)
+
+
+def test_scalar_prefetch_index_maps_keep_the_gather_path():
+    fn, args = CATALOG["scalar_prefetch_gather"].case()
+    assert _layouts(fn, args) == {}
+    vec, ref = _both(fn, args)
+    _assert_same(vec, ref)

@@ -20,6 +20,10 @@ What fails a rule is scanned program by program in order (still one computation,
 results as the interpreter), or, for a rule on the body's primitives, interpreted with
 `interpret=True`; `RunResult.notes` says which rule decided, per kernel.
 
+Operands whose index maps tile the array regularly (`vectorize_layout`: block index = a
+program id plus a constant, or a constant, per dimension, whole blocks) are sliced and
+transposed instead of gathered and scattered (never those of a scalar-prefetch kernel).
+
 Numerics: the body's arithmetic is the interpreter's; XLA may fuse batched operations
 differently, so float results can differ in the last bits (within the dtype's tolerance, as
 `compare` reports) and are usually bit-equal.
@@ -36,6 +40,7 @@ import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.vectorize_layout import regular_layouts
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import vectorize
 
@@ -90,7 +95,8 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
     scanned = [d for d in range(len(tiling.grid)) if d not in dims]
     carried = tuple(_constant_along_all(tiling.operands[op.origin].block_indices, tiling.grid,
                                         scanned) for op in kernel.outputs)
-    return KernelPlan(kernel.name, vectorize.BatchPlan(dims, carried), why)
+    layouts = regular_layouts(kernel, tiling)
+    return KernelPlan(kernel.name, vectorize.BatchPlan(dims, carried, layouts), why)
 
 
 def _alias_reason(kernel: Kernel, tiling: Tiling) -> str | None:
