@@ -374,3 +374,23 @@ def test_sparsecore_kernel_in_json_and_table(capsys):
     assert main(["inspect", "tests/kernels.py:sparsecore_vector_add"]) == 0
     assert "traced under an abstract TPU 7x (a SparseCore kernel, traced for a chip with " \
         "SparseCores; no TPU attached)" in capsys.readouterr().out
+
+
+def _unscoped_pipeline(x_hbm, o_hbm):
+    spec = pl.BlockSpec((8, 128), lambda j: (j, 0))
+    pltpu.emit_pipeline(K._double, grid=(4,), in_specs=[spec], out_specs=[spec],
+                        trace_scopes=False)(x_hbm, o_hbm)
+
+
+def test_a_pipeline_traced_without_scopes_is_still_captured():
+    """`trace_scopes=False` leaves no `ep_*` scopes to find the pipeline by: its DMAs lead to
+    the structure trace, where the primitive is intact."""
+    def fn(x):
+        return pl.pallas_call(_unscoped_pipeline,
+                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[K.ANY], out_specs=K.ANY)(x)
+
+    (kernel,) = pallaslab.capture(fn, np.ones((32, 128), np.float32))
+    [pipe] = kernel.pipelines
+    assert pipe.grid == (4,) and [op.block_shape for op in pipe.operands] == [(8, 128)] * 2
+    assert kernel.dmas == ()  # the pipeline's copies are its own, not the body's

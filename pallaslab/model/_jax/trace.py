@@ -201,10 +201,13 @@ def _tpu_attached() -> bool:
 
 
 def _uses_emit_pipeline(eqn: Any) -> bool:
-    """Does a kernel body hold an inlined `emit_pipeline` (its scopes name every step)?"""
+    """May a kernel body hold an inlined `emit_pipeline`? Its scopes name every step; with
+    `trace_scopes=False` there are none, but it still starts DMAs (so does a hand-written
+    DMA: the structure trace then finds no pipeline, at the cost of one more trace)."""
     for sub in all_sub_jaxprs(eqn.params):
         for e in sub.eqns:
-            if _EP_SCOPE.search(str(e.source_info.name_stack)) or _uses_emit_pipeline(e):
+            if _EP_SCOPE.search(str(e.source_info.name_stack)) or \
+                    e.primitive.name == "dma_start" or _uses_emit_pipeline(e):
                 return True
     return False
 
