@@ -394,3 +394,25 @@ def test_a_pipeline_traced_without_scopes_is_still_captured():
     [pipe] = kernel.pipelines
     assert pipe.grid == (4,) and [op.block_shape for op in pipe.operands] == [(8, 128)] * 2
     assert kernel.dmas == ()  # the pipeline's copies are its own, not the body's
+
+
+def _copies_in_its_body(x_hbm, o_hbm, acc):
+    def body(x_ref, o_ref):
+        pltpu.sync_copy(x_ref, acc)  # a DMA inside the pipeline body, once per inner step
+        o_ref[...] = acc[...] * 2.0
+
+    spec = pl.BlockSpec((8, 128), lambda j: (j, 0))
+    pltpu.emit_pipeline(body, grid=(4,), in_specs=[spec], out_specs=[spec])(x_hbm, o_hbm)
+
+
+def test_dmas_inside_a_pipeline_body_belong_to_the_kernel():
+    def fn(x):
+        return pl.pallas_call(_copies_in_its_body,
+                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[K.ANY], out_specs=K.ANY,
+                              scratch_shapes=[pltpu.VMEM((8, 128), np.float32)])(x)
+
+    (kernel,) = pallaslab.capture(fn, np.ones((32, 128), np.float32))
+    [dma] = kernel.dmas
+    assert (dma.kind, dma.src, dma.dst, dma.shape, dma.repeated) == (
+        "sync", "window of args[0]", "scratch[0]", (8, 128), True)

@@ -69,6 +69,7 @@ def _walk_jaxpr(jaxpr: Any, walk: _Walk, *, repeated: bool, kernel: Kernel) -> N
         name = eqn.primitive.name
         if name == "emit_pipeline":
             walk.pipelines.append(_pipeline(eqn, walk, kernel, len(walk.pipelines)))
+            _pipeline_body(eqn, walk, kernel)
         elif name == "dma_start":
             walk.dmas.append(_dma(eqn, walk, repeated, "async"))
         elif name == "dma_wait":
@@ -110,6 +111,24 @@ def _descend(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
                                                             strict=False)
                                 if isinstance(ov, (jax_core.Var, jax_core.Literal)))
         _walk_jaxpr(sub, walk, repeated=inner_repeated, kernel=kernel)
+
+
+def _pipeline_body(eqn: Any, walk: _Walk, kernel: Kernel) -> None:
+    """DMAs, semaphores and scoped buffers inside an emit_pipeline's body belong to the
+    kernel, once per inner step: its block refs are named "window of <the kernel ref>", the
+    refs it closes over by their own names."""
+    params = eqn.params
+    body = params["body_jaxpr"]
+    args = params["args_tree"].unflatten(eqn.invars)
+    refs = params["refs_tree"].unflatten(list(args.refs_flat))
+    flat_refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    constvars = list(getattr(body, "constvars", ()))
+    _bind(walk, constvars, list(args.body_consts))
+    blocks = body.invars[-len(flat_refs):] if flat_refs else []
+    for block, ref in zip(blocks, flat_refs, strict=False):
+        if isinstance(ref, jax_core.Var) and ref in walk.origin:
+            walk.origin[block] = f"window of {walk.origin[ref]}"
+    _walk_jaxpr(body, walk, repeated=True, kernel=kernel)
 
 
 def _loop_invariant(eqn: Any, n: int) -> int:
