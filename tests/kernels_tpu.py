@@ -22,7 +22,7 @@ from jax.experimental.pallas import tpu as pltpu
 __all__ = [
     "bounded_slice_pipeline",
     "buffered_three",
-    "core_map_kernel",
+    "core_map_kernel", "cross_core_handoff",
     "emit_pipeline_matmul", "emit_pipeline_per_program",
     "fused_scale_add",
     "manual_dma_double_buffer",
@@ -274,7 +274,8 @@ def core_map_kernel():
     return fn, (rand((16, 128)),)
 
 
-@case("tpu", "tpu-advanced", "mesh", "sparsecore", reference=lambda x: x + 1)
+@case("tpu", "tpu-advanced", "mesh", "sparsecore", findings=("no-sparse-core",),
+      reference=lambda x: x + 1)
 def sparsecore_vector_add():
     """A SparseCore kernel: `pl.kernel` over a vector-subcore mesh (axes "core" and
     "subcore"); subcore 0 of core 0 adds one to a 16-lane vector."""
@@ -415,3 +416,47 @@ def emit_pipeline_per_program():
         )(x)
 
     return fn, (rand((64, 128)),)
+
+
+# --- cores that signal each other -----------------------------------------------------------
+
+
+def _handoff(x_hbm, o_hbm, vbuf, prev, dma, ready):
+    core = jax.lax.axis_index("core")
+
+    @pl.when(core == 0)
+    def _produce():
+        pltpu.async_copy(x_hbm.at[pl.ds(0, 8)], vbuf, dma).wait()
+        vbuf[...] = vbuf[...] * 2.0
+        pltpu.async_copy(vbuf, o_hbm.at[pl.ds(0, 8)], dma).wait()
+        pl.semaphore_signal(ready, 1, core_index=1)  # core 0's rows are in HBM
+
+    @pl.when(core == 1)
+    def _consume():
+        pl.semaphore_wait(ready, 1)
+        pltpu.async_copy(o_hbm.at[pl.ds(0, 8)], prev, dma).wait()
+        pltpu.async_copy(x_hbm.at[pl.ds(8, 8)], vbuf, dma).wait()
+        vbuf[...] = vbuf[...] + prev[...]
+        pltpu.async_copy(vbuf, o_hbm.at[pl.ds(8, 8)], dma).wait()
+
+
+def _handoff_reference(x):
+    top = x[:8] * 2.0
+    return jnp.concatenate([top, top + x[8:]])
+
+
+@case("tpu", "tpu-advanced", "mesh", "semaphore", "cross-core", reference=_handoff_reference)
+def cross_core_handoff():
+    """Two cores that signal each other (JAX's test_allocate_shared_buffer_in_core_map): core
+    0 doubles rows 0-7 into the output and signals core 1 (`core_index=1`); core 1 waits for
+    the signal, reads those rows back from HBM and adds them to its own rows 8-15."""
+    mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=2)
+
+    def fn(x):
+        return pl.kernel(_handoff, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=mesh,
+                         scratch_types=[pltpu.VMEM((8, 128), jnp.float32),
+                                        pltpu.VMEM((8, 128), jnp.float32),
+                                        pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR],
+                         )(x)
+
+    return fn, (rand((16, 128)),)

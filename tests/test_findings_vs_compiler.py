@@ -24,6 +24,7 @@ REJECTING = {
     "tpu-buffer-count": "tpu-buffer-count",
     "tpu-mixed-element": "tpu-mixed-element",
     "vmem-overflow": "vmem-oom",
+    "no-sparse-core": "unsupported-target",
 }
 # The kernels whose findings claim a rejection, every advanced TPU kernel, and kernels whose
 # findings are about run time (the compiler must accept them).
@@ -33,9 +34,7 @@ KERNELS = sorted(
     | {"vector_add", "matmul_f32", "scalar_prefetch_gather", "squeezed_dims", "partial_blocks",
        "out_of_bounds_block", "uncovered_output"})
 # (kernel, chip) the compiler refuses for a reason no finding is about, and the diagnostic.
-OTHER_REFUSALS = {
-    ("sparsecore_vector_add", "v5e"): "unsupported-target",  # v5e has no SparseCores
-}
+OTHER_REFUSALS: dict[tuple[str, str], str] = {}
 # (kernel, chip) where the analysis and libtpu disagree, and why (measured with libtpu 0.0.52).
 KNOWN_DISAGREEMENTS = {
     ("vmem_overflow", "v6e"): "the kernel stores its whole scratch and loads it straight back; "

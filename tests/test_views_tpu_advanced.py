@@ -231,3 +231,19 @@ def test_memory_shows_run_scoped_buffers_and_nested_pipeline_buffers():
                       "z_ref (pipelines[0].outputs, window of outputs)"]
     assert v5e["bytes"] == 3 * 2 * 128 * 128 * 4 and v5e["semaphores"] == 6
     assert "x_ref (pipelines[0].args[0], window of args[0])" in view.to_text()
+
+
+def test_memory_of_a_sparsecore_kernel_counts_a_subcores_vmem():
+    """SparseCore buffers live in each vector subcore's own VMEM (256 KiB on v6e), not the
+    TensorCore's scoped VMEM; v5e has no SparseCore at all."""
+    view = workbench("sparsecore_vector_add").view("memory")
+    v5e, v6e = view.payload()["chips"]
+    assert (v6e["limit"], v6e["limit_source"], v6e["fits"]) == (
+        256 * 1024, "SparseCore subcore VMEM", True)
+    assert (v5e["limit"], v5e["fits"]) == (0, False)
+    assert "DOES NOT RUN: the chip has no SparseCore" in view.to_text()
+    [finding] = [f for f in workbench("sparsecore_vector_add").findings
+                 if f.code == "no-sparse-core"]
+    assert finding.severity == "error" and finding.message.startswith(
+        "body runs on SparseCore subcores (a VectorSubcoreMesh kernel) but TPU v5e has no "
+        "SparseCore")

@@ -79,6 +79,11 @@ class Chip:
     sublanes: int
     mxu_size: int
     sublane_tiling: tuple[tuple[int, int], ...]  # (bits, rows of the native VMEM tile)
+    # SparseCore: VMEM per vector subcore (TileSPMEM), subcores per SparseCore, SparseCores
+    # per chip (None / 0 where the chip has none)
+    sparse_core_vmem: int | None = None
+    sparse_subcores: int = 0
+    sparse_cores: int = 0
 
     def tile_rows(self, dtype: np.dtype) -> int:
         """Rows of the chip's large native tile for a dtype: f32 8, bf16 8 (16 on 7x), int8 32."""
@@ -135,4 +140,7 @@ def chip(name: str) -> Chip:
         sublanes=int(facts["num_sublanes"]),
         mxu_size=int(facts["mxu_column_size"]),
         sublane_tiling=tuple(sorted(facts["sublane_tiling"].items())),
+        sparse_core_vmem=sc["vmem_bytes"] if (sc := facts["sparse_core"]) else None,
+        sparse_subcores=sc["subcores"] if sc else 0,
+        sparse_cores=sc["cores"] if sc else 0,
     )

@@ -38,6 +38,7 @@ CODES = (
     "parallel-write-conflict",
     "vmem-overflow",
     "vmem-limit-above-chip",
+    "no-sparse-core",
     "tiling-unavailable",
     "empty-grid",
 )

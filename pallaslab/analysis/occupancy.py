@@ -144,6 +144,8 @@ class Occupancy:
 
     def __str__(self) -> str:
         verdict = "fits" if self.fits else "DOES NOT FIT"
+        if self.limit_source == "SparseCore subcore VMEM" and not self.limit:
+            verdict = "DOES NOT RUN: the chip has no SparseCore"
         lines = [f"{self.kernel} on {self.chip}: {_kib(self.bytes)} of {_kib(self.limit)} "
                  f"scoped VMEM ({self.limit_source}) -- {verdict}"]
         for op in self.operands:
@@ -342,11 +344,20 @@ _NO_KERNEL: Kernel = None  # type: ignore[assignment]
 # --- per kernel -------------------------------------------------------------------------------
 
 
-LimitSource = Literal["vmem_limit_bytes", "chip default"]
+LimitSource = Literal["vmem_limit_bytes", "chip default", "SparseCore subcore VMEM"]
+# Meshes of SparseCore subcores: their buffers live in each vector subcore's own VMEM.
+SPARSE_CORE_MESHES = frozenset({"VectorSubcoreMesh", "ScalarSubcoreMesh"})
+
+
+def on_sparse_core(kernel: Kernel) -> bool:
+    return kernel.mesh is not None and kernel.mesh.kind in SPARSE_CORE_MESHES
 
 
 def vmem_limit(kernel: Kernel, chip: Chip) -> tuple[int, LimitSource]:
-    """The scoped-VMEM limit the kernel compiles with: its own `vmem_limit_bytes` or the chip's."""
+    """The scoped-VMEM limit the kernel compiles with: its own `vmem_limit_bytes` or the chip's
+    (a SparseCore kernel: one vector subcore's VMEM; 0 on a chip with no SparseCore)."""
+    if on_sparse_core(kernel):
+        return chip.sparse_core_vmem or 0, "SparseCore subcore VMEM"
     for params in kernel.compiler_params.values():
         limit = params.get("vmem_limit_bytes") if hasattr(params, "get") else None
         if limit is not None:
@@ -368,13 +379,13 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
         bytes=sum(o.bytes for o in ops if o.space == "vmem"),
         limit=limit,
         limit_source=source,
-        vmem_capacity=c.vmem_capacity,
+        vmem_capacity=limit if on_sparse_core(kernel) else c.vmem_capacity,
         smem_bytes=sum(o.bytes for o in ops if o.space == "smem"),
         smem_capacity=c.smem_capacity,
         semaphores=sum(o.bytes for o in ops if o.space == "semaphore")
         + pipeline_semaphores(kernel),
         large_values=large_values(kernel, c),
-        vmem_usable=c.vmem_usable,
+        vmem_usable=limit if on_sparse_core(kernel) else c.vmem_usable,
     )
 
 
@@ -421,12 +432,25 @@ def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple
         return ()
     out = []
     for name in chips:
+        if on_sparse_core(kernel) and get_chip(name).sparse_core_vmem is None:
+            out.append(no_sparse_core_finding(kernel, get_chip(name)))
+            continue
         occ = occupancy(kernel, name)
         if not occ.fits:
             out.append(overflow_finding(occ))
         elif occ.limit > occ.effective_limit:
             out.append(limit_above_chip_finding(occ))
     return tuple(out)
+
+
+def no_sparse_core_finding(kernel: Kernel, chip: Chip) -> Finding:
+    kind = kernel.mesh.kind if kernel.mesh is not None else "SparseCore"
+    return Finding(
+        code="no-sparse-core", severity="error",
+        message=f"{kernel.name} runs on SparseCore subcores (a {kind} kernel) but TPU "
+                f"{chip.name} has no SparseCore: the compiler refuses it there. Rule: "
+                "SparseCore kernels need a chip with SparseCores (v5p, v6e, 7x).",
+    )
 
 
 def limit_above_chip_finding(occ: Occupancy) -> Finding:

@@ -40,6 +40,10 @@ def tpu_chip_facts(version: str) -> dict[str, Any]:
         for f in dataclasses.fields(info)
         if f.name not in ("chip_version", "sparse_core")
     }
+    sc = info.sparse_core  # per vector subcore: its own VMEM (TileSPMEM)
+    facts["sparse_core"] = None if sc is None else {
+        "cores": int(sc.num_cores), "subcores": int(sc.num_subcores),
+        "vmem_bytes": int(sc.vmem_capacity_bytes)}
     facts["version"] = chip.value
     facts["physical_cores"] = chip.num_physical_tensor_cores_per_chip
     facts["megacore"] = chip.supports_megacore
