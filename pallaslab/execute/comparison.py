@@ -235,8 +235,8 @@ def device_mismatches(comparison: Comparison) -> list[str]:
     lines = []
     for result in comparison.results:
         record = result.device_record
-        if record is None or record.num_devices < 2:
-            continue
+        if record is None or record.num_devices < 2 or result.executor != "tpu-interpret":
+            continue  # (gpu-interpret's record numbers blocks, not devices)
         for out in comparison.outputs:
             for pair in out.pairs:
                 if result.executor in (pair.a, pair.b) and pair.mismatch.any():

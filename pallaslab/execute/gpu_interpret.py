@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -12,6 +16,8 @@ from pallaslab.execute import capabilities, diagnostics
 from pallaslab.execute.executors import Prepared, _numpy
 from pallaslab.execute.monitor import RunMonitor
 from pallaslab.execute.result import RunResult
+from pallaslab.model import Kernel, _jax
+from pallaslab.model.devices import DeviceRecord
 
 
 class GpuInterpretExecutor:
@@ -39,15 +45,22 @@ class GpuInterpretExecutor:
 
         # Rebinding the captured equation misses the interpreter's ordered effects: re-trace
         # the user's function with GPU interpret mode forced instead.
-        monitor = RunMonitor(list(prepared.capture), desc=self.name, deadline=deadline)
+        kernels = list(prepared.capture)
+        monitor = RunMonitor(kernels, desc=self.name, deadline=deadline)
+        # The barrier log says when TMA copies landed and who waited: kept for kernels that
+        # copy or synchronise (the Pipeline view's recorded run).
+        recorder = _jax.BarrierRecorder() if any(k.dmas or k.semaphore_ops for k in kernels) \
+            else None
+        params = plgpu.InterpretGPUParams(logging_mode=_jax.barrier_logging_mode()) \
+            if recorder is not None else plgpu.InterpretGPUParams()
         t0 = time.perf_counter()
-        with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams()):
+        with plgpu.force_gpu_interpret_mode(params):
             compiled = jax.jit(prepared.fn).lower(*prepared.args, **prepared.kwargs).compile()
         compile_time = time.perf_counter() - t0
         t1 = time.perf_counter()
         outputs: tuple[np.ndarray, ...] | None = None
         error, unavailable, findings = None, None, []
-        with monitor.watching():
+        with monitor.watching(), recorder or contextlib.nullcontext():
             try:
                 outs = compiled(*prepared.args, **prepared.kwargs)
                 jax.block_until_ready(outs)
@@ -63,4 +76,22 @@ class GpuInterpretExecutor:
         return RunResult(self.name, outputs, prepared.output_info, time.perf_counter() - t1,
                          compile_time, prints=monitor.prints, findings=tuple(findings),
                          error=error, unavailable=unavailable,
-                         inputs=_numpy(prepared.flat_args))
+                         inputs=_numpy(prepared.flat_args),
+                         device_record=None if recorder is None else _barrier_record(
+                             recorder, kernels))
+
+
+def _barrier_record(recorder: Any, kernels: Sequence[Kernel]) -> DeviceRecord:
+    """The run's barrier phases and waits, its TMA copies by their lines; "devices" are the
+    blocks of the grid (warpgroups of a block share its number)."""
+    copies = {d.source: d for k in kernels for d in k.dmas if d.kind == "tma" and d.source}
+    blocks = max((_blocks(k) for k in kernels), default=1)
+    return recorder.record(copies, blocks)
+
+
+def _blocks(kernel: Kernel) -> int:
+    mesh = kernel.mesh
+    if mesh is None:
+        return 1
+    warpgroups = mesh.warpgroups[0] if mesh.warpgroups else None
+    return math.prod(size for name, size in mesh.axes if name != warpgroups)

@@ -237,23 +237,29 @@ class PipelineView(InteractiveView):
 
     @functools.cached_property
     def recorded_run(self) -> RunResult | None:
-        """The tpu-interpret run whose log shows the kernel's manual DMAs and semaphores as
-        they happened: the comparison's, else one made now (None: the kernel has none)."""
+        """The interpreter run whose log shows the kernel's manual DMAs and semaphores (TPU
+        interpret mode), or its TMA copies and barriers (Mosaic GPU interpret mode), as they
+        happened: the comparison's, else one made now (None: the kernel has none)."""
         k = self.ctx.kernel
         if not (k.dmas or k.semaphore_ops) or self.ctx.capture is None:
             return None
+        executor = "gpu-interpret" if k.backend == "mosaic_gpu" else "tpu-interpret"
         s = session(self.ctx.capture)
         comparison = s.comparison if s is not None else None
-        if comparison is not None and "tpu-interpret" in comparison.executors:
-            ran = comparison.result("tpu-interpret")
+        if comparison is not None and executor in comparison.executors:
+            ran = comparison.result(executor)
             if ran.device_record is not None:
                 return ran
         if s is None:
             return None
         from pallaslab.execute import run
 
-        fn, args, kwargs = s.call_args()
-        return run(fn, *args, executor="tpu-interpret", **kwargs)
+        handle = self.ctx.capture.handle
+        # Mosaic GPU interpret mode re-traces the user's own function (the captured jaxpr
+        # has the kernel bound for the GPU): the traced one, when the capture kept it.
+        fn, args, kwargs = (handle.fn, handle.args, dict(handle.kwargs)) \
+            if s.call is None and getattr(handle, "fn", None) is not None else s.call_args()
+        return run(fn, *args, executor=executor, **kwargs)
 
     @property
     def recorded(self) -> tuple[RunRecord | None, str | None]:
@@ -268,8 +274,8 @@ class PipelineView(InteractiveView):
             return recorded, None
         why = ran.unavailable or ran.error or ran.reason or "the run kept no record"
         if recorded is None or not recorded["ops"]:
-            return None, f"no recorded run: tpu-interpret {ran.status}: {why}"
-        return recorded, f"the recorded run stopped early: tpu-interpret {ran.status}: {why}"
+            return None, f"no recorded run: {ran.executor} {ran.status}: {why}"
+        return recorded, f"the recorded run stopped early: {ran.executor} {ran.status}: {why}"
 
     @functools.cached_property
     def model(self) -> Pipeline:

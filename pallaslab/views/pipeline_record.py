@@ -54,7 +54,8 @@ def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interp
                        semaphore=s.semaphore, source=_short(source), iteration=None)
             for s, source in _semaphore_sources(record, transfers) if _belongs(source, kernel)]
     ops.sort(key=lambda o: (o["seq"], o["op"] != "dma"))
-    return RunRecord(executor=executor, ops=ops[:MAX_RECORDED], lines=_per_line(ops),
+    return RunRecord(executor=executor, ops=ops[:MAX_RECORDED],
+                     lines=_per_line(ops, executor == "gpu-interpret"),
                      truncated=record.truncated or len(ops) > MAX_RECORDED)
 
 
@@ -97,7 +98,7 @@ def _belongs(source: str | None, kernel: Kernel) -> bool:
     return source is None or not known or source in known
 
 
-def _per_line(ops: Iterable[RecordedOp]) -> list[str]:
+def _per_line(ops: Iterable[RecordedOp], barriers: bool = False) -> list[str]:
     counts: Counter[tuple[str, str]] = Counter()
     moved: Counter[str] = Counter()
     for o in ops:
@@ -107,16 +108,20 @@ def _per_line(ops: Iterable[RecordedOp]) -> list[str]:
             moved[line] += o["bytes"] or 0
     out = []
     for line in dict.fromkeys(line for line, _ in counts):
-        parts = [f"{counts[(line, op)]} {_plural(op, counts[(line, op)])}"
+        parts = [f"{counts[(line, op)]} {_plural(op, counts[(line, op)], barriers)}"
                  for op in ("dma", "signal", "wait") if counts[(line, op)]]
         bytes_ = f" ({_html.num(moved[line])} B)" if moved[line] else ""
         out.append(f"{line}: {', '.join(parts)}{bytes_}")
     return out
 
 
-def _plural(op: str, n: int) -> str:
-    word = {"dma": "DMA", "signal": "signal", "wait": "completed wait"}[op]
-    return word + ("s" if n != 1 else "")
+def _plural(op: str, n: int, barriers: bool = False) -> str:
+    words = {"dma": "TMA copy", "signal": "barrier phase", "wait": "completed wait"} \
+        if barriers else {"dma": "DMA", "signal": "signal", "wait": "completed wait"}
+    word = words[op]
+    if n == 1:
+        return word
+    return word[:-1] + "ies" if word.endswith("copy") else word + "s"
 
 
 def _origin(label: str) -> str | None:
@@ -138,13 +143,17 @@ def _short(source: str | None) -> str | None:
 # --- static forms ---------------------------------------------------------------------------
 
 
-def op_line(o: RecordedOp) -> str:
+def op_line(o: RecordedOp, barriers: bool = False) -> str:
     where = f" at {o['source']}" if o["source"] else ""
     if o["op"] == "dma":
         region = f" {o['region']}" if o["region"] else ""
         nth = f" (#{o['iteration'] + 1} of its line)" if o["iteration"] is not None else ""
-        return f"{o['seq']:>5}  DMA {o['src']} -> {o['dst']}{region}, " \
+        what = "TMA copy" if barriers else "DMA"
+        return f"{o['seq']:>5}  {what} {o['src']} -> {o['dst']}{region}, " \
                f"{_html.num(o['bytes'])} B{where}{nth}"
+    if barriers:
+        done = "completed phase" if o["op"] == "signal" else "waited for phase"
+        return f"{o['seq']:>5}  barrier {o['semaphore']} {done} {o['bytes']}{where}"
     amount = "+" if o["op"] == "signal" else "waited for "
     return f"{o['seq']:>5}  {o['op']} semaphore {o['semaphore']} ({amount}{o['bytes']}){where}"
 
@@ -153,7 +162,8 @@ def record_text(rec: RunRecord, limit: int = 40) -> list[str]:
     lines = [f"recorded run ({rec['executor']}), per line:",
              *(f"  {line}" for line in rec["lines"]),
              f"  in order ({len(rec['ops'])} events):"]
-    lines += [f"  {op_line(o)}" for o in rec["ops"][:limit]]
+    lines += [f"  {op_line(o, rec['executor'] == 'gpu-interpret')}"
+              for o in rec["ops"][:limit]]
     if len(rec["ops"]) > limit:
         lines.append(f"    ... {len(rec['ops']) - limit} more")
     return lines

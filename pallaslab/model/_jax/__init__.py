@@ -8,10 +8,13 @@ package, one module per responsibility: `base` (imports, version gate, handles),
 `rewrite` (jaxprs re-traced with equations replaced), `checks` (debug checks), `compiled`
 (compile caches), `chips` (TPU chip facts, kernel bodies), `lowering` (Mosaic modules,
 topologies, AOT compiles), `stepper` and `mesh_runners` (one-program runners), `deadlock`
-and `device_record` (what TPU interpret mode's threads and log say about a run).
+and `device_record` (what TPU interpret mode's threads and log say about a run),
+`barrier_record` (what Mosaic GPU interpret mode's log says of barriers and TMA copies).
 Checked against jax 0.12; other versions get a warning at import.
 """
 
+from pallaslab.model._jax.barrier_record import BarrierRecorder
+from pallaslab.model._jax.barrier_record import logging_mode as barrier_logging_mode
 from pallaslab.model._jax.checks import debug_checks_enabled, instrument_kernel
 from pallaslab.model._jax.chips import (
     constant_index_maps,
@@ -64,10 +67,12 @@ from pallaslab.model._jax.trace import (
 __all__ = [
     "MOSAIC_LOC_TAG",
     "RACE_LOGGER",
+    "BarrierRecorder",
     "DeadlockWatch",
     "DeviceRecorder",
     "EquationValue",
     "aot_compile_stablehlo",
+    "barrier_logging_mode",
     "concrete_kernel_operands",
     "constant_index_maps",
     "debug_checks_enabled",

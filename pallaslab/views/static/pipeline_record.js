@@ -34,10 +34,14 @@ export function recordSection(p) {
     head.append(h("th", "", c));
   }
   table.append(head);
+  // Mosaic GPU: copies are TMA copies, signals a barrier's completed phase
+  const names = rec.executor === "gpu-interpret"
+    ? { dma: "TMA copy", signal: "barrier phase", wait: "barrier wait" }
+    : { dma: "dma", signal: "signal", wait: "wait" };
   for (const o of rec.ops) {
     const tr = h("tr");
     tr.dataset.op = o.op;
-    tr.append(h("td", "num", String(o.seq)), h("td", "", o.op),
+    tr.append(h("td", "num", String(o.seq)), h("td", "", names[o.op] || o.op),
       h("td", "", o.src ? `${o.src} → ${o.dst}` : ""), h("td", "pl-mono", o.region || ""),
       h("td", "num", o.bytes === null ? "" : o.bytes.toLocaleString("en-US")),
       h("td", "", o.semaphore === null ? "" : String(o.semaphore)), h("td", "", o.source || ""),
