@@ -63,14 +63,15 @@ def test_ring_all_gather_compiles_over_the_four_chips_of_v5e_2x2():
 
 
 @needs_libtpu
-def test_a_ring_captured_on_four_devices_compiles_over_four_chips_by_itself(tmp_path):
-    """Without devices=, the captured mesh decides: a process with 4 CPU devices captures the
-    ring for 4 and compiles what 4 chips run (its (4, 8, 128) gathered output)."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PALLASLAB_CACHE_DIR": str(tmp_path),
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+def test_the_cli_traces_a_ring_on_four_devices_and_compiles_over_four_chips(tmp_path):
+    """`pallaslab lower --devices 4` gives its own JAX 4 CPU devices before the case is
+    traced: the ring is captured for 4 and compiled as 4 chips run it (its (4, 8, 128)
+    gathered output), not a ring of one spread over 4."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PALLASLAB_CACHE_DIR": str(tmp_path)}
+    env.pop("XLA_FLAGS", None)
     out = subprocess.run(
         [sys.executable, "-m", "pallaslab", "lower", "tests/kernels_multi.py:ring_all_gather",
-         "--target", "tpu-v5e", "--compile", "--json"],
+         "--target", "tpu-v5e", "--compile", "--devices", "4", "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     (k,) = json.loads(out.stdout)["kernels"]

@@ -82,6 +82,19 @@ def device_count(text: str) -> int:
     return int(text)
 
 
+def simulate_cpu_devices(n: int) -> bool:
+    """Give this process's JAX `n` CPU devices, so a case that builds its mesh from
+    `jax.devices()` is captured on `n` of them; possible only before JAX's backends start
+    (a command's first use of JAX). False when they had started already."""
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except Exception:  # backends already initialised: the capture keeps their devices
+        return False
+    return True
+
+
 def positive_float(text: str) -> float:
     return _finite(text, lambda v: v > 0, "a finite number of seconds > 0")
 

@@ -20,6 +20,7 @@ from pallaslab.cli._shared import (
     load_and_capture,
     print_json,
     safe,
+    simulate_cpu_devices,
     stage_name,
     target_name,
 )
@@ -47,8 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "mosaic, mosaic-gpu, ttir; with --compile mosaic:PASS, ttgir, llir, "
                         "ptx, sass")
     p.add_argument("--devices", type=device_count, default=None, metavar="N",
-                   help="TPU: compile kernels inside shard_map over N devices of a multi-chip "
-                        "topology (default: as many as their mesh had when captured)")
+                   help="TPU: trace the case on N simulated CPU devices and compile kernels "
+                        "inside shard_map over N devices of a multi-chip topology (default: as "
+                        "many as their mesh had when captured)")
     p.add_argument("--no-cache", action="store_true", help="ignore the on-disk result cache")
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.set_defaults(func=run)
@@ -57,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from lowering import lower
 
+    if args.devices:  # a shard_map case is then traced on N devices, as N chips run it
+        simulate_cpu_devices(args.devices)
     _, cap = load_and_capture(args.case)
     result = lower(cap, target=args.target, compile=args.compile,
                    vmem_exact=args.vmem_exact, use_cache=not args.no_cache,
