@@ -113,6 +113,39 @@ def interpreter_choice(cap: Sequence[Kernel], devices: int | None = None) -> str
     return "Mosaic GPU kernels: gpu-interpret"
 
 
+def semaphore_waits(cap: Sequence[Kernel]) -> str | None:
+    """The first semaphore wait of a TPU kernel ("kernel k waits on semaphore s at f.py:N"),
+    or None: interpret mode runs such waits without blocking."""
+    for k in cap:
+        if k.backend not in (None, "tpu"):
+            continue
+        for op in k.semaphore_ops:
+            if op.kind in ("wait", "dma_wait"):
+                at = f" at {op.source.rsplit('/', 1)[-1]}" if op.source else ""
+                return f"kernel {k.name} waits on semaphore {op.semaphore}{at}"
+    return None
+
+
+def run_executor_for(cap: Sequence[Kernel], devices: int | None = None
+                     ) -> tuple[str, str | None]:
+    """(the executor a single run uses, why when not interpret mode): `default_executor_for`,
+    except that kernels waiting on semaphores run under TPU interpret mode, which blocks on a
+    wait as the chip does (and reports a deadlock) where interpret mode passes it by."""
+    name = default_executor_for(cap, devices)
+    if name in ("interpret", "vectorized") and (wait := semaphore_waits(cap)) is not None:
+        return "tpu-interpret", (f"{wait}: interpret mode does not block on semaphore waits, "
+                                 "so a missing signal would pass unseen; TPU interpret mode "
+                                 "models them")
+    return name, interpreter_choice(cap, devices)
+
+
+def fallback_note(unavailable: str, executor: str) -> str:
+    """Why a run that needed TPU interpret mode's semaphores ran under another executor."""
+    short = unavailable.split(", used by")[0]
+    return (f"tpu-interpret could not run it: {short}; ran under {executor}, which "
+            "does not block on semaphore waits: a missing signal would not be seen")
+
+
 def evaluate(cap: Capture, *, timeout: float | None = None) -> Evaluation:
     """Run the captured computation once on its captured (concrete) arguments."""
     handle = cap.handle
@@ -169,7 +202,7 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
     from pallaslab.execute import isolation
     from pallaslab.execute.executors import Prepared, _output_info, execute_here, get_executor
 
-    name = default_executor_for(cap)
+    name, why_not_interpret = run_executor_for(cap)
     handle = cap.handle
     fn = _jax.jaxpr_callable(handle.closed_jaxpr)
     fn.__name__ = cap.function_name
@@ -183,8 +216,13 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
     # function there would run their code a second time: run here, where the time limit is
     # checked at every program start.
     result = execute_here(get_executor(name), prepared, isolation.time_limit(timeout))
+    if result.status == "unavailable" and name != (other := default_executor_for(cap)):
+        fallback = fallback_note(result.unavailable or "", other)
+        name, mode = other, "interpret mode"
+        result = execute_here(get_executor(name), prepared, isolation.time_limit(timeout))
+        why_not_interpret = fallback
     # Why not the HLO interpreter, when it was not chosen: the note says which and why.
-    under = f"{mode} ({why})" if (why := interpreter_choice(cap)) else mode
+    under = f"{mode} ({why_not_interpret})" if why_not_interpret else mode
     if result.executor == "vectorized" and not any("fell back" in n for n in result.notes):
         under += " (vectorized)"
     if result.status == "ran":

@@ -426,7 +426,7 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
     limit (`timeout` seconds; see `pallaslab.execute.isolation`); nothing the kernel does
     wrong raises.
     """
-    from pallaslab.execute.auto import default_executor_for, interpreter_choice
+    from pallaslab.execute.auto import default_executor_for, fallback_note, run_executor_for
     from pallaslab.execute.isolation import time_limit
 
     chosen = None if executor is None else get_executor(executor, reference=reference)
@@ -435,9 +435,13 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
     if chosen is not None:
         return execute(chosen, prepared, timeout=timeout)
     devices = prepared.devices
-    result = execute(get_executor(default_executor_for(prepared.capture, devices)), prepared,
-                     timeout=timeout)
-    if (why := interpreter_choice(prepared.capture, devices)) is None:
+    name, why = run_executor_for(prepared.capture, devices)
+    result = execute(get_executor(name), prepared, timeout=timeout)
+    if result.status == "unavailable" and \
+            name != (other := default_executor_for(prepared.capture, devices)):
+        why = fallback_note(result.unavailable or "", other)
+        result = execute(get_executor(other), prepared, timeout=timeout)
+    if why is None:
         return result
     note = f"executor chosen by default: {result.executor} ({why})"
     return dataclasses.replace(result, notes=(note, *result.notes))
