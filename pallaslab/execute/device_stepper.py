@@ -183,7 +183,8 @@ class DeviceStepSession:
                 "transfers": record.transfers if record else (),
                 "in_flight": record.in_flight if record else (),
                 "semaphores": record.semaphores if record else (),
-                "result": result, "error": self.error}
+                "result": result, "error": self.error,
+                "grids": [list(k.grid) for k in self.kernels]}  # as traced here, on N devices
 
     def devices_by_thread(self) -> dict[int, int]:
         recorder = self.executor.recorder
@@ -195,6 +196,10 @@ class DeviceStepSession:
 
 def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -> Any:
     """The worker's side of "open-device-stepper" (with `work`) and "device-step"."""
+    if request.get("stepper") == "cores":  # a mesh kernel stepped core by core (core_stepper)
+        from pallaslab.execute.core_stepper import handle_request as by_core
+
+        return by_core(request, work)
     key = request["key"]
     if work is not None:
         for old in _SESSIONS.values():
@@ -229,6 +234,22 @@ def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -
 
 
 # --- in the notebook's process ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceStepSnapshot:
+    """A stepped run between two steps (see the `DeviceStepper` properties of the same names)."""
+
+    devices: int
+    position: int
+    done: bool
+    programs: dict[int, int]
+    busy: tuple[int, ...]
+    transfers: tuple[Transfer, ...]
+    in_flight: tuple[Transfer, ...]
+    semaphores: tuple[SemaphoreEvent, ...]
+    result: RunResult | None
+    grids: tuple[tuple[int | None, ...], ...] = ()
 
 
 class DeviceStepper:
@@ -325,6 +346,20 @@ class DeviceStepper:
     def result(self) -> RunResult | None:
         """The run's result, once it ended."""
         return self._state.get("result")
+
+    @property
+    def grids(self) -> tuple[tuple[int | None, ...], ...]:
+        """Each kernel's grid as traced in the worker, on the N devices (here a shard_map
+        kernel may have been captured on this process's one device, with another grid)."""
+        return tuple(tuple(g) for g in self._state.get("grids", ()))
+
+    def snapshot(self) -> DeviceStepSnapshot:
+        """Where the stepped run is now, in one value (for views)."""
+        return DeviceStepSnapshot(
+            devices=self.devices, position=self.position, done=self.done,
+            programs=self.programs, busy=tuple(self.busy), transfers=self.transfers,
+            in_flight=self.in_flight, semaphores=self.semaphores, result=self.result,
+            grids=self.grids)
 
     def __repr__(self) -> str:
         return (f"<DeviceStepper {self.kernel.name if self.kernel else '?'} on {self.devices} "

@@ -31,9 +31,12 @@ def options_from(args: Any) -> dict[str, Any]:
     extra = {dest: getattr(args, dest) for dest in EXTRA_OPTIONS}
     if args.gpu:
         extra["gpu"] = True
+    devices = devices_option(args.devices, args.compare)
+    if devices is not None:  # the views too: Devices, Step and Lowering run on N devices
+        extra["devices"] = devices
     return {"tab": tab, "chips": chips, "targets": targets, "kernel": kernel, "extra": extra,
             "compare": compare_option(args.compare), "timeout": timeout_option(args.timeout),
-            "devices": devices_option(args.devices, args.compare)}
+            "devices": devices}
 
 
 def devices_option(text: str | None, compare: str | None) -> int | None:

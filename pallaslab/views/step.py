@@ -33,6 +33,7 @@ from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
 from pallaslab.views.session import Session, session
+from pallaslab.views.step_devices import DeviceStepView, device_count, device_steppable
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison, ProgramBlocks, Stepper
@@ -429,9 +430,23 @@ def steppable(ctx: KernelContext) -> bool:
     return not any(any(loop in c.lower() for loop in LOOP_CONTEXTS) for c in k.context)
 
 
-def _build(ctx: KernelContext) -> StepView:
+def _available(ctx: KernelContext) -> bool:
+    # a kernel inside shard_map in a workbench opened with devices=N: stepped on N devices
+    return steppable(ctx) or device_steppable(ctx)
+
+
+def _build(ctx: KernelContext, devices: int | None = None, **options: Any
+           ) -> StepView | DeviceStepView:
+    """The Step view: `devices=N` (or the workbench's) steps a kernel inside shard_map on N
+    simulated devices (options: `call`, `timeout`); any other kernel program by program."""
+    n = devices if devices is not None else device_count(ctx)
+    if n is not None and ctx.kernel.device_mesh is not None:
+        return DeviceStepView(ctx, n, **options)
+    if devices is not None or options:
+        raise PallasLabError(f"kernel {ctx.kernel.name!r} is not inside shard_map: the Step "
+                             "view takes devices=/call= for kernels inside shard_map only")
     assert ctx.capture is not None
     return session(ctx.capture).step_view(ctx)
 
 
-register_tab("step", order=60, title="Step", available=steppable, build=_build)
+register_tab("step", order=60, title="Step", available=_available, build=_build)
