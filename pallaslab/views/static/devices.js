@@ -5,7 +5,7 @@
  * Plain ES module (anywidget `render`); user-derived strings go in through textContent only.
  */
 
-import { h, num, findingsList } from "./prelude.js";
+import { h, num, findingsList, svg } from "./prelude.js";
 
 /** @typedef {import("./prelude.js").Model} Model */
 /**
@@ -18,24 +18,7 @@ import { h, num, findingsList } from "./prelude.js";
  *   status: string | null, error: string | null, findings: any[], note: string | null}} DevicesPayload
  */
 
-const SVG = "http://www.w3.org/2000/svg";
 const LANE = 28, LEFT = 70, WIDTH = 640;
-
-/**
- * @param {string} tag
- * @param {Record<string, string | number>} attrs
- * @param {string} [title]
- */
-function svg(tag, attrs, title) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-  if (title) {
-    const t = document.createElementNS(SVG, "title");
-    t.textContent = title;
-    node.append(t);
-  }
-  return node;
-}
 
 /** @param {DevicesPayload} p */
 function lanes(p) {

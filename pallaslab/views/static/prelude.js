@@ -47,6 +47,23 @@ export function canvas(w, hgt, cls) {
   return [c, ctx];
 }
 
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/**
+ * An SVG element with attributes and an optional hover title (set as text, never markup).
+ * @param {string} tag @param {Record<string, string | number>} attrs @param {string} [title]
+ */
+export function svg(tag, attrs, title) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (title) {
+    const t = document.createElementNS(SVG_NS, "title");
+    t.textContent = title;
+    node.append(t);
+  }
+  return node;
+}
+
 // --- findings --------------------------------------------------------------------------------
 
 /** @typedef {{code: string, severity: string, message: string}} Finding */

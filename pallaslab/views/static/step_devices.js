@@ -9,7 +9,7 @@
  * Plain ES module (anywidget `render`); user-derived text via textContent only.
  */
 
-import { h, num, findingsList } from "./prelude.js";
+import { h, num, findingsList, svg } from "./prelude.js";
 
 /** @typedef {import("./prelude.js").Model} Model */
 /**
@@ -28,25 +28,10 @@ import { h, num, findingsList } from "./prelude.js";
  *   notes: string[], interactive: boolean, revision: number}} StepDevicesPayload
  */
 
-const SVG = "http://www.w3.org/2000/svg";
 const LANE = 28, LEFT = 70, WIDTH = 640;
 /** The status colours (CSS variables of the theme). @type {Record<string, string>} */
 const STATUS_COLOR = { blocked: "var(--pl-error)", busy: "var(--pl-warn)", finished: "var(--pl-ok)",
   stopped: "var(--pl-error)", waiting: "var(--pl-accent)" };
-
-/**
- * @param {string} tag @param {Record<string, string | number>} attrs @param {string} [title]
- */
-function svg(tag, attrs, title) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-  if (title) {
-    const t = document.createElementNS(SVG, "title");
-    t.textContent = title;
-    node.append(t);
-  }
-  return node;
-}
 
 /** "device 3", or "device ?" while a DMA's destination is not known. @param {number} d */
 const dev = (d) => (d >= 0 ? `device ${d}` : "device ?");
