@@ -61,21 +61,38 @@ def test_grid_of_bounded_slice_pipeline_windows_scratch():
     view = workbench("bounded_slice_pipeline").view("grid")
     [nested] = view.payload()["pipelines"]
     assert nested["payload"]["grid"] == [3, 2]
-    # BoundedSlice windows are drawn: rows 2i .. 2i+i+2 (starts 2i, sizes i+3) as affine
-    # columns of the program ids; their copies count each window's own rows.
-    assert nested["payload"]["note"] is None
+    # The windows slice VMEM scratch in place (JAX's compute_slice): each spans its whole
+    # bound of 6 rows from its start 2i, with no copies; rows 0-9 are covered.
+    assert nested["payload"]["note"] is None and nested["payload"]["findings"] == []
     x_ref, o_ref = nested["payload"]["operands"]
     assert x_ref["extent"] == [6, 8, 256] and x_ref["scale"] == [1, 8, 256]
     assert x_ref["index"][0] == {"affine": [0, 2, 0], "table": None}
-    assert x_ref["size"] == [{"affine": [3, 1, 0], "table": None}, None, None]
-    assert x_ref["fetches"] == o_ref["fetches"] == 6
-    assert x_ref["hbm_bytes"] == (3 + 3 + 4 + 4 + 5 + 5) * 8 * 256 * 4
-    # Rows 9-15 are outside every window: they keep what the kernel wrote (not an error).
-    [finding] = nested["payload"]["findings"]
-    assert finding["code"] == "uncovered-output" and finding["severity"] == "info"
-    assert finding["message"].startswith("outputs: 28672 of 65536 elements (43.8%) are never "
-                                         "written by any program, starting at element (9, 0, 0)")
-    assert finding["message"].endswith("they keep what the kernel left in scratch[1].")
+    assert x_ref["size"] == [None, None, None] and not x_ref["windowed"]
+    assert x_ref["fetches"] is None and o_ref["hbm_bytes"] is None
+
+
+def _ragged_rows(x_hbm, o_hbm):
+    # 40 rows from HBM in BoundedSlice windows of at most 16: 16, 16 and 8 rows
+    spec = pl.BlockSpec((pl.BoundedSlice(16), 128),
+                        lambda i: (pl.ds(i * 16, jnp.minimum(16, 40 - i * 16)), 0))
+    pltpu.emit_pipeline(_double_rows, grid=(3,), in_specs=[spec], out_specs=[spec])(
+        x_hbm, o_hbm)
+
+
+def test_bounded_slice_windows_copied_from_hbm_move_their_own_rows():
+    def fn(x):
+        return pl.pallas_call(_ragged_rows, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pl.ANY))(x)
+
+    wb = pallaslab.inspect(fn, jnp.ones((40, 128), jnp.float32))
+    [nested] = wb.view("grid").payload()["pipelines"]
+    x_ref, o_ref = nested["payload"]["operands"]
+    assert x_ref["index"][0] == {"affine": [0, 16], "table": None}
+    assert x_ref["size"][0]["table"] is not None  # 16, 16, 8: not affine
+    assert x_ref["fetches"] == o_ref["fetches"] == 3
+    assert x_ref["hbm_bytes"] == (16 + 16 + 8) * 128 * 4
+    assert nested["payload"]["findings"] == []  # the 40 rows are covered exactly
 
 
 def test_grid_of_a_nested_pipeline_spans_the_outer_programs():

@@ -221,7 +221,8 @@ def out_of_bounds(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Find
     """Blocks lying wholly outside their array (or starting before it)."""
     for ot in tiling.operands.values():
         op = kernel.operand(ot.origin)
-        if not ot.windowed or not len(ot.block_indices):
+        # (a window sliced in place copies nothing, but slices its ref all the same)
+        if not (ot.windowed or op.in_place) or not len(ot.block_indices):
             continue
         bad = _outside(ot, op)
         steps = np.flatnonzero(bad)
@@ -244,10 +245,9 @@ def _outside(ot: OperandTiling, op: Operand) -> np.ndarray:
     bad = np.zeros(len(ot.block_indices), bool)
     for d, (dim, size) in enumerate(zip(op.block_dims or (), ot.shape, strict=True)):
         idx = ot.block_indices[:, d]
-        if dim.kind == "bounded" and ot.sizes is not None:
-            length = ot.sizes[:, d]
-            bad |= (idx < 0) | (idx + length.astype(np.int64) > size) | (length > dim.size) \
-                | (length < 0)
+        if dim.kind == "bounded":  # start in elements; in place, the whole bound is sliced
+            length = ot.sizes[:, d].astype(np.int64) if ot.sizes is not None else dim.size
+            bad |= (idx < 0) | (idx + length > size) | (length > dim.size) | (length < 0)
         elif dim.kind == "element":
             lo, hi = -dim.padding[0], size + dim.padding[1]
             start = idx.astype(np.int64) - dim.padding[0]

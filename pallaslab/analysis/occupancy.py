@@ -297,23 +297,21 @@ def body_occupancy(kernel: Kernel, chip: Chip, prefix: str = "") -> tuple[Operan
     """
     out = [dataclasses.replace(operand_occupancy(op, kernel, chip), origin=prefix + op.origin)
            for op in kernel.scoped]
-    spaces = {op.origin: op.memory_space for op in (*kernel.operands, *kernel.scoped)}
     for i, pipeline in enumerate(kernel.pipelines):
         label = f"{prefix}pipelines[{i}]."
-        out += [pipeline_operand_occupancy(op, spaces.get(op.outer or ""), chip, label)
-                for op in pipeline.operands]
+        out += [pipeline_operand_occupancy(op, chip, label) for op in pipeline.operands]
         out += body_occupancy(pipeline, chip, label)
     return tuple(out)
 
 
-def pipeline_operand_occupancy(op: Operand, outer_space: str | None, chip: Chip,
-                               label: str) -> OperandOccupancy:
+def pipeline_operand_occupancy(op: Operand, chip: Chip, label: str) -> OperandOccupancy:
     """One operand of an `emit_pipeline`, as jax/_src/pallas/mosaic/pipeline.py allocates it:
     `buffer_count` (default 2) buffers of one block, even for a single step or a constant
     index map (and as many DMA semaphores, see `pipeline_semaphores`) -- unless the outer ref
-    already lives in the block's memory space: the pipeline then windows it in place."""
+    already lives in the block's memory space (`Operand.in_place`): the pipeline then
+    windows it in place."""
     one = operand_occupancy(dataclasses.replace(op, role="scratch"), _NO_KERNEL, chip)
-    count = 0 if _in_place(op, outer_space, one.space) else (op.buffer_count or 2)
+    count = 0 if op.in_place else (op.buffer_count or 2)
     return dataclasses.replace(one, origin=label + op.origin, role=op.role, buffers=count,
                                bytes=count * one.buffer_bytes)
 
@@ -321,20 +319,10 @@ def pipeline_operand_occupancy(op: Operand, outer_space: str | None, chip: Chip,
 def pipeline_semaphores(kernel: Kernel) -> int:
     """DMA semaphores of the nested pipelines: one per buffer of each copied operand."""
     total = 0
-    spaces = {op.origin: op.memory_space for op in (*kernel.operands, *kernel.scoped)}
     for pipeline in kernel.pipelines:
-        total += sum(op.buffer_count or 2 for op in pipeline.operands
-                     if not _in_place(op, spaces.get(op.outer or ""), _space(op)))
+        total += sum(op.buffer_count or 2 for op in pipeline.operands if not op.in_place)
         total += pipeline_semaphores(pipeline)
     return total
-
-
-def _in_place(op: Operand, outer_space: str | None, space: Space) -> bool:
-    """The pipeline aliases the outer ref (no copy): same memory space, or an HBM window."""
-    if space == "hbm":
-        return True
-    return outer_space is not None and (
-        outer_space == space or (outer_space == "default" and space == "vmem"))
 
 
 # `operand_occupancy` reads the enclosing kernel only for pipelined (non-scratch) operands.

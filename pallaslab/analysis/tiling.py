@@ -344,7 +344,8 @@ def _operand_tiling(op: Operand, table: np.ndarray, restart: int = 0) -> Operand
     block_indices = table[:, :rank]
     extent = op.block_extent or ()
     sizes = None
-    if bounded := _bounded_dims(op):
+    # (a window sliced in place spans its whole bound: JAX's compute_slice)
+    if (bounded := _bounded_dims(op)) and not op.in_place:
         sizes = np.repeat(np.asarray(extent, np.int32)[None, :], len(table), axis=0)
         sizes[:, bounded] = table[:, rank:]
     # A copy starts where the block index or (BoundedSlice) its size changes.

@@ -53,6 +53,9 @@ class Operand:
     aliased_with: str | None = None  # origin of the input/output sharing its buffer
     param: str | None = None  # the kernel function's own parameter name: "x_ref", "acc_ref"
     outer: str | None = None  # nested pipelines: the enclosing kernel's ref this one windows
+    # ... in place: the outer ref already lives in the block's memory space, so the pipeline
+    # slices it where it is (no buffers, no copies; a BoundedSlice window spans its bound)
+    in_place: bool = False
     # A buffer of non-array elements (Mosaic GPU "barrier", TPU semaphores): `dtype` is a
     # stand-in int32.
     value_type: str | None = None
@@ -87,7 +90,8 @@ class Operand:
     @property
     def windowed(self) -> bool:
         """True when Pallas pipelines this operand block by block (it has a BlockSpec window)."""
-        return self.block_dims is not None and self.memory_space not in ("any", "hbm")
+        return self.block_dims is not None and self.memory_space not in ("any", "hbm") \
+            and not self.in_place
 
 
 @dataclasses.dataclass(frozen=True)

@@ -344,6 +344,7 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
     n_in = gm.num_inputs
     n_out = len(gm.block_mappings) - n_in
     names = list(getattr(body.debug_info, "arg_names", None) or ())
+    spaces = {op.origin: op.memory_space for op in (*kernel.operands, *walk.scoped)}
     operands = []
     for k, bm in enumerate(gm.block_mappings):
         role = "input" if k < n_in else "output"
@@ -355,6 +356,7 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
         space = "vmem" if op.memory_space == "default" else op.memory_space
         operands.append(dataclasses.replace(
             op, origin=origin, memory_space=space, outer=outer,
+            in_place=_in_place(space, spaces.get(outer or "")),
             param=str(names[k]) if k < len(names) and names[k] else None))
     grid = tuple(None if pallas_core.is_dynamic_dim(g) else int(g) for g in gm.grid)
     semantics = params.get("dimension_semantics")
@@ -397,6 +399,15 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
         traced_for_chip=kernel.traced_for_chip, dynamic_values_reason=why,
         outer_dims=len(outer_grid), handle=handle,
     )
+
+
+def _in_place(space: str, outer_space: str | None) -> bool:
+    """Does the pipeline window the outer ref where it is, with no copy? When the block's
+    memory space is the outer ref's (or HBM): JAX's pipeline then slices the ref itself."""
+    if space == "hbm":
+        return True
+    return outer_space is not None and (
+        outer_space == space or (outer_space == "default" and space == "vmem"))
 
 
 def mesh_scratch(body: Any, n_operands: int) -> tuple[Operand, ...]:
