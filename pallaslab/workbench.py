@@ -235,6 +235,13 @@ def unavailable_reason(ctx: KernelContext, t: Tab) -> str | None:
         return "the capture holds no handle to lower the kernel again"
     if t.name not in ("grid", "memory", "pipeline", "step"):
         return None  # a tab registered elsewhere: its own condition, unknown here
+    if t.name == "step" and k.kind == "mesh":
+        from pallaslab.execute.core_stepper import talking_cores
+
+        if (talking := talking_cores(k)) is not None:
+            return (f"its cores signal each other (at {visible(talking)}), so they step "
+                    "together, not one program at a time: pallaslab.step(fn, *args) steps "
+                    "them core by core under tpu-interpret")
     if k.kind != "pallas_call":
         return tiling_unavailable_reason(k)  # mesh kernels have no BlockSpecs to tile
     backend = visible(str(k.backend))

@@ -36,7 +36,7 @@ CANNOT_RUN = {
     **{(name, "interpret"): r"^the HLO interpreter cannot run mesh kernels \((TensorCore|"
        r"VectorSubcore)Mesh\); tpu-interpret can"
        for name in ("mesh_kernel", "mesh_kernel_default_cores", "core_map_kernel",
-                    "sparsecore_vector_add")},
+                    "sparsecore_vector_add", "cross_core_handoff")},
     ("gpu_mesh_kernel", "tpu-interpret"):
         r"^kernel body is a mosaic_gpu mesh kernel \(Mesh\): .* gpu-interpret runs Mosaic GPU",
     ("semaphore_read_kernel", "tpu-interpret"):

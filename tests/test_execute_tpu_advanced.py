@@ -16,7 +16,6 @@ from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 from kernels import CATALOG
 
 import pallaslab
-from pallaslab.errors import UnavailableError
 from pallaslab.execute import ExecutorError, compare, run
 from pallaslab.execute.auto import evaluate
 from pallaslab.model import capture
@@ -229,18 +228,15 @@ def signalling_cores(x):
                      mesh=mesh, scratch_types=[pltpu.SemaphoreType.REGULAR])(x)
 
 
-def test_cores_that_signal_each_other_run_whole_and_say_why_they_cannot_be_stepped():
+def test_cores_that_signal_each_other_run_whole_and_step_together():
     x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
     result = run(signalling_cores, x, executor="tpu-interpret")
     assert result.status == "ran"
     np.testing.assert_array_equal(result.outputs[0], x)
-    signal = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
-                  if "pl.semaphore_signal(sem, 1, core_index=1)" in line)
-    with pytest.raises(UnavailableError, match=re.escape(
-            "mesh kernel _signalling_cores cannot be stepped core by core: its cores signal "
-            f"each other (a semaphore signal or DMA to another core at {__file__}:{signal}), "
-            "so no core can run alone. Run it whole under tpu-interpret")):
-        pallaslab.step(signalling_cores, x)
+    # Stepped core by core with the cores running together (tests/test_cross_core.py).
+    st = pallaslab.step(signalling_cores, x)
+    assert type(st).__name__ == "CoreStepper" and st.cores == {0: "waiting", 1: "waiting"}
+    np.testing.assert_array_equal(st.run().outputs[0], x)
 
 
 def test_a_fused_kernel_runs_in_the_worker_process():

@@ -42,6 +42,7 @@ from pallaslab.execute.executors import (
     prepare,
 )
 from pallaslab.execute.isolation import time_limit
+from pallaslab.execute.mesh_stepping import core_mismatches
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
 from pallaslab.model import Kernel
 
@@ -225,7 +226,7 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
     if on_devices := devices_note(prepared):
         notes = (*notes, on_devices)
-    notes = (*notes, *device_mismatches(compared))
+    notes = (*notes, *device_mismatches(compared), *core_mismatches(compared))
     return dataclasses.replace(compared, notes=notes) if notes else compared
 
 

@@ -4,7 +4,7 @@ operand one whole-array block carried from program to program."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,15 +16,26 @@ if TYPE_CHECKING:
     from pallaslab.model._jax.stepper import ProgramRunner
 
 
+class CoresSignalEachOther(UnavailableError):
+    """A mesh kernel whose cores signal each other cannot be stepped one core alone;
+    `pallaslab.step` steps it with `pallaslab.execute.core_stepper.CoreStepper` instead."""
+
+
 def mesh_runner_or_raise(kernel: Kernel) -> ProgramRunner:
-    talking = [op.source or op.semaphore for op in kernel.semaphore_ops if op.device] + \
-        [d.source or d.dst for d in kernel.dmas if d.kind == "remote"]
-    if talking:  # alone, a core would wait for a signal no one sends (or lose its effect)
-        raise UnavailableError(
-            f"mesh kernel {kernel.name} cannot be stepped core by core: its cores signal "
-            f"each other (a semaphore signal or DMA to another core at {talking[0]}), so no "
-            "core can run alone. Run it whole under tpu-interpret: pallaslab.run(fn, *args, "
-            "executor='tpu-interpret')")
+    from pallaslab.execute.core_stepper import talking_cores
+
+    if (talking := talking_cores(kernel)) is not None:
+        # alone, a core would wait for a signal no one sends (or lose its effect)
+        if kernel.backend == "mosaic_gpu":
+            raise UnavailableError(
+                f"mesh kernel {kernel.name} cannot be stepped block by block: its blocks "
+                f"signal each other (at {talking}), so no block can run alone. Run it whole "
+                "under gpu-interpret: pallaslab.run(fn, *args, executor='gpu-interpret')")
+        raise CoresSignalEachOther(
+            f"mesh kernel {kernel.name} cannot be stepped one core alone: its cores signal "
+            f"each other (a semaphore signal or DMA to another core at {talking}). "
+            "pallaslab.step(fn, *args) steps its cores together under tpu-interpret "
+            "(pallaslab.execute.core_stepper.CoreStepper)")
     try:
         return _jax.program_runner(kernel)
     except Exception as err:
@@ -80,3 +91,40 @@ def _mesh_text(kernel: Kernel) -> str:
         return "mesh"
     axes = ", ".join(f"{name}={size}" for name, size in mesh.axes)
     return f"{mesh.kind} ({axes})"
+
+
+def core_mismatches(comparison: Any) -> list[str]:
+    """For a TPU mesh kernel run under tpu-interpret on one device: which core last wrote the
+    first mismatched element of each output (the DMA in the interpreter's record, its core and
+    line), or that no DMA wrote it."""
+    from pallaslab.model._jax.mesh_runners import mesh_interpret_buffers
+
+    lines: list[str] = []
+    for out in comparison.outputs:
+        kernel = next((k for k in comparison.kernels if k.index == out.kernel), None)
+        if kernel is None or kernel.kind != "mesh" or kernel.backend == "mosaic_gpu":
+            continue
+        origin = out.origin if any(op.origin == out.origin for op in kernel.outputs) else \
+            (kernel.outputs[0].origin if len(kernel.outputs) == 1 else None)
+        labels = {f"{space} #{i}" for (space, i), o in mesh_interpret_buffers(kernel).items()
+                  if o == origin}
+        for pair in out.pairs:
+            record = next((r.device_record for r in comparison.results
+                           if r.executor in (pair.a, pair.b) and r.device_record is not None
+                           and r.device_record.num_devices == 1), None)
+            if record is None or origin is None or not pair.mismatch.any():
+                continue
+            first = tuple(int(i) for i in np.argwhere(pair.mismatch)[0])
+            writer = None
+            for t in record.transfers:
+                if (t.dst_origin == origin or t.dst_buffer in labels) and (
+                        t.dst_region is None or all(lo <= i < hi for i, (lo, hi) in
+                                                    zip(first, t.dst_region, strict=False))):
+                    writer = t
+            how = ("written by no DMA (a core's own store, or nothing)" if writer is None else
+                   f"last written by core {writer.core if writer.core is not None else '?'}'s "
+                   f"DMA at {writer.source.rsplit('/', 1)[-1] if writer.source else '?'}")
+            lines.append(f"{out.origin} of mesh kernel {kernel.name} ({pair.a} vs {pair.b}): "
+                         f"{int(pair.mismatch.sum()):,} mismatched elements; the first, "
+                         f"{first}, was {how}")
+    return lines

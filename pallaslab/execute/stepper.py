@@ -11,8 +11,9 @@ last program the outputs equal the `interpret` executor's bit for bit.
 A TPU mesh kernel (`pl.kernel` / `pl.core_map`) is stepped core by core: its programs are its
 cores (program ids = mesh coordinates, `axis_index` of a mesh axis = the core's coordinate),
 each operand one whole-array block carried from core to core, each core with its own fresh
-scratch. Cores that signal each other cannot run alone: such kernels are refused, with the
-user's line, in favour of running them whole under tpu-interpret.
+scratch. Cores that signal each other cannot run alone: `step` steps such kernels with
+`pallaslab.execute.core_stepper.CoreStepper` (their cores together under tpu-interpret, each
+held at its start until stepped).
 
 The single-program function is compiled once (`jax.jit` of the kernel body, taking program
 ids, scalar-prefetch values, blocks and scratch). History keeps, per step, only the blocks and
@@ -44,7 +45,12 @@ from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute import capabilities, isolation
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import Prepared, prepare
-from pallaslab.execute.mesh_stepping import mesh_note, mesh_runner_or_raise, mesh_tiling
+from pallaslab.execute.mesh_stepping import (
+    CoresSignalEachOther,
+    mesh_note,
+    mesh_runner_or_raise,
+    mesh_tiling,
+)
 from pallaslab.execute.monitor import Interruptible, progress
 from pallaslab.execute.step_worker import (  # the errors stay importable from here
     RUNNER_KEYS,
@@ -434,9 +440,16 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
     """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet. Each program
     runs within `timeout` seconds (default $PALLASLAB_TIMEOUT, else 300 s). With `devices=N`,
     a kernel inside shard_map is stepped in lockstep on N simulated devices
-    (`pallaslab.execute.device_stepper.DeviceStepper`)."""
+    (`pallaslab.execute.device_stepper.DeviceStepper`). A TPU mesh kernel whose cores signal
+    each other is stepped core by core with its cores running together under tpu-interpret
+    (`pallaslab.execute.core_stepper.CoreStepper`)."""
     if devices is not None:
         from pallaslab.execute.device_stepper import DeviceStepper
 
         return DeviceStepper(fn, args, kwargs, devices=devices, seed=seed, timeout=timeout)
-    return Stepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)
+    try:
+        return Stepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)
+    except CoresSignalEachOther:
+        from pallaslab.execute.core_stepper import CoreStepper
+
+        return CoreStepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)

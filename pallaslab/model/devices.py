@@ -25,6 +25,9 @@ class Transfer:
     # and the region of that (per-device) buffer, [start, stop) per dimension (None: whole).
     dst_origin: str | None = None
     dst_region: tuple[tuple[int, int], ...] | None = None
+    # The core (of its device) whose thread ran the copy's write: on one device whose cores
+    # signal each other, the core that wrote the destination (None where not known).
+    core: int | None = None
 
     @property
     def remote(self) -> bool:
@@ -41,6 +44,12 @@ class SemaphoreEvent:
     semaphore: int  # the interpreter's semaphore id
     amount: int  # signal: the increment; wait: the value waited for
     source: str | None
+    # The core (of `device`) whose count moved: the signalled core, or the core that waited
+    # (None where not known).
+    core: int | None = None
+    # The core whose thread ran it: the signalling core (a signal to another core has `core`
+    # the signalled one), or the core that waited.
+    by_core: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

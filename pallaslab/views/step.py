@@ -424,7 +424,11 @@ def steppable(ctx: KernelContext) -> bool:
     if ctx.capture is None:
         return False
     if k.kind == "mesh":  # stepped core by core (TPU) or block by block (Mosaic GPU)
-        return True
+        from pallaslab.execute.core_stepper import talking_cores
+
+        # cores that signal each other step together (pallaslab.step: CoreStepper), not
+        # one program at a time as this view does
+        return talking_cores(k) is None
     if k.kind != "pallas_call" or ctx.tiling is None:
         return False
     return not any(any(loop in c.lower() for loop in LOOP_CONTEXTS) for c in k.context)

@@ -15,9 +15,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal
 
 POLL = 0.25  # seconds between looks at the interpreter's threads
+FOUND: list[Deadlock] = []  # every deadlock found in this process, in order (a stepped
+# run reads its own from here once it stopped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +32,13 @@ class BlockedWait:
     semaphore: int  # the interpreter's semaphore id
     value: int  # the count it waits for
     count: int  # the semaphore's count on that core when the run stopped
+    source: str | None = None  # "file.py:LINE" of the wait, when the interpreter knows it
+
+    @property
+    def text(self) -> str:
+        at = f" at {self.source.rsplit('/', 1)[-1]}" if self.source else ""
+        return (f"waits on semaphore #{self.semaphore}{at} for a count of {self.value}, "
+                f"which stays at {self.count}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,12 +46,21 @@ class Deadlock:
     waits: tuple[BlockedWait, ...]
     finished_devices: int  # devices that had finished and waited for the others
     num_devices: int
+    # (device, core) of the other cores of the blocked devices: they had finished
+    finished_cores: tuple[tuple[int, int], ...] = ()
 
     @property
     def message(self) -> str:
-        blocked = "; ".join(
-            f"device {w.device} (core {w.core}) waits on semaphore #{w.semaphore} for a count "
-            f"of {w.value}, which stays at {w.count}" for w in self.waits)
+        if self.num_devices == 1:  # the cores of one device (a mesh kernel's)
+            blocked = "; ".join(f"core {w.core} {w.text}" for w in self.waits)
+            done = [c for _, c in self.finished_cores]
+            finished = (f"; core{'s' if len(done) > 1 else ''} "
+                        f"{', '.join(map(str, done))} had finished" if done else "")
+            return (f"deadlock: every core is blocked and none can signal again: {blocked}"
+                    f"{finished}. A signal that never happens (a missing signal, a wrong "
+                    "core_index, a wait for more than is sent) leaves its waiter blocked "
+                    "forever")
+        blocked = "; ".join(f"device {w.device} (core {w.core}) {w.text}" for w in self.waits)
         finished = (f"; {self.finished_devices} other device(s) had finished"
                     if self.finished_devices else "")
         return (f"deadlock: every device is blocked and none can signal again: {blocked}"
@@ -81,9 +100,63 @@ class DeadlockWatch:
             shared, state = snapshot
             if state == previous:  # the same on two looks: nothing can change it any more
                 self.found = _deadlock(shared, state)
+                FOUND.append(self.found)
                 shared.set_failed(DeadlockError(self.found.message), top_level=False)
                 return
             previous = state
+
+
+def _chain(frame: Any) -> list[Any]:
+    chain = []
+    while frame is not None:
+        chain.append(frame)
+        frame = frame.f_back
+    return chain
+
+
+def _codes() -> tuple[Any, Any]:
+    from jax._src.pallas.mosaic.interpret import shared_memory as sm
+    from jax._src.pallas.mosaic.interpret import thread_map
+
+    return sm.Semaphore.wait.__code__, thread_map._run_jaxpr.__code__
+
+
+def _wait_in(chain: list[Any], wait_code: Any) -> tuple[Any, int, tuple[int, int, int, str | None]
+                                                        ] | bool | None:
+    """The semaphore wait a thread's frames are blocked in for good: (semaphore, global core,
+    (semaphore id, value, count, source)); False when it waits on one it will get past (or
+    takes on a pending DMA); None when it is in no semaphore wait."""
+    at = next((i for i, f in enumerate(chain) if f.f_code is wait_code), None)
+    if at is None:
+        return None
+    # Blocked means sleeping on the semaphore's condition; a waiter may also be running a
+    # pending DMA it took on (then its callees are the DMA's code, not `threading`'s).
+    if not all(f.f_code.co_filename == threading.__file__ for f in chain[:at]):
+        return False
+    local = chain[at].f_locals
+    sem, core, value = local.get("self"), local.get("global_core_id"), local.get("value")
+    if sem is None or core is None or value is None:
+        return False
+    core = int(core)
+    with sem.cv:
+        count, pending = int(sem.count_by_core[core]), len(sem.tasks[core])
+    if count >= int(value) or pending:
+        return False  # it will get past this wait
+    return sem, core, (int(sem.id), int(value), count, _wait_source(local.get("logging_info")))
+
+
+def _wait_source(info: Any) -> str | None:
+    """"file.py:LINE" of the user's wait, from the source info the interpreter passes."""
+    from jax._src import source_info_util
+
+    source = getattr(info, "source_info", None)
+    if source is None:
+        return None
+    try:
+        frame = source_info_util.user_frame(source.traceback)
+    except Exception:
+        return None
+    return f"{frame.file_name}:{frame.start_line}" if frame is not None else None
 
 
 def _blocked_state() -> tuple[Any, tuple[Any, ...]] | None:
@@ -92,38 +165,20 @@ def _blocked_state() -> tuple[Any, tuple[Any, ...]] | None:
     A running core is a thread inside the interpreter's per-core computation (`thread_map`);
     one in pure XLA compute shows no other Python frame, so "blocked" needs each running core
     to be inside a semaphore wait that cannot pass."""
-    from jax._src.pallas.mosaic.interpret import shared_memory as sm
-    from jax._src.pallas.mosaic.interpret import thread_map
-
-    wait_code, run_code = sm.Semaphore.wait.__code__, thread_map._run_jaxpr.__code__
-    waits: dict[int, tuple[int, int, int]] = {}  # global core -> (semaphore, value, count)
+    wait_code, run_code = _codes()
+    waits: dict[int, tuple[int, int, int, str | None]] = {}  # global core -> its wait
     running = 0
     shared = None
     for frame in list(sys._current_frames().values()):
-        chain = []
-        f: Any = frame
-        while f is not None:
-            chain.append(f)
-            f = f.f_back
+        chain = _chain(frame)
         running += any(f.f_code is run_code for f in chain)
-        at = next((i for i, f in enumerate(chain) if f.f_code is wait_code), None)
-        if at is None:
+        found = _wait_in(chain, wait_code)
+        if found is None:
             continue
-        # Blocked means sleeping on the semaphore's condition; a waiter may also be running a
-        # pending DMA it took on (then its callees are the DMA's code, not `threading`'s).
-        if not all(f.f_code.co_filename == threading.__file__ for f in chain[:at]):
-            return None
-        wait = chain[at]
-        local = wait.f_locals
-        sem, core, value = local.get("self"), local.get("global_core_id"), local.get("value")
-        if sem is None or core is None or value is None:
-            return None
-        core = int(core)
-        with sem.cv:
-            count, pending = int(sem.count_by_core[core]), len(sem.tasks[core])
-        if count >= int(value) or pending:
-            return None  # it will get past this wait
-        waits[core] = (int(sem.id), int(value), count)
+        if not isinstance(found, tuple):
+            return None  # it will get past its wait
+        sem, core, wait = found
+        waits[core] = wait
         shared = sem.shared_memory
     if shared is None or (running and len(waits) != running):
         return None  # some core is still computing: it may yet signal
@@ -133,7 +188,44 @@ def _blocked_state() -> tuple[Any, tuple[Any, ...]] | None:
 def _deadlock(shared: Any, state: tuple[Any, ...]) -> Deadlock:
     finished, waits = state
     per_device = int(shared.num_cores_per_device)
+    blocked = {core for core, _ in waits}
+    # The other cores of a device whose cores are blocked: none is running, so they finished.
+    others = tuple((d, c) for d in sorted({core // per_device for core in blocked})
+                   for c in range(per_device) if d * per_device + c not in blocked)
     return Deadlock(
-        waits=tuple(BlockedWait(core // per_device, core % per_device, sem, value, count)
-                    for core, (sem, value, count) in waits),
-        finished_devices=finished, num_devices=int(shared.num_devices))
+        waits=tuple(BlockedWait(core // per_device, core % per_device, sem, value, count,
+                                source)
+                    for core, (sem, value, count, source) in waits),
+        finished_devices=finished, num_devices=int(shared.num_devices), finished_cores=others)
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadState:
+    """What one interpreter thread (one simulated core) is doing: "running" (computing, or
+    in a wait it will get past), "blocked" (in a semaphore wait no pending DMA or count can
+    satisfy now: only a signal from another core can), or "finished" (out of its kernel)."""
+
+    state: Literal["running", "blocked", "finished"]
+    wait: BlockedWait | None = None  # the wait it is blocked in
+
+
+def thread_states(threads: Iterable[int]) -> dict[int, ThreadState]:
+    """Thread id -> what that interpreter core thread is doing now (see `ThreadState`)."""
+    wait_code, run_code = _codes()
+    frames = sys._current_frames()
+    states: dict[int, ThreadState] = {}
+    for thread in threads:
+        frame = frames.get(thread)
+        chain = _chain(frame) if frame is not None else []
+        if not any(f.f_code is run_code for f in chain):
+            states[thread] = ThreadState("finished")
+            continue
+        found = _wait_in(chain, wait_code)
+        if not isinstance(found, tuple):
+            states[thread] = ThreadState("running")
+            continue
+        sem, core, (sem_id, value, count, source) = found
+        per_device = int(sem.shared_memory.num_cores_per_device)
+        states[thread] = ThreadState("blocked", BlockedWait(
+            core // per_device, core % per_device, sem_id, value, count, source))
+    return states

@@ -51,6 +51,7 @@ class _Op:
     name: str
     device: int
     lines: list[str] = field(default_factory=list)
+    core: int = 0  # the core (of `device`) whose thread logged it
 
 
 class DeviceRecorder(logging.Handler):
@@ -119,17 +120,26 @@ def _parse(lines: list[tuple[int, str]], num_devices: int, truncated: bool,
         m = _LINE.match(message)
         if m is None:
             continue
-        device, name, rest = int(m[1]), m[3], m[4]
+        device, core, name, rest = int(m[1]), int(m[2]), m[3], m[4]
         op = open_ops.get(thread)
         if op is None or op.name != name or op.device != device:
-            op = open_ops[thread] = _Op(name, device)
+            if op is not None and _sourceless_wait(op):
+                ops.append((thread, op))
+            op = open_ops[thread] = _Op(name, device, core=core)
         op.lines.append(rest)
         # The op's last line is its source: "file:line:col (fn)", or "None" / "." where the
         # equation has none (sync_copy's DMA).
         if _SOURCE.match(rest) or rest in ("None", "."):
             ops.append((thread, op))
             del open_ops[thread]
+    ops += [(thread, op) for thread, op in open_ops.items() if _sourceless_wait(op)]
     return _record(ops, num_devices, truncated, destination, names)
+
+
+def _sourceless_wait(op: _Op) -> bool:
+    """A completed `pl.semaphore_wait`: the interpreter logs it with no source line, so it
+    ends where the thread's next operation starts (or the log ends)."""
+    return op.name == "wait" and len(op.lines) >= 2 and bool(_WAIT.search(op.lines[0]))
 
 
 def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
@@ -147,11 +157,11 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
 
     def transfer(seq: int, src: tuple[str, int, int], dst: tuple[str, int, int],
                  shape: tuple[int, ...], nbytes: int, source: str | None,
-                 region: tuple[tuple[int, int], ...] | None) -> None:
+                 region: tuple[tuple[int, int], ...] | None, core: int | None = None) -> None:
         key = (src[2], source)
         transfers.append(Transfer(
             seq, src[2], dst[2], _label(src, names), _label(dst, names), shape, nbytes, source,
-            started[key], names.get((dst[0], dst[1])), region))
+            started[key], names.get((dst[0], dst[1])), region, core))
         started[key] += 1
 
     for seq, (thread, op) in enumerate(ops):
@@ -159,8 +169,10 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
         source = _source(op.lines[-1])
         if op.name == "signal" and (m := _SIGNAL.search(text)):
             sem, inc = int(m[1]), int(m[2])
-            device = _signalled_device(counts, sem, text, inc, num_devices, op.device)
-            semaphores.append(SemaphoreEvent(seq, "signal", device, sem, inc, source))
+            device, core = _signalled_core(counts, sem, text, inc, num_devices, op.device,
+                                           op.core)
+            semaphores.append(SemaphoreEvent(seq, "signal", device, sem, inc, source, core,
+                                             op.core))
             before = [o for o in last[thread] if _source(o.lines[-1]) == source]
             kinds = [o.name for o in before]
             if kinds == ["get_buffer_content", "store_buffer_content"]:  # a whole DMA
@@ -170,7 +182,8 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
                     # device whose copy lands here
                     senders = [d for d in range(num_devices) if destination(source, d) == dst[2]]
                     src = (src[0], src[1], senders[0]) if len(senders) == 1 else src
-                transfer(seq, src, dst, _shape(before[1]), inc, source, _region(before[1]))
+                transfer(seq, src, dst, _shape(before[1]), inc, source, _region(before[1]),
+                         before[1].core)
             elif kinds[-1:] == ["get_buffer_content"]:  # the send half of a remote DMA
                 sent[source].append((seq, inc, _key(before[-1])))
             elif kinds[-1:] == ["store_buffer_content"]:  # the receive half
@@ -181,10 +194,12 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
                 if match is not None:
                     _, nbytes, src = waiting.pop(match)
                     transfer(seq, src, dst, _shape(before[-1]), nbytes, source,
-                             _region(before[-1]))
+                             _region(before[-1]), before[-1].core)
         elif op.name == "wait" and (m := _WAIT.search(text)):
+            if c := _COUNTS.search(text):  # the wait took its value: the counts went down
+                counts[int(m[1])] = [int(v) for v in ast.literal_eval(c[1])]
             semaphores.append(SemaphoreEvent(seq, "wait", op.device, int(m[1]), int(m[2]),
-                                             source))
+                                             source, op.core, op.core))
         last[thread] = [*last[thread][-1:], op]
     in_flight = tuple(
         Transfer(seq, src[2], to if (to := destination(source, src[2])) is not None else -1,
@@ -194,18 +209,19 @@ def _record(ops: list[tuple[int, _Op]], num_devices: int, truncated: bool,
                         in_flight)
 
 
-def _signalled_device(counts: dict[int, list[int]], sem: int, text: str, inc: int,
-                      num_devices: int, default: int) -> int:
-    """The device whose count of `sem` went up by `inc` (the interpreter logs every core's)."""
+def _signalled_core(counts: dict[int, list[int]], sem: int, text: str, inc: int,
+                    num_devices: int, device: int, core: int) -> tuple[int, int | None]:
+    """The device and core whose count of `sem` went up by `inc` (the interpreter logs every
+    core's count); the signaller's own where the counts do not say."""
     m = _COUNTS.search(text)
     if m is None:
-        return default
+        return device, None
     now = [int(v) for v in ast.literal_eval(m[1])]
     before = counts.get(sem, [0] * len(now))
     counts[sem] = now
     per_device = max(1, len(now) // max(1, num_devices))
     moved = [i for i, (a, b) in enumerate(zip(before, now, strict=False)) if b - a == inc]
-    return moved[0] // per_device if moved else default
+    return (moved[0] // per_device, moved[0] % per_device) if moved else (device, None)
 
 
 def _key(op: _Op) -> tuple[str, int, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -198,3 +199,30 @@ def _axis_index_replaced(jaxpr: Any, axes: set[str], value: Callable[[Any], Any]
     with gm.trace_env():
         return rewrite.retrace_replacing(
             jaxpr, of_mesh, lambda eqn, _: [value(eqn.params["axis_name"])])
+
+
+def mesh_interpret_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
+    """(memory space, buffer id) -> operand origin in TPU interpret mode's log, for a TPU mesh
+    kernel: the interpreter runs it as a pallas_call over the mesh whose operands all stay in
+    HBM (ids from 100, inputs then outputs), then its VMEM/SMEM scratch, one id each (every
+    core has its own buffer under that id). Ids it does not explain map to nothing."""
+    if kernel.kind != "mesh" or kernel.backend == "mosaic_gpu":
+        return {}
+    found: dict[tuple[str, int], str] = {}
+    next_id = 100
+    for op in kernel.operands:
+        if op.role != "scratch" and not op.scalar_prefetch:
+            found[("hbm", next_id)] = op.origin
+            next_id += 1
+    for op in kernel.operands:
+        if op.role == "scratch" and op.memory_space in ("vmem", "smem"):
+            found[(op.memory_space, next_id)] = op.origin
+            next_id += 1
+    semaphore = 2000  # semaphores have their own ids, from 2000, one per element
+    for op in kernel.operands:
+        if op.role == "scratch" and op.memory_space.startswith("semaphore"):
+            for i in range(math.prod(op.shape)):
+                found[("semaphore", semaphore)] = op.origin if not op.shape else \
+                    f"{op.origin}[{i}]"
+                semaphore += 1
+    return found
