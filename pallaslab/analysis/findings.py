@@ -376,7 +376,10 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
                 yield from gpu_stores.store_conflicts(kernel, tiling)
             return
     for ot in tiling.operands.values():
-        if ot.role != "output":
+        # An output left in HBM/ANY is written by the body's own DMAs (or nested pipelines),
+        # not through its window: the window says nothing of which elements a program writes
+        # (tpu-interpret's race detector sees the real writes).
+        if ot.role != "output" or not ot.windowed:
             continue
         keys, nkeys = ot.block_key()
         steps = _conflicting_steps(keys, nkeys, tiling.grid, concurrent)
