@@ -1,6 +1,7 @@
 """Every tutorial notebook runs top to bottom on the CPU (each executed once per session)."""
 
 import functools
+import re
 from pathlib import Path
 
 import nbformat
@@ -40,6 +41,18 @@ def test_quickstart_shows_fetches_and_the_race():
     # grid (8, 6, 4): x and y change block every step, the output once per (i, j)
     assert "args[0]  fetches= 192" in text and "outputs  fetches=  48" in text
     assert "error parallel-write-conflict" in text
+    # the solutions: 256-blocks halve x's and y's traffic; a parallel k races, a parallel i does not
+    assert "blocks 256: args[0]  fetches=  24  HBM bytes=   6,291,456" in text
+    assert "('arbitrary', 'arbitrary', 'parallel') -> ['parallel-write-conflict']" in text
+    assert "('parallel', 'arbitrary', 'arbitrary') -> []" in text
+
+
+def test_grids_tutorial_solutions_show_the_revisit_and_the_partial_blocks():
+    text = text_of("01_grids_and_blockspecs.ipynb")
+    assert "[nan, nan, nan" in text  # half_grid's unwritten rows, as the text explains
+    assert "semantics: arbitrary, parallel, parallel" in text
+    assert "error output-revisit: outputs: 12 output block visit(s) are not consecutive" in text
+    assert "warning partial-block outputs programs ((5, 0), (5, 1), (5, 2), (5, 3))" in text
 
 
 def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
@@ -51,6 +64,8 @@ def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
     assert "error parallel-write-conflict" in text and "tpu-interpret: ['data-race'" in text
     assert "448.0 KiB of 16.00 MiB scoped VMEM" in text
     assert "mosaic-tpu ok" in text and "tpu.matmul" in text
+    assert "fixed double: all close" in text  # the solutions
+    assert "arbitrary row_sum: findings [] | tpu-interpret: []" in text
 
 
 def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
@@ -63,6 +78,14 @@ def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
     assert "was last written by the DMA of step 1 from device 2" in text
     assert "was written by no DMA" in text
     assert "error deadlock: deadlock: every device is blocked" in text
+    # one ring step short: the unwritten slots, on every device
+    assert ("warning unwritten-output: all_gather_kernel: outputs: 4,096 of 16,384 element(s) were "
+            "written by no program under tpu-interpret on device(s) 0, 1, 2, 3") in text
+    # compiled by libtpu for the 4 chips of a v5e 2x2 slice
+    assert "all_gather_kernel mosaic-tpu ok | compiled: True" in text
+    assert ("info shard-map-mesh: kernel 'all_gather_kernel' runs inside shard_map (mesh x=1 as "
+            "captured): it is compiled by libtpu inside shard_map over mesh x=4: one SPMD program "
+            "of 4 partitions, for all 4 devices of the libtpu topology v5e:2x2") in text
     assert text.rstrip().endswith("all close")  # the solution of exercise 2 passes
 
 
@@ -87,6 +110,25 @@ def test_in_kernel_pipelines_tutorial_shows_the_inner_grid_and_the_dmas():
     assert "async copy; x_hbm (args[0], any) -> buf (scratch[0], vmem), 32,768 B" in text
     assert "MISMATCH" in text  # the slot read before its DMA landed
     assert "pipelined_matmul mosaic-tpu ok | compiled: True" in text
+    # a pipeline per outer program: tiled over the kernel's grid x its own
+    assert "nested pipeline 0" in text and \
+        "grid 2 x 4 (the kernel's 2 x its own 4) = 8 programs" in text
+    assert "per_program mosaic-tpu ok | compiled: True" in text
+    # BoundedSlice windows: each step at its own size
+    assert "step 1: rows 16:32 (16 rows), 8,192 B" in text
+    assert "step 2: rows 32:40 (8 rows), 4,096 B" in text and "x: 3 fetches, 20,480 B" in text
+    assert "ragged mosaic-tpu ok | compiled: True" in text
+    # the recorded run: per line, and the prefetches alternating between the two slots
+    assert ": 3 DMAs, 3 signals (98,304 B)" in text
+    assert ": 4 DMAs, 4 signals, 4 completed waits (131,072 B)" in text
+    assert "run #2: 32,768 B into buf[0, 0:64, 0:128]" in text
+    assert "run #3: 32,768 B into buf[1, 0:64, 0:128]" in text
+    # without the wait, only the write-back line ran: no DMA ever wrote the slots
+    ran = re.findall(r"^ran: .*$", text, re.M)
+    assert len(ran) == 1 and ran[0].endswith(": 4 DMAs, 4 signals, 4 completed waits (131,072 B)")
+    # exercise 3: the outer program forgotten, half the output is never written
+    assert "grid 4 = 4 programs" in text
+    assert "info uncovered-output: outputs: 16384 of 32768 elements (50.0%)" in text
 
 
 def test_pipelining_tutorial_trades_traffic_against_vmem_and_asks_libtpu():
