@@ -33,7 +33,8 @@ from pallaslab.execute.result import RunResult
 from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
 from pallaslab.model.devices import SemaphoreEvent, Transfer
 
-QUIET = 0.5  # seconds without progress after which the devices are taken to be waiting
+QUIET = 2.0  # seconds without progress after which the devices are taken to be waiting
+# (a fallback: blocked and finished devices are read off the interpreter's threads)
 _KEYS = itertools.count()
 _SESSIONS: dict[str, DeviceStepSession] = {}  # in the worker: key -> the stepped run
 
@@ -132,9 +133,12 @@ class DeviceStepSession:
             self.error = f"{type(err).__name__}: {err}"
 
     def settle(self) -> None:
-        """Wait until every device waits at its next program, the run ended, or (after the
-        first program started) nothing moved for `QUIET` seconds: devices that finished
-        wait for no program, and a blocked one waits on a semaphore."""
+        """Wait until some device waits at its next program and every other one is blocked
+        in a semaphore wait only another device's signal can end or has finished (read off
+        the interpreter's threads), or the run ended; failing that, until nothing moved for
+        `QUIET` seconds."""
+        from pallaslab.model._jax.deadlock import thread_states
+
         last, since = None, time.monotonic()
         while self._thread.is_alive():
             with self.gate.cv:
@@ -144,7 +148,10 @@ class DeviceStepSession:
                 # waiting for the next program, not still at the one just let through
                 ahead = all(self.gate.passed.get(t, 0) >= self.gate.allowance(t)
                             for t in waiting)
-            if threads and threads <= waiting and ahead:
+            # The user's turn: a device waits at its gate and none computes. (All blocked or
+            # finished with none at a gate is a deadlock the watch is about to stop.)
+            others = thread_states(threads - waiting)
+            if waiting and ahead and all(s.state != "running" for s in others.values()):
                 return
             recorder = self.executor.recorder
             progress = (started, len(waiting), recorder.lines if recorder is not None else 0)

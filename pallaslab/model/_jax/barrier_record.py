@@ -13,13 +13,12 @@ leave no line in the log.
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from pallaslab.model._jax.log_recorder import LogRecorder
 from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
 from pallaslab.model.kernel import DmaCopy
 
@@ -38,42 +37,15 @@ def logging_mode() -> Any:
     return LoggingMode.BARRIER
 
 
-class BarrierRecorder(logging.Handler):
+class BarrierRecorder(LogRecorder):
     """While active (a context manager), collects the GPU interpreter's barrier log."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self._lines: list[tuple[int, str]] = []
-        self._lock = threading.Lock()
-        self.truncated = False
-        self._saved: tuple[int, bool] = (logging.NOTSET, True)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self._lock:
-            if len(self._lines) >= MAX_LINES:
-                self.truncated = True
-                return
-            self._lines.append((record.thread or 0, record.getMessage()))
-
-    def __enter__(self) -> BarrierRecorder:
-        logger = logging.getLogger(LOGGER)
-        self._saved = (logger.level, logger.propagate)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False  # ours alone: the user's log stays quiet
-        logger.addHandler(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        logger = logging.getLogger(LOGGER)
-        logger.removeHandler(self)
-        logger.setLevel(self._saved[0])
-        logger.propagate = self._saved[1]
+        super().__init__(LOGGER, MAX_LINES)
 
     def record(self, copies: Mapping[str, DmaCopy], blocks: int) -> DeviceRecord:
         """The record; `copies`: the kernel's TMA copies by source line ("file.py:LINE")."""
-        with self._lock:
-            lines = list(self._lines)
-        return _parse(lines, copies, blocks, self.truncated)
+        return _parse(self.snapshot(), copies, blocks, self.truncated)
 
 
 def _parse(lines: list[tuple[int, str]], copies: Mapping[str, DmaCopy], blocks: int,

@@ -12,15 +12,14 @@ the signal of its semaphore, at the copy's source line.
 from __future__ import annotations
 
 import ast
-import logging
 import math
 import re
-import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pallaslab.model._jax.log_recorder import LogRecorder
 from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
 
 LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
@@ -54,46 +53,19 @@ class _Op:
     core: int = 0  # the core (of `device`) whose thread logged it
 
 
-class DeviceRecorder(logging.Handler):
+class DeviceRecorder(LogRecorder):
     """While active (a context manager), collects TPU interpret mode's log into a record."""
 
     def __init__(self, num_devices: int):
-        super().__init__(logging.INFO)
+        super().__init__(LOGGER, MAX_LINES)
         self.num_devices = num_devices
-        self._lines: list[tuple[int, str]] = []  # (thread, message)
-        self._lock = threading.Lock()
-        self.truncated = False
-        self._saved: tuple[int, bool] = (logging.NOTSET, True)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self._lock:
-            if len(self._lines) >= MAX_LINES:
-                self.truncated = True
-                return
-            self._lines.append((record.thread or 0, record.getMessage()))
-
-    def __enter__(self) -> DeviceRecorder:
-        logger = logging.getLogger(LOGGER)
-        self._saved = (logger.level, logger.propagate)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False  # ours alone: the user's log stays quiet
-        logger.addHandler(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        logger = logging.getLogger(LOGGER)
-        logger.removeHandler(self)
-        logger.setLevel(self._saved[0])
-        logger.propagate = self._saved[1]
 
     def record(self, destination: Destination | None = None,
                names: Names | None = None) -> DeviceRecord:
         """The record; `destination(source, device)` is where the remote copy at `source`
         started on `device` sends (None: unknown), to pair the halves of remote DMAs;
         `names`: (memory space, buffer id) -> the kernel operand it holds."""
-        with self._lock:  # the run may still be adding lines (a stepped run)
-            lines = list(self._lines)
-        return _parse(lines, self.num_devices, self.truncated,
+        return _parse(self.snapshot(), self.num_devices, self.truncated,
                       destination or (lambda source, device: None), names or {})
 
     @property
@@ -103,10 +75,8 @@ class DeviceRecorder(logging.Handler):
 
     def thread_devices(self) -> dict[int, int]:
         """Thread id -> the simulated device it runs, as the log names them."""
-        with self._lock:
-            lines = list(self._lines)
         found: dict[int, int] = {}
-        for thread, message in lines:
+        for thread, message in self.snapshot():
             if thread not in found and (m := _LINE.match(message)):
                 found[thread] = int(m[1])
         return found
