@@ -63,3 +63,12 @@ def test_without_tpu_interpret_a_waiting_kernel_says_what_interpret_mode_cannot_
         "interpreter (TPU interpret mode) does not implement pl.semaphore_read")
     assert result.notes[0].endswith("ran under vectorized, which does not block on semaphore "
                                     "waits: a missing signal would not be seen)")
+
+
+def test_against_a_reference_a_waiting_kernel_runs_where_waits_block():
+    x = np.ones((8, 128), np.float32)
+    cmp = compare(_never_signalled, x, reference=lambda x: x + 1.0, timeout=120)
+    assert cmp.executors == ("tpu-interpret", "reference") and not cmp.passed
+    assert cmp.notes[0].startswith("executors chosen by default: tpu-interpret, reference "
+                                   "(kernel _waits_for_nobody waits on semaphore scratch[0]")
+    assert "deadlock" in [f.code for f in cmp.result("tpu-interpret").findings]

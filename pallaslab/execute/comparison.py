@@ -295,10 +295,15 @@ def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] |
     executor that can run the kernels (`auto.default_executor_for`: `vectorized` on a CPU
     host, the HLO interpreter elsewhere, unless another interpreter must) against the
     reference when one is given, else against TPU interpret mode."""
-    from pallaslab.execute.auto import default_executor_for, interpreter_choice
+    from pallaslab.execute.auto import default_executor_for, interpreter_choice, run_executor_for
 
     first = default_executor_for(kernels, devices)
     why = interpreter_choice(kernels, devices)
+    if reference is not None and not any(op.kind == "read" for k in kernels
+                                         for op in k.semaphore_ops):
+        # against a reference alone, a kernel that waits on semaphores runs where a wait
+        # blocks (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
+        first, why = run_executor_for(kernels, devices)
     second = "reference" if reference is not None else (
         "tpu-interpret" if first in ("interpret", "vectorized") else None)
     if second is None:
