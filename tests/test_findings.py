@@ -241,3 +241,27 @@ def test_parallel_programs_writing_an_hbm_output_through_their_own_pipelines_do_
 
     [insp] = inspect_capture(pallaslab.capture(fn, rand((64, 128))))
     assert not [f for f in insp.findings if f.code == "parallel-write-conflict"]
+
+
+def _forgets_its_program(x_hbm, o_hbm):
+    spec = pl.BlockSpec((8, 128), lambda j: (j, 0))  # every program: rows 0-31 only
+
+    def double(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    pltpu.emit_pipeline(double, grid=(4,), in_specs=[spec], out_specs=[spec])(x_hbm, o_hbm)
+
+
+def test_a_nested_pipeline_leaving_the_kernels_output_half_unwritten_warns():
+    def fn(x):
+        return pl.pallas_call(
+            _forgets_its_program, grid=(2,), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY))(x)
+
+    [kernel] = pallaslab.capture(fn, rand((64, 128))).kernels
+    [f] = [f for f in inspect_kernel(kernel.pipelines[0]).findings
+           if f.code == "uncovered-output"]
+    assert f.severity == "warning" and f.message.startswith(
+        "outputs: 4096 of 8192 elements (50.0%) are never written by any program")
+    assert f.message.endswith("they keep what the kernel left in outputs.")

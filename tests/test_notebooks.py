@@ -128,7 +128,7 @@ def test_in_kernel_pipelines_tutorial_shows_the_inner_grid_and_the_dmas():
     assert len(ran) == 1 and ran[0].endswith(": 4 DMAs, 4 signals, 4 completed waits (131,072 B)")
     # exercise 3: the outer program forgotten, half the output is never written
     assert "grid 4 = 4 programs" in text
-    assert "info uncovered-output: outputs: 16384 of 32768 elements (50.0%)" in text
+    assert "warning uncovered-output: outputs: 16384 of 32768 elements (50.0%)" in text
 
 
 def test_pipelining_tutorial_trades_traffic_against_vmem_and_asks_libtpu():
