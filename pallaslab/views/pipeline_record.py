@@ -16,6 +16,8 @@ from pallaslab.views import _html
 from pallaslab.views._html import esc
 
 MAX_RECORDED = 2_000  # events carried to the widget (the summary counts them all)
+GPU_NOTE = ("Mosaic GPU interpret mode logs a barrier wait only when it had to wait, and a "
+            "TMA copy only when it signals a barrier (copies to GMEM do not)")
 
 
 class RecordedOp(TypedDict):
@@ -35,6 +37,7 @@ class RunRecord(TypedDict):
     ops: list[RecordedOp]
     lines: list[str]  # per source line: how often it ran and what it moved
     truncated: bool  # the run's log, or the events carried here, stopped at a limit
+    note: str | None  # what the log leaves out
 
 
 def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interpret"
@@ -56,7 +59,8 @@ def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interp
     ops.sort(key=lambda o: (o["seq"], o["op"] != "dma"))
     return RunRecord(executor=executor, ops=ops[:MAX_RECORDED],
                      lines=_per_line(ops, executor == "gpu-interpret"),
-                     truncated=record.truncated or len(ops) > MAX_RECORDED)
+                     truncated=record.truncated or len(ops) > MAX_RECORDED,
+                     note=GPU_NOTE if executor == "gpu-interpret" else None)
 
 
 def _attributed(t: Transfer, kernel: Kernel) -> Transfer:
@@ -159,7 +163,8 @@ def op_line(o: RecordedOp, barriers: bool = False) -> str:
 
 
 def record_text(rec: RunRecord, limit: int = 40) -> list[str]:
-    lines = [f"recorded run ({rec['executor']}), per line:",
+    lines = [f"recorded run ({rec['executor']}), per line:"
+             + (f" ({rec['note']})" if rec["note"] else ""),
              *(f"  {line}" for line in rec["lines"]),
              f"  in order ({len(rec['ops'])} events):"]
     lines += [f"  {op_line(o, rec['executor'] == 'gpu-interpret')}"
@@ -177,5 +182,6 @@ def record_html(rec: RunRecord, limit: int = 200) -> str:
             for o in rec["ops"][:limit]]
     return (f"<h4>Recorded run ({esc(rec['executor'])})</h4>"
             + "".join(f'<p class="pl-dim">{esc(line)}</p>' for line in rec["lines"])
+            + (f'<p class="pl-dim">{esc(rec["note"])}</p>' if rec["note"] else "")
             + _html.table(("#", "event", "src → dst", "region", "bytes / count", "semaphore",
                            "line", "nth of line"), rows, numeric=(0, 4)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -43,8 +44,11 @@ def nb7(tmp_path_factory):
 
 def kernel_idle(nb7) -> bool:
     url = f"{nb7['base']}/api/kernels?token={nb7['token']}"
-    with urllib.request.urlopen(url, timeout=5) as r:
-        kernels = json.load(r)
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            kernels = json.load(r)
+    except urllib.error.URLError:  # the server may answer 500 while the kernel starts: ask again
+        return False
     return bool(kernels) and all(k["execution_state"] == "idle" for k in kernels)
 
 

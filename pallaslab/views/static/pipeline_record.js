@@ -12,7 +12,8 @@ import { h } from "./prelude.js";
  * @typedef {{seq: number, op: string, src: string | null, dst: string | null,
  *   region: string | null, bytes: number | null, semaphore: number | null,
  *   source: string | null, iteration: number | null}} RecordedOp
- * @typedef {{executor: string, ops: RecordedOp[], lines: string[], truncated: boolean}} RunRecord
+ * @typedef {{executor: string, ops: RecordedOp[], lines: string[], truncated: boolean,
+ *   note?: string | null}} RunRecord
  */
 
 /**
@@ -28,6 +29,7 @@ export function recordSection(p) {
   const perLine = h("ul", "pl-recorded-lines");
   for (const line of rec.lines) perLine.append(h("li", "pl-mono", line));
   box.append(perLine);
+  if (rec.note) box.append(h("p", "pl-dim pl-recorded-note", rec.note));
   const table = h("table", "pl-table pl-recorded-ops");
   const head = h("tr");
   for (const c of ["#", "event", "src → dst", "region", "bytes / count", "semaphore", "line", "nth of line"]) {
