@@ -34,7 +34,13 @@ from typing import Any
 from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute import isolation
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.device_stepper import QUIET, _Gate, _GatedTpuInterpret
+from pallaslab.execute.device_stepper import (
+    QUIET,
+    SteppedRun,
+    _Gate,
+    _GatedTpuInterpret,
+    checked_reply,
+)
 from pallaslab.execute.executors import Prepared, execute_here, prepare
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
@@ -279,7 +285,7 @@ def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -
 # --- in the notebook's process -------------------------------------------------------------------
 
 
-class CoreStepper:
+class CoreStepper(SteppedRun):
     """A TPU mesh kernel whose cores signal each other, stepped core by core under TPU
     interpret mode (see the module docstring)."""
 
@@ -335,11 +341,7 @@ class CoreStepper:
                 raise CoreStepError(f"stepping the cores of {self.kernel.name}: "
                                     f"{done.failed or done.timed_out}")
             reply = done.reply
-        if "missing" in reply:
-            raise CoreStepError("the stepped run is gone (its worker process was replaced); "
-                                "make a new stepper")
-        if reply.get("error") and not (reply.get("done") and reply.get("result")):
-            raise CoreStepError(f"stepping the cores of {self.kernel.name}: {reply['error']}")
+        checked_reply(reply, CoreStepError, f"stepping the cores of {self.kernel.name}")
         if "closed" not in reply:
             self._state = reply
         if why := reply.get("refused"):
@@ -348,36 +350,14 @@ class CoreStepper:
     def step(self, n: int = 1, *, core: int | None = None) -> CoreStepper:
         """Let `n` more cores start, one after the other, each running until it finishes or
         blocks: `core`, or the lowest-numbered core still waiting to start."""
-        for _ in range(n):
-            if self.done:
-                break
-            self._call({"kind": "device-step", "key": self._key, "core": core})
+        self._advance(n, core=core)
         return self
-
-    def run(self) -> RunResult:
-        """Step to the end; the run's result."""
-        while not self.done:
-            self.step()
-        assert self.result is not None
-        return self.result
-
-    def close(self) -> None:
-        if not self.done:
-            self._call({"kind": "device-step", "key": self._key, "close": True})
-
-    @property
-    def position(self) -> int:
-        """Steps taken (cores let go)."""
-        return int(self._state.get("step", 0))
 
     @property
     def order(self) -> list[int]:
         """The cores let go, in order."""
         return list(self._state.get("order", []))
 
-    @property
-    def done(self) -> bool:
-        return bool(self._state.get("done"))
 
     @property
     def cores(self) -> dict[int, str]:
@@ -407,10 +387,6 @@ class CoreStepper:
         """Semaphore signals and completed waits so far (`core`: the core whose count moved)."""
         return tuple(self._state.get("semaphores", ()))
 
-    @property
-    def result(self) -> RunResult | None:
-        """The run's result, once it ended."""
-        return self._state.get("result")
 
     @property
     def findings(self) -> tuple[Any, ...]:

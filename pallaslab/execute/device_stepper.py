@@ -259,7 +259,63 @@ class DeviceStepSnapshot:
     grids: tuple[tuple[int | None, ...], ...] = ()
 
 
-class DeviceStepper:
+class SteppedRun:
+    """The notebook's side of a run stepped in the worker (`DeviceStepper`, and
+    `core_stepper.CoreStepper`): its state as of the last reply, and the steps to its end."""
+
+    _key: str
+    _state: dict[str, Any]
+
+    def _call(self, request: dict[str, Any], work: dict[str, Any] | None = None) -> None:
+        raise NotImplementedError
+
+    def step(self, n: int = 1) -> SteppedRun:
+        raise NotImplementedError
+
+    def _advance(self, n: int, **who: int | None) -> None:
+        """`n` steps (fewer if the run ends), each of `who` (a device, a core, or all)."""
+        for _ in range(n):
+            if self.done:
+                break
+            self._call({"kind": "device-step", "key": self._key, **who})
+
+    @property
+    def position(self) -> int:
+        """Steps taken (lockstep steps of devices, cores let go)."""
+        return int(self._state.get("step", 0))
+
+    def run(self) -> RunResult:
+        """Step to the end; the run's result."""
+        while not self.done:
+            self.step()
+        assert self.result is not None
+        return self.result
+
+    def close(self) -> None:
+        if not self.done:
+            self._call({"kind": "device-step", "key": self._key, "close": True})
+
+    @property
+    def done(self) -> bool:
+        return bool(self._state.get("done"))
+
+    @property
+    def result(self) -> RunResult | None:
+        """The run's result, once it ended."""
+        return self._state.get("result")
+
+
+def checked_reply(reply: dict[str, Any], error: type[Exception], what: str) -> dict[str, Any]:
+    """A worker's reply to a stepped run, or `error` saying why it is none."""
+    if "missing" in reply:
+        raise error("the stepped run is gone (its worker process was replaced); make a new "
+                    "stepper")
+    if reply.get("error") and not (reply.get("done") and reply.get("result")):
+        raise error(f"{what}: {reply['error']}")
+    return reply
+
+
+class DeviceStepper(SteppedRun):
     """A multi-device kernel stepped in lockstep in the worker for `devices` devices."""
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any],
@@ -287,43 +343,15 @@ class DeviceStepper:
         if done.failed is not None or done.timed_out is not None:
             raise DeviceStepError(f"stepping on {self.devices} devices: "
                                   f"{done.failed or done.timed_out}")
-        reply = done.reply
-        if reply.get("error") and not (reply.get("done") and reply.get("result")):
-            raise DeviceStepError(f"stepping on {self.devices} devices: {reply['error']}")
-        if "missing" in reply:
-            raise DeviceStepError("the stepped run is gone (its worker process was replaced); "
-                                  "make a new stepper")
-        self._state = reply
+        self._state = checked_reply(done.reply, DeviceStepError,
+                                    f"stepping on {self.devices} devices")
 
     def step(self, n: int = 1, *, device: int | None = None) -> DeviceStepper:
         """Let every device (or only `device`, after a first step of all) run `n` more
         programs (or to the end). A device let go alone may block on a semaphore another
         device has yet to signal: it is then `busy`, with its DMAs `in_flight`."""
-        for _ in range(n):
-            if self.done:
-                break
-            self._call({"kind": "device-step", "key": self._key, "device": device})
+        self._advance(n, device=device)
         return self
-
-    def run(self) -> RunResult:
-        """Step to the end; the run's result."""
-        while not self.done:
-            self.step()
-        assert self.result is not None
-        return self.result
-
-    def close(self) -> None:
-        if not self.done:
-            self._call({"kind": "device-step", "key": self._key, "close": True})
-
-    @property
-    def position(self) -> int:
-        """Lockstep steps taken (each device ran up to this many programs)."""
-        return int(self._state.get("step", 0))
-
-    @property
-    def done(self) -> bool:
-        return bool(self._state.get("done"))
 
     @property
     def programs(self) -> dict[int, int]:
@@ -348,11 +376,6 @@ class DeviceStepper:
     @property
     def semaphores(self) -> tuple[SemaphoreEvent, ...]:
         return tuple(self._state.get("semaphores", ()))
-
-    @property
-    def result(self) -> RunResult | None:
-        """The run's result, once it ended."""
-        return self._state.get("result")
 
     @property
     def grids(self) -> tuple[tuple[int | None, ...], ...]:
