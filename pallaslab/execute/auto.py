@@ -19,7 +19,7 @@ ready.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -137,6 +137,32 @@ def run_executor_for(cap: Sequence[Kernel], devices: int | None = None
                                  "so a missing signal would pass unseen; TPU interpret mode "
                                  "models them")
     return name, interpreter_choice(cap, devices)
+
+
+def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None,
+                      devices: int | None = None) -> tuple[tuple[str, str], str]:
+    """The executors a comparison runs when none are named, and a note saying which: the
+    executor that can run the kernels (`default_executor_for`: `vectorized` on a CPU host,
+    the HLO interpreter elsewhere, unless another interpreter must) against the reference
+    when one is given, else against TPU interpret mode."""
+    from pallaslab.execute.executors import ExecutorError
+
+    first = default_executor_for(kernels, devices)
+    why = interpreter_choice(kernels, devices)
+    if reference is not None and not any(op.kind == "read" for k in kernels
+                                         for op in k.semaphore_ops):
+        # against a reference alone, a kernel that waits on semaphores runs where a wait
+        # blocks (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
+        first, why = run_executor_for(kernels, devices)
+    second = "reference" if reference is not None else (
+        "tpu-interpret" if first in ("interpret", "vectorized") else None)
+    if second is None:
+        raise ExecutorError(
+            f"only {first} can run these kernels here ({why}), so there is nothing to compare "
+            f"it with: pass reference=my_ref (a pure-JAX function with the kernel function's "
+            f"signature), or name the executors")
+    because = f" ({why})" if why else ""
+    return (first, second), f"executors chosen by default: {first}, {second}{because}"
 
 
 def fallback_note(unavailable: str, executor: str) -> str:

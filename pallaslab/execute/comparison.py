@@ -220,6 +220,8 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     prepared = prepare(fn, args, kwargs, seed=seed, devices=devices)
     notes: tuple[str, ...] = ()
     if runners is None:
+        from pallaslab.execute.auto import default_executors
+
         names, note = default_executors(prepared.capture, reference, prepared.devices)
         runners, notes = _runners(list(names), reference), (note,)
     results = tuple(execute(r, prepared, timeout=timeout) for r in runners)
@@ -287,32 +289,6 @@ def _runners(names: Sequence[str | Executor], reference: Callable[..., Any] | No
         raise ExecutorError("the reference executor needs a reference function: pass "
                             "reference=my_ref (same signature as the kernel function)")
     return runners
-
-
-def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None,
-                      devices: int | None = None) -> tuple[tuple[str, str], str]:
-    """The executors a comparison runs when none are named, and a note saying which: the
-    executor that can run the kernels (`auto.default_executor_for`: `vectorized` on a CPU
-    host, the HLO interpreter elsewhere, unless another interpreter must) against the
-    reference when one is given, else against TPU interpret mode."""
-    from pallaslab.execute.auto import default_executor_for, interpreter_choice, run_executor_for
-
-    first = default_executor_for(kernels, devices)
-    why = interpreter_choice(kernels, devices)
-    if reference is not None and not any(op.kind == "read" for k in kernels
-                                         for op in k.semaphore_ops):
-        # against a reference alone, a kernel that waits on semaphores runs where a wait
-        # blocks (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
-        first, why = run_executor_for(kernels, devices)
-    second = "reference" if reference is not None else (
-        "tpu-interpret" if first in ("interpret", "vectorized") else None)
-    if second is None:
-        raise ExecutorError(
-            f"only {first} can run these kernels here ({why}), so there is nothing to compare "
-            f"it with: pass reference=my_ref (a pure-JAX function with the kernel function's "
-            f"signature), or name the executors")
-    because = f" ({why})" if why else ""
-    return (first, second), f"executors chosen by default: {first}, {second}{because}"
 
 
 def check_executors(executors: Sequence[str | Executor] | str) -> list[str | Executor]:
