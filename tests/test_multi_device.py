@@ -6,6 +6,10 @@ kernel waiting for a signal no one sends is reported as a deadlock, not a hang."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import kernels_multi
 import numpy as np
@@ -97,8 +101,6 @@ def test_cli_compare_on_devices(capsys):
 
 
 def _line(text: str) -> int:
-    from pathlib import Path
-
     lines = Path(kernels_multi.__file__).read_text().splitlines()
     return next(n for n, line in enumerate(lines, 1) if text in line)
 
@@ -281,3 +283,18 @@ def test_output_a_kernel_inside_shard_map_never_writes_is_found(devices):
             "_write_top_half: outputs: 2,048 of 4,096 element(s) were written by no program "
             "under tpu-interpret on device(s) 0, 1, 2, 3 (each device's 8 rows of the "
             "gathered output; blocks are the first one's)")
+
+
+def test_the_cli_inspects_a_ring_as_four_devices_run_it(tmp_path):
+    """`--devices 4` traces the case on 4 simulated devices before JAX starts: the ring has
+    its 3 steps and the mesh x=4 (here, on one device, a ring of one has no step to take)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PALLASLAB_CACHE_DIR": str(tmp_path)}
+    env.pop("XLA_FLAGS", None)
+    root = Path(kernels_multi.__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-m", "pallaslab", "inspect", "tests/kernels_multi.py:ring_all_gather",
+         "--devices", "4", "--json"], cwd=root, env=env, capture_output=True, text=True,
+        timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (k,) = json.loads(out.stdout)["kernels"]
+    assert k["grid"] == [3] and k["device_mesh"]["axes"] == [["x", 4]]

@@ -22,11 +22,13 @@ from pallaslab.cli._shared import (
     backend_for_target,
     console,
     describe_error,
+    device_count,
     error_json,
     load_and_capture,
     print_error,
     print_json,
     safe,
+    simulate_cpu_devices,
     target_name,
 )
 from pallaslab.cli.inspect import SEVERITY_STYLE
@@ -70,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile", action="store_true",
                    help="also compile for each target with the real compiler (libtpu, triton)")
     p.add_argument("--warnings", action="store_true", help="also list warnings and infos")
+    p.add_argument("--devices", type=device_count, default=None, metavar="N",
+                   help="trace the cases on N simulated CPU devices (kernels inside shard_map "
+                        "as N chips run them; compiled over N chips with --compile)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object: every kernel's verdict, and case errors")
     p.set_defaults(func=run)
@@ -78,6 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     verdicts: list[KernelVerdict] = []
     case_errors: list[dict[str, Any]] = []
+    if args.devices:
+        simulate_cpu_devices(args.devices)
     for spec in args.cases:
         try:
             _, cap = load_and_capture(spec)
@@ -114,7 +121,7 @@ def _case_error(spec: str, err: Exception, json_mode: bool) -> dict[str, Any]:
 def _check(spec: str, cap: Capture, target: str | None, args: argparse.Namespace
            ) -> list[KernelVerdict]:
     backend = backend_for_target(target) if target else None
-    lowered = _lower(cap, target, args.compile) if target else None
+    lowered = _lower(cap, target, args.compile, args.devices) if target else None
     chips = (target.removeprefix("tpu-"),) if target and backend == "tpu" else DEFAULT_CHIPS
     verdicts = []
     for insp in inspect_capture(cap, backend=backend, chips=chips):
@@ -169,7 +176,7 @@ def _render(verdicts: list[KernelVerdict]) -> None:
                       "[dim](--warnings shows them)[/]")
 
 
-def _lower(cap: Capture, target: str, compile: bool):
+def _lower(cap: Capture, target: str, compile: bool, devices: int | None):
     from lowering import lower
 
-    return lower(cap, target=target, compile=compile)
+    return lower(cap, target=target, compile=compile, devices=devices)

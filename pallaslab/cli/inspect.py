@@ -16,7 +16,14 @@ from pallaslab.analysis.inspection import (
 )
 from pallaslab.analysis.occupancy import DEFAULT_CHIPS
 from pallaslab.cases import capture_case, load_case
-from pallaslab.cli._shared import chip_name, console, print_json, safe
+from pallaslab.cli._shared import (
+    chip_name,
+    console,
+    device_count,
+    print_json,
+    safe,
+    simulate_cpu_devices,
+)
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -29,10 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.add_argument("--chip", action="append", default=None, metavar="CHIP", type=chip_name,
                    help="TPU chip for the VMEM section (repeatable; default v5e and v6e)")
+    p.add_argument("--devices", type=device_count, default=None, metavar="N",
+                   help="trace the case on N simulated CPU devices (kernels inside shard_map "
+                        "as N chips run them)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.devices:
+        simulate_cpu_devices(args.devices)
     case = load_case(args.case)
     if args.chip:
         # The first --chip is also the abstract TPU for kernels whose tracing asks the chip
