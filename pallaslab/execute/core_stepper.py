@@ -374,21 +374,6 @@ class CoreStepper(SteppedRun):
         return [c for c, s in self.cores.items() if s == state]
 
     @property
-    def transfers(self) -> tuple[Transfer, ...]:
-        """The DMAs that have landed so far, in order (`core`: the core that wrote)."""
-        return tuple(self._state.get("transfers", ()))
-
-    @property
-    def in_flight(self) -> tuple[Transfer, ...]:
-        return tuple(self._state.get("in_flight", ()))
-
-    @property
-    def semaphores(self) -> tuple[SemaphoreEvent, ...]:
-        """Semaphore signals and completed waits so far (`core`: the core whose count moved)."""
-        return tuple(self._state.get("semaphores", ()))
-
-
-    @property
     def findings(self) -> tuple[Any, ...]:
         return self.result.findings if self.result is not None else ()
 

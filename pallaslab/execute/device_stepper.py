@@ -304,6 +304,21 @@ class SteppedRun:
         """The run's result, once it ended."""
         return self._state.get("result")
 
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        """The DMAs that have landed so far, in order (`core`: the core that wrote)."""
+        return tuple(self._state.get("transfers", ()))
+
+    @property
+    def in_flight(self) -> tuple[Transfer, ...]:
+        """DMAs sent whose data has not landed yet (`dst_device` -1 where not known)."""
+        return tuple(self._state.get("in_flight", ()))
+
+    @property
+    def semaphores(self) -> tuple[SemaphoreEvent, ...]:
+        """Semaphore signals and completed waits so far (`core`: the core whose count moved)."""
+        return tuple(self._state.get("semaphores", ()))
+
 
 def checked_reply(reply: dict[str, Any], error: type[Exception], what: str) -> dict[str, Any]:
     """A worker's reply to a stepped run, or `error` saying why it is none."""
@@ -359,23 +374,9 @@ class DeviceStepper(SteppedRun):
         return dict(self._state.get("programs", {}))
 
     @property
-    def transfers(self) -> tuple[Transfer, ...]:
-        """The DMAs that have landed so far, in order."""
-        return tuple(self._state.get("transfers", ()))
-
-    @property
-    def in_flight(self) -> tuple[Transfer, ...]:
-        """DMAs sent whose data has not landed yet (`dst_device` -1 where not known)."""
-        return tuple(self._state.get("in_flight", ()))
-
-    @property
     def busy(self) -> list[int]:
         """Devices inside a program (running, or blocked on a semaphore)."""
         return list(self._state.get("busy", []))
-
-    @property
-    def semaphores(self) -> tuple[SemaphoreEvent, ...]:
-        return tuple(self._state.get("semaphores", ()))
 
     @property
     def grids(self) -> tuple[tuple[int | None, ...], ...]:

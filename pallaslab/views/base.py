@@ -78,6 +78,15 @@ class InteractiveView(View):
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
+    def _new_action(self, change: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The widget's `selection` when it asks for an action not answered yet (each request
+        carries a fresh `nonce`; echoes of our own selection changes carry the old one)."""
+        sel = dict(change["new"] or {})
+        if "action" not in sel or sel.get("nonce") == self.__dict__.get("_nonce"):
+            return None
+        self.__dict__["_nonce"] = sel.get("nonce")
+        return sel
+
     def _push(self) -> None:
         """Send the live payload to the widget, if one has been shown (none is made here)."""
         if "widget" in self.__dict__:

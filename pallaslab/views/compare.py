@@ -144,7 +144,6 @@ class CompareView(InteractiveView):
         self.opened_note: str | None = None  # what opening it did (see `open`)
         self.error: str | None = None
         self._revision = 0
-        self._nonce: Any = None
 
     @property
     def comparison(self) -> Comparison:
@@ -194,10 +193,9 @@ class CompareView(InteractiveView):
                                opened_note=self.opened_note, error=self.error)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
-        sel = dict(change["new"] or {})
-        if sel.get("action") != "open" or sel.get("nonce") == self._nonce:
+        sel = self._new_action(change)
+        if sel is None or sel.get("action") != "open":
             return
-        self._nonce = sel.get("nonce")
         if sel.get("program") is not None:
             self.open(sel["program"])
 

@@ -235,7 +235,6 @@ class StepView(InteractiveView):
         self.ctx = ctx
         self.error: str | None = None
         self._revision = 0
-        self._nonce: Any = None
 
     @property
     def session(self) -> Session | None:
@@ -333,11 +332,8 @@ class StepView(InteractiveView):
                             notes=notes)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
-        sel = dict(change["new"] or {})
-        if sel.get("nonce") == self._nonce or "action" not in sel:
-            return
-        self._nonce = sel.get("nonce")
-        handle_action(self, sel)
+        if (sel := self._new_action(change)) is not None:
+            handle_action(self, sel)
 
     # --- static forms -------------------------------------------------------------------------
 

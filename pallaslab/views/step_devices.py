@@ -206,7 +206,6 @@ class DeviceStepView(InteractiveView):
         self.last: str | None = None
         self._landed_before = 0
         self._revision = 0
-        self._nonce: Any = None
 
     @property
     def started(self) -> bool:
@@ -322,11 +321,8 @@ class DeviceStepView(InteractiveView):
             notes=self._notes(live))
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
-        sel = dict(change["new"] or {})
-        if sel.get("nonce") == self._nonce or "action" not in sel:
-            return
-        self._nonce = sel.get("nonce")
-        handle_action(self, sel)
+        if (sel := self._new_action(change)) is not None:
+            handle_action(self, sel)
 
     # --- static forms -------------------------------------------------------------------------
 
