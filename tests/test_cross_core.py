@@ -135,9 +135,9 @@ def test_a_core_waiting_for_a_signal_sent_elsewhere_is_a_deadlock_not_a_hang():
     result = run(wrong_core, rand((16, 128)), executor="tpu-interpret", timeout=120)
     assert result.status == "failed"
     (finding,) = [f for f in result.findings if f.code == "deadlock"]
-    assert finding.severity == "error" and result.error == finding.message
+    assert finding.severity == "error" and result.error == f"deadlock: {finding.message}"
     assert finding.message.startswith(
-        "deadlock: every core is blocked and none can signal again: core 0 waits on "
+        "every core is blocked and none can signal again: core 0 waits on "
         "semaphore #")
     assert "for a count of 1, which stays at 0; core 1 had finished. A signal that never " \
            "happens (a missing signal, a wrong core_index" in finding.message

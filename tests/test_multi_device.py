@@ -59,14 +59,14 @@ def test_a_missing_signal_is_a_deadlock_finding_not_a_hang():
     assert result.executor == "tpu-interpret" and result.status == "failed"
     (finding,) = [f for f in result.findings if f.code == "deadlock"]
     assert finding.severity == "error"
-    assert finding.message.startswith("deadlock: every device is blocked and none can signal "
+    assert finding.message.startswith("every device is blocked and none can signal "
                                       "again: device 0 (core 0) waits on semaphore #")
     for device in range(DEVICES):
         assert f"device {device} (core 0) waits on semaphore" in finding.message
     assert "for a count of 1, which stays at 0" in finding.message
     assert finding.message.endswith("kernels_multi.py:"
                                     f"{_line('pl.semaphore_wait(sem, 1)')})")
-    assert result.error == finding.message
+    assert result.error == f"deadlock: {finding.message}"
 
 
 def test_capture_names_the_mesh_and_the_remote_copy():

@@ -77,7 +77,7 @@ def test_multi_device_tutorial_runs_the_ring_and_diagnoses_both_bugs():
     assert "MISMATCH" in text and "step 0 transfers: [(0, 2), (1, 3), (2, 0), (3, 1)]" in text
     assert "was last written by the DMA of step 1 from device 2" in text
     assert "was written by no DMA" in text
-    assert "error deadlock: deadlock: every device is blocked" in text
+    assert "error deadlock: every device is blocked" in text
     # one ring step short: the unwritten slots, on every device
     assert ("warning unwritten-output: all_gather_kernel: outputs: 4,096 of 16,384 element(s) were "
             "written by no program under tpu-interpret on device(s) 0, 1, 2, 3") in text

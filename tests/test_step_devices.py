@@ -180,7 +180,7 @@ def test_a_missing_signal_ends_with_a_deadlock_finding():
     assert p["error"] is None  # the finding says it
     assert [r["status"] for r in p["rows"]] == ["blocked"] * DEVICES
     assert all("waits for a signal no one sends" in r["detail"] for r in p["rows"])
-    assert "error deadlock: deadlock: every device is blocked" in s.text
+    assert "error deadlock: every device is blocked" in s.text
     assert "<span class=\"pl-badge\">deadlock</span>" in s.html
 
 

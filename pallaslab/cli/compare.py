@@ -110,7 +110,8 @@ def render(result: Comparison) -> None:
         else:
             out.print(f"[{style}]{safe(name)}: {status.status}[/] ({safe(status.reason or '')})")
         for f in r.findings if r is not None else ():
-            out.print(f"    [bold red]{safe(f.code)}[/]: {safe(f.message)}")
+            if f"{f.code}: {f.message}" != status.reason:  # else just said, as the reason
+                out.print(f"    [bold red]{safe(f.code)}[/]: {safe(f.message)}")
     for o in (o for o in result.outputs if o.pairs):  # no pair ran: nothing to tabulate
         table = Table(title=f"{safe(o.origin)} {o.dtype}{list(o.shape)}", show_edge=False,
                       header_style="bold")

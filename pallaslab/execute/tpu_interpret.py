@@ -117,7 +117,8 @@ def _with_device_record(result: RunResult, devices: Any, kernels: Sequence[Kerne
 
 def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> RunResult:
     """A run stopped by the deadlock watch: its error is the deadlock, as a finding naming
-    the blocked devices and the kernel's semaphore waits."""
+    the blocked devices and the kernel's semaphore waits (the finding's code says
+    "deadlock"; the run's error says it in words)."""
     if found is None:
         return result
     waits = sorted({op.source for k in kernels for op in k.semaphore_ops
@@ -126,5 +127,5 @@ def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> 
         if waits else ""
     message = found.message + where
     kept = tuple(f for f in result.findings if "DeadlockError" not in f.message)
-    return dataclasses.replace(result, error=message,
+    return dataclasses.replace(result, error=f"deadlock: {message}",
                                findings=(Finding("deadlock", "error", message), *kept))

@@ -92,7 +92,8 @@ def _error(result: RunResult | None) -> str | None:
     if result is None or result.status == "ran":
         return None
     why = result.error or result.reason
-    return None if any(f.message == why for f in result.findings) else why
+    said = {f"{f.code}: {f.message}" for f in result.findings}
+    return None if why in said else why
 
 
 class DevicesView(View):

@@ -56,14 +56,14 @@ class Deadlock:
             done = [c for _, c in self.finished_cores]
             finished = (f"; core{'s' if len(done) > 1 else ''} "
                         f"{', '.join(map(str, done))} had finished" if done else "")
-            return (f"deadlock: every core is blocked and none can signal again: {blocked}"
+            return (f"every core is blocked and none can signal again: {blocked}"
                     f"{finished}. A signal that never happens (a missing signal, a wrong "
                     "core_index, a wait for more than is sent) leaves its waiter blocked "
                     "forever")
         blocked = "; ".join(f"device {w.device} (core {w.core}) {w.text}" for w in self.waits)
         finished = (f"; {self.finished_devices} other device(s) had finished"
                     if self.finished_devices else "")
-        return (f"deadlock: every device is blocked and none can signal again: {blocked}"
+        return (f"every device is blocked and none can signal again: {blocked}"
                 f"{finished}. A signal or DMA that never happens (a missing signal, a wrong "
                 "device id, a wait for more than is sent) leaves its waiter blocked forever")
 
