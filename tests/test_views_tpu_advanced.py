@@ -93,6 +93,9 @@ def test_bounded_slice_windows_copied_from_hbm_move_their_own_rows():
     assert x_ref["fetches"] == o_ref["fetches"] == 3
     assert x_ref["hbm_bytes"] == (16 + 16 + 8) * 128 * 4
     assert nested["payload"]["findings"] == []  # the 40 rows are covered exactly
+    shown = "(<=16, 128); dim 0 by step: 16, 16, 8"
+    assert f"block {shown}  fetches 3" in wb.view("grid").to_text()
+    assert f"<td>{shown.replace('<', '&lt;')}</td>" in wb.view("grid").to_html()
 
 
 def test_grid_of_a_nested_pipeline_spans_the_outer_programs():

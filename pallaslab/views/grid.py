@@ -304,7 +304,7 @@ class GridView(View):
             fetches = "-" if ot.fetches is None else f"{ot.fetches:,}"
             revisits = "-" if ot.fetches is None else f"{tiling.programs - ot.fetches:,}"
             lines.append(f"  {labels[ot.origin]:<20} {ot.role:<7} {op.dtype}{list(op.shape)} "
-                         f"block {_html.shape(op.block_shape)}  fetches {fetches}  "
+                         f"block {_block_text(op, ot)}  fetches {fetches}  "
                          f"revisits {revisits}  hbm {_html.num(ot.hbm_bytes)} B")
         lines += [f"  {f.severity} {f.code}: {f.message}" for f in self.ctx.findings]
         if not self.ctx.findings:
@@ -323,7 +323,7 @@ class GridView(View):
         labels = operand_labels(k, _callers(self.ctx))
         maps = [_static_program_grid(tiling)]
         maps += [_static_operand(ot, labels[ot.origin]) for ot in tiling.operands.values()]
-        rows = [(labels[ot.origin], ot.role, _html.shape(k.operand(ot.origin).block_shape),
+        rows = [(labels[ot.origin], ot.role, _block_text(k.operand(ot.origin), ot),
                  _html.num(ot.fetches),
                  _html.num(None if ot.fetches is None else tiling.programs - ot.fetches),
                  _html.num(ot.hbm_bytes)) for ot in tiling.operands.values()]
@@ -335,17 +335,41 @@ class GridView(View):
 
 def _nested_text(kernel: Kernel, backend: str | None) -> list[str]:
     lines = []
-    for nested in nested_grids(kernel, backend):
+    for pipe, nested in zip(kernel.pipelines, nested_grids(kernel, backend), strict=True):
         p = nested["payload"]
         lines.append(f"  nested {nested['label']} = {p['programs']:,} programs; semantics: "
                      f"{', '.join(p['semantics'] or ()) or '-'}")
         if p["note"]:
             lines.append(f"    {p['note']}")
+        tiling = inspect_kernel(pipe, backend=backend, chips=()).tiling
+        tilings = tiling.operands if tiling is not None else {}
         lines += [f"    {op['label']:<28} {op['role']:<7} {op['dtype']}{op['shape']} block "
-                  f"{_html.shape(tuple(op['block_shape']))}  fetches {_html.num(op['fetches'])}"
-                  for op in p["operands"]]
+                  f"{_block_text(pipe.operand(op['origin']), tilings.get(op['origin']))}  "
+                  f"fetches {_html.num(op['fetches'])}" for op in p["operands"]]
         lines += [f"    {f['severity']} {f['code']}: {f['message']}" for f in p["findings"]]
     return lines
+
+
+SIZES_SHOWN = 8  # steps whose BoundedSlice window sizes are listed
+
+
+def _block_text(op: Operand, ot: OperandTiling | None) -> str:
+    """The block shape, a `pl.BoundedSlice` dimension as its bound ("<=16"), followed by the
+    sizes its windows take step by step ("(<=16, 128); dim 0 by step: 16, 16, 8" for 40
+    rows)."""
+    dims = op.block_dims or ()
+    if not any(d.kind == "bounded" for d in dims):
+        return _html.shape(op.block_shape)
+    text = _html.shape(tuple(f"<={d.size}" if d.kind == "bounded" else d.size for d in dims))
+    if ot is None or ot.sizes is None:
+        return text
+    per_dim = []
+    for axis, dim in enumerate(dims):
+        if dim.kind == "bounded":
+            steps = ot.sizes[:SIZES_SHOWN, axis].tolist()
+            more = ", ..." if len(ot.sizes) > SIZES_SHOWN else ""
+            per_dim.append(f"dim {axis} by step: {', '.join(map(str, steps))}{more}")
+    return f"{text}; {'; '.join(per_dim)}"
 
 
 def _nested_html(kernel: Kernel, backend: str | None) -> str:
@@ -361,7 +385,7 @@ def _nested_html(kernel: Kernel, backend: str | None) -> str:
                   for op in pipe.operands}
         maps = [_static_program_grid(insp.tiling)]
         maps += [_static_operand(ot, labels[ot.origin]) for ot in insp.tiling.operands.values()]
-        rows = [(labels[ot.origin], ot.role, _html.shape(pipe.operand(ot.origin).block_shape),
+        rows = [(labels[ot.origin], ot.role, _block_text(pipe.operand(ot.origin), ot),
                  _html.num(ot.fetches)) for ot in insp.tiling.operands.values()]
         note = _undrawn_note(pipe, insp.tiling)
         parts.append(f'<h4 class="pl-nested">Nested pipeline {i}: grid '
