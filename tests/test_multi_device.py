@@ -18,6 +18,7 @@ from kernels import CATALOG
 
 import pallaslab
 from pallaslab.cli import main
+from pallaslab.views.session import session
 
 DEVICES = 4
 COLLECTIVES = ["right_permute", "ring_all_gather", "ring_all_reduce", "reduce_scatter"]
@@ -162,9 +163,29 @@ def test_the_magic_compares_on_devices_and_the_devices_tab_shows_the_run(shown):
         p = wb.view("devices").payload()
         assert sorted((t["src"], t["dst"]) for t in p["transfers"]) == [
             (d, (d + 1) % DEVICES) for d in range(DEVICES)]
-        bad, _ = run(shell, "%%pallas --devices 4\nfn(x)\n")
-        assert not bad.success and "--devices runs the --compare executors" in str(
-            bad.error_in_exec)
+        bad, _ = run(shell, "%%pallas --devices 0\nfn(x)\n")
+        assert not bad.success and "--devices 0: the number of simulated CPU devices is a " \
+            "whole number >= 1" in str(bad.error_in_exec)
+
+
+def test_the_magics_devices_alone_run_the_cell_on_that_many_devices(shown):
+    """`--devices 4` without --compare: the value is the run on 4 devices, and the Devices
+    tab draws that run (it does not run again)."""
+    pytest.importorskip("IPython")
+    from ipython_shell import ipython_shell, run
+
+    for shell in ipython_shell("from kernels import CATALOG\n"
+                               "fn, (x,) = CATALOG['right_permute'].case()\n"):
+        result, out = run(shell, "%%pallas --devices 4\nout = fn(x)\n")
+        assert result.success, result.error_in_exec
+        x = np.asarray(shell.user_ns["x"])
+        np.testing.assert_array_equal(np.asarray(shell.user_ns["out"]),
+                                      np.roll(x.reshape(DEVICES, -1, 128), 1, 0).reshape(x.shape))
+        assert "the value is the tpu-interpret run's on 4 simulated devices" in out.stdout
+        (wb,) = shown
+        view = wb.view("devices")
+        assert view.run is session(wb.capture).device_run and view.run.status == "ran"
+        assert len(view.payload()["transfers"]) == DEVICES
 
 
 def test_an_injected_bug_is_attributed_to_the_device_and_the_ring_step():

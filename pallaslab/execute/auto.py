@@ -25,6 +25,7 @@ from typing import Any
 import jax
 
 from pallaslab.errors import PallasLabError
+from pallaslab.execute.result import RunResult
 from pallaslab.model import Capture, Kernel, _jax
 from pallaslab.model._jax.compiled import cached_jaxpr_callable
 
@@ -206,13 +207,18 @@ def run_on_devices(comparison: Any) -> Evaluation | None:
     """When a comparison ran the kernels on simulated devices this process does not have
     (`--devices N`), the value is that run's: computing it here would use another device
     count. Else None."""
-    result = None
     if comparison is not None and "tpu-interpret" in getattr(comparison, "executors", ()):
-        result = comparison.result("tpu-interpret")
+        return devices_evaluation(comparison.result("tpu-interpret"))
+    return None
+
+
+def devices_evaluation(result: RunResult) -> Evaluation | None:
+    """The value of a run on simulated devices this process does not have; None for a run on
+    this process's own devices (or one that kept no record of them)."""
     record = getattr(result, "device_record", None)
-    if result is None or record is None or record.num_devices == jax.device_count():
+    if record is None or record.num_devices == jax.device_count():
         return None
-    note = (f"pallaslab: the value is the tpu-interpret run's on {record.num_devices} "
+    note = (f"pallaslab: the value is the {result.executor} run's on {record.num_devices} "
             "simulated devices (--devices)")
     if result.status != "ran":
         why = result.reason or result.status

@@ -79,8 +79,9 @@ class PallasMagics(Magics):
                    "when no TPU/GPU is attached, and each --compare run (default 300 s, or "
                    "$PALLASLAB_TIMEOUT); a run past it is stopped and reported as timed out")
     @argument("--devices", default=None, metavar="N",
-              help="with --compare: run on N simulated CPU devices (a worker process configured "
-                   "for them), e.g. a shard_map kernel with remote DMAs under tpu-interpret")
+              help="run on N simulated CPU devices (a worker process configured for them), e.g. "
+                   "a shard_map kernel with remote DMAs under tpu-interpret: the cell's value "
+                   "and the Devices and Step tabs (and the --compare executors) run there")
     @argument("--gpu", action="store_true",
               help="compile Triton kernels for a100 and h100 and show shared memory, registers "
                    "and blocks per SM in the Memory tab")
@@ -109,8 +110,8 @@ class PallasMagics(Magics):
         options["reference"] = compare_reference(options["compare"], ns)
         traced = traced_line(expr, filename, flags, ns)
         cap = capture_line(traced)
-        wb, comparison = _workbench(cap, traced, options)
-        evaluation = _show_and_evaluate(wb, cap, comparison, options["timeout"])
+        wb, comparison, device_run = _workbench(cap, traced, options)
+        evaluation = _show_and_evaluate(wb, cap, comparison, device_run, options["timeout"])
         if evaluation.error is not None:  # after the workbench, as the plain cell would fail
             if evaluation.error.__traceback__ is None:  # ours (the interpreted run): at the line
                 raise_at(evaluation.error, last, filename)
@@ -142,15 +143,22 @@ def _statements(shell: Any, cell: str) -> tuple[str, list[ast.stmt], ast.stmt]:
     return filename, body, last
 
 
-def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, timeout: float | None
-                       ) -> Evaluation:
+def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, device_run: Any,
+                       timeout: float | None) -> Evaluation:
     """Display the workbench and compute the line's value from the trace (errors are kept in
     the evaluation, for the caller to raise after the workbench)."""
     from IPython.display import display
 
-    from pallaslab.execute.auto import evaluate, needing_interpretation, run_on_devices, stopped_in
+    from pallaslab.execute.auto import (
+        devices_evaluation,
+        evaluate,
+        needing_interpretation,
+        run_on_devices,
+        stopped_in,
+    )
 
-    evaluation = stopped_in(comparison) or run_on_devices(comparison)
+    evaluation = stopped_in(comparison) or run_on_devices(comparison) or (
+        devices_evaluation(device_run) if device_run is not None else None)
     if evaluation is None and needing_interpretation(cap):
         # interpreted here, within the time limit: its one-line note reads above the workbench
         evaluation = evaluate(cap, timeout=timeout)
@@ -175,28 +183,45 @@ def register_option(*flags: str, **kwargs: Any) -> None:
     func.__doc__ = parser.format_help()  # `%%pallas?` lists it
 
 
-def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, Any]:
-    """The workbench (with its comparison, when `--compare` asked for one)."""
+def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The workbench, with its comparison when `--compare` asked for one, else with the run on
+    simulated devices that `--devices` alone asks for (None when not asked)."""
     from pallaslab.errors import PallasLabError
+    from pallaslab.views.compare import attach_comparison, user_call
     from pallaslab.workbench import Workbench
 
     options["extra"]["arg_names"] = traced.arg_names
-    comparison = None
+    comparison = device_run = None
     try:
         compared = options.get("compare")
         wb = Workbench(cap, chips=options["chips"], targets=options["targets"],
                        tab=options["tab"] or ("compare" if compared else None),
                        kernel=options["kernel"], options=options["extra"])
         if compared:
-            from pallaslab.views.compare import attach_comparison, user_call
-
             comparison = attach_comparison(
                 wb, executors=compared[0], reference=options.get("reference"),
                 call=user_call(*traced.call), timeout=options["timeout"],
                 **({"devices": options["devices"]} if options["devices"] else {}))
+        elif options["devices"]:
+            device_run = _run_on_devices(wb, user_call(*traced.call), options)
     except PallasLabError as err:
         raise UsageError(f"%%pallas: {err}") from None
-    return wb, comparison
+    return wb, comparison, device_run
+
+
+def _run_on_devices(wb: Any, call: Any, options: dict[str, Any]) -> Any:
+    """`--devices N` without `--compare`: the call run once on N simulated devices (the
+    cell's value, and the run the Devices tab draws)."""
+    from pallaslab.execute import run
+    from pallaslab.views.session import attach_workbench
+
+    s = attach_workbench(wb)
+    if call is not None:
+        s.call = call
+    fn, args, kwargs = s.call_args()
+    s.device_run = run(fn, *args, devices=options["devices"], timeout=options["timeout"],
+                       **kwargs)
+    return s.device_run
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -31,7 +31,7 @@ def options_from(args: Any) -> dict[str, Any]:
     extra = {dest: getattr(args, dest) for dest in EXTRA_OPTIONS}
     if args.gpu:
         extra["gpu"] = True
-    devices = devices_option(args.devices, args.compare)
+    devices = devices_option(args.devices)
     if devices is not None:  # the views too: Devices, Step and Lowering run on N devices
         extra["devices"] = devices
     return {"tab": tab, "chips": chips, "targets": targets, "kernel": kernel, "extra": extra,
@@ -39,15 +39,12 @@ def options_from(args: Any) -> dict[str, Any]:
             "devices": devices}
 
 
-def devices_option(text: str | None, compare: str | None) -> int | None:
+def devices_option(text: str | None) -> int | None:
     if text is None:
         return None
     if not text.isdigit() or int(text) < 1:
         raise UsageError(f"%%pallas: --devices {text}: the number of simulated CPU devices is "
                          "a whole number >= 1")
-    if compare is None:
-        raise UsageError("%%pallas: --devices runs the --compare executors on simulated "
-                         "devices: add --compare, e.g. --compare tpu-interpret,reference=my_ref")
     return int(text)
 
 

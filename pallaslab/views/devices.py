@@ -119,6 +119,8 @@ class DevicesView(View):
             ran = comparison.result("tpu-interpret")
             if ran.device_record is not None:
                 return ran
+        if s is not None and s.device_run is not None and s.device_run.device_record:
+            return s.device_run
         if s is None or s.call is None:  # the captured trace has this process's device count
             return None
         from pallaslab.execute import run
@@ -132,7 +134,7 @@ class DevicesView(View):
         note = None if self.run is not None else (
             "no run on several devices yet: run the kernel there, e.g. "
             f"wb.view(\"devices\", result=pallaslab.run(fn, *args, devices={self.devices})), "
-            f"or %%pallas --compare tpu-interpret,reference=my_ref --devices {self.devices}")
+            f"or %%pallas --devices {self.devices}")
         return devices_payload(k.name, k.index, self.run, note)
 
     def payload(self) -> dict[str, Any]:

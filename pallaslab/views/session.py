@@ -15,7 +15,7 @@ from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import tab
 
 if TYPE_CHECKING:
-    from pallaslab.execute import Comparison
+    from pallaslab.execute import Comparison, RunResult
     from pallaslab.views.step import StepView
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
@@ -28,6 +28,7 @@ class Session:
     capture: Capture
     call: Call | None = None  # the user's own call; None: re-run the captured jaxpr
     comparison: Comparison | None = None
+    device_run: RunResult | None = None  # the call's run on simulated devices (--devices)
     step_views: dict[int, StepView] = dataclasses.field(default_factory=dict)
     compare_views: dict[int, Any] = dataclasses.field(default_factory=dict)  # CompareView
     workbench_ref: Callable[[], Any] | None = None  # weakref to the workbench, when known
