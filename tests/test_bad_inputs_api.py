@@ -216,6 +216,30 @@ def test_the_worker_takes_module_functions():
         result.notes
 
 
+NOTEBOOK_CELL = """
+import jax
+from jax.experimental import pallas as pl
+
+def copy_block(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+copy = pl.pallas_call(copy_block, grid=(2,),
+                      in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                      out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+                      out_shape=jax.ShapeDtypeStruct((16, 128), jax.numpy.float32))
+"""
+
+
+def test_a_pallas_call_object_made_in_a_notebook_runs_in_the_worker():
+    """`copy = pl.pallas_call(...)` in a notebook is one of JAX's closures, sent by value:
+    the primitive it binds must stay JAX's own `pallas_call` in the worker."""
+    ns = {"__name__": "__main__"}  # as a notebook cell's names: not importable, sent by value
+    exec(NOTEBOOK_CELL, ns)
+    result = pallaslab.run(ns["copy"], np.ones((16, 128), np.float32))
+    assert result.status == "ran", result.reason
+    np.testing.assert_array_equal(result.outputs[0], 1.0)
+
+
 def test_a_spinning_program_is_stopped_by_the_time_limit_and_named(hang_guard):
     c = pallaslab.compare(bk.spins_in_program_1, X, executors="interpret,reference",
                           reference=lambda x: x, timeout=SPIN_TIMEOUT)

@@ -72,3 +72,52 @@ def test_against_a_reference_a_waiting_kernel_runs_where_waits_block():
     assert cmp.notes[0].startswith("executors chosen by default: tpu-interpret, reference "
                                    "(kernel _waits_for_nobody waits on semaphore scratch[0]")
     assert "deadlock" in [f.code for f in cmp.result("tpu-interpret").findings]
+
+
+def _copies_without_waiting(x_hbm, o_hbm, buf, sem):
+    pltpu.make_async_copy(x_hbm, buf, sem).start()  # never waited on
+    o_hbm[...] = buf[...] * 2.0
+
+
+def _never_waited(x):
+    return pl.pallas_call(
+        _copies_without_waiting, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        scratch_shapes=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA])(x)
+
+
+def test_a_dma_never_waited_on_runs_where_dmas_take_time_so_it_fails_not_passes():
+    """Interpret mode completes a DMA as it starts: the copy that is never waited on would
+    pass. By default such a kernel runs under TPU interpret mode, where its data is not
+    there yet."""
+    x = np.ones((8, 128), np.float32)
+    assert compare(_never_waited, x, executors="interpret,reference",
+                   reference=lambda x: 2 * x).passed  # the false pass
+    result = compare(_never_waited, x, reference=lambda x: 2 * x, timeout=120)
+    assert result.executors == ("tpu-interpret", "reference") and not result.passed
+    assert result.notes[0].startswith(
+        "executors chosen by default: tpu-interpret, reference (kernel _copies_without_waiting "
+        "starts a DMA into scratch[0] at test_interpreter_limits.py:")
+    assert result.notes[0].endswith("interpret mode completes a DMA as it starts, so a "
+                                    "missing wait would pass unseen; TPU interpret mode "
+                                    "models DMAs in flight)")
+
+
+def _writes_program_0_only(x_ref, o_ref):
+    @pl.when(pl.program_id(0) == 0)
+    def _():
+        o_ref[...] = x_ref[...]
+
+
+def test_the_default_executor_finds_integer_output_no_program_wrote():
+    x = np.arange(16 * 128, dtype=np.int32).reshape(16, 128)
+    half = pl.pallas_call(_writes_program_0_only, grid=(2,),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+                          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))
+    result = run(half, x)
+    assert result.executor == "vectorized"
+    [finding] = result.findings
+    assert finding.code == "unwritten-output" and finding.severity == "error"
+    assert "1,024 of 2,048 element(s) were written by no program under vectorized" in \
+        finding.message

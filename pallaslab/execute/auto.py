@@ -114,29 +114,39 @@ def interpreter_choice(cap: Sequence[Kernel], devices: int | None = None) -> str
     return "Mosaic GPU kernels: gpu-interpret"
 
 
-def semaphore_waits(cap: Sequence[Kernel]) -> str | None:
-    """The first semaphore wait of a TPU kernel ("kernel k waits on semaphore s at f.py:N"),
-    or None: interpret mode runs such waits without blocking."""
+def needs_tpu_semantics(cap: Sequence[Kernel]) -> str | None:
+    """Why a TPU kernel must run where DMAs take time and waits block (TPU interpret mode),
+    or None. Interpret mode completes a DMA when it starts and lets every semaphore wait
+    pass, so a missing signal, or a missing or misplaced wait, would pass unseen."""
     for k in cap:
         if k.backend not in (None, "tpu"):
             continue
         for op in k.semaphore_ops:
             if op.kind in ("wait", "dma_wait"):
-                at = f" at {op.source.rsplit('/', 1)[-1]}" if op.source else ""
-                return f"kernel {k.name} waits on semaphore {op.semaphore}{at}"
+                return (f"kernel {k.name} waits on semaphore {op.semaphore}{_at(op.source)}: "
+                        "interpret mode does not block on semaphore waits, so a missing "
+                        "signal would pass unseen; TPU interpret mode models them")
+        for dma in k.dmas:
+            if dma.kind in ("async", "remote"):
+                return (f"kernel {k.name} starts a DMA into {dma.dst}{_at(dma.source)}: "
+                        "interpret mode completes a DMA as it starts, so a missing wait would "
+                        "pass unseen; TPU interpret mode models DMAs in flight")
     return None
+
+
+def _at(source: str | None) -> str:
+    return f" at {source.rsplit('/', 1)[-1]}" if source else ""
 
 
 def run_executor_for(cap: Sequence[Kernel], devices: int | None = None
                      ) -> tuple[str, str | None]:
     """(the executor a single run uses, why when not interpret mode): `default_executor_for`,
-    except that kernels waiting on semaphores run under TPU interpret mode, which blocks on a
-    wait as the chip does (and reports a deadlock) where interpret mode passes it by."""
+    except that kernels with DMAs or semaphore waits run under TPU interpret mode, which
+    keeps a DMA in flight until it is waited on and blocks on a wait as the chip does (and
+    reports a deadlock) where interpret mode passes both by."""
     name = default_executor_for(cap, devices)
-    if name in ("interpret", "vectorized") and (wait := semaphore_waits(cap)) is not None:
-        return "tpu-interpret", (f"{wait}: interpret mode does not block on semaphore waits, "
-                                 "so a missing signal would pass unseen; TPU interpret mode "
-                                 "models them")
+    if name in ("interpret", "vectorized") and (why := needs_tpu_semantics(cap)) is not None:
+        return "tpu-interpret", why
     return name, interpreter_choice(cap, devices)
 
 
@@ -152,8 +162,8 @@ def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] |
     why = interpreter_choice(kernels, devices)
     if reference is not None and not any(op.kind == "read" for k in kernels
                                          for op in k.semaphore_ops):
-        # against a reference alone, a kernel that waits on semaphores runs where a wait
-        # blocks (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
+        # against a reference alone, a kernel with DMAs or semaphore waits runs where they
+        # take effect (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
         first, why = run_executor_for(kernels, devices)
     second = "reference" if reference is not None else (
         "tpu-interpret" if first in ("interpret", "vectorized") else None)

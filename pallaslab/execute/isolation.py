@@ -198,17 +198,25 @@ def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:
 
 
 def _dumps(work: dict[str, Any]) -> bytes:
-    """cloudpickle, with JAX's config options sent by name: JAX's own closures (the fuser's
-    `fuse` wrapper) refer to them, and they cannot be pickled themselves."""
+    """cloudpickle, with JAX's primitives and config options sent by name. JAX's own closures
+    travel by value (`half = pl.pallas_call(...)` in a notebook is one; so is the fuser's
+    `fuse` wrapper), and the globals they refer to with them: a primitive copied by value is
+    another primitive, which neither pallaslab nor JAX's interpreters recognise as
+    `pallas_call`, and config options cannot be pickled at all."""
     import io
 
     import cloudpickle
+    from jax.extend.core import Primitive
+
+    held: dict[int, tuple[str, str]] | None = None
 
     class Pickler(cloudpickle.Pickler):
         def reducer_override(self, obj: Any) -> Any:
-            if type(obj).__module__.startswith("jaxlib") and type(obj).__name__ == "Config":
-                where = _jax_attribute(obj)
-                if where is not None:
+            nonlocal held
+            if isinstance(obj, Primitive) or (type(obj).__module__.startswith("jaxlib")
+                                              and type(obj).__name__ == "Config"):
+                held = _jax_attributes() if held is None else held
+                if (where := held.get(id(obj))) is not None:
                     return _jax_attribute_value, where
             return super().reducer_override(obj)
 
@@ -217,15 +225,16 @@ def _dumps(work: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def _jax_attribute(obj: Any) -> tuple[str, str] | None:
-    """(module, attribute) of a loaded jax module holding `obj`, or None."""
+def _jax_attributes() -> dict[int, tuple[str, str]]:
+    """id -> (module, attribute) of every value the loaded jax modules hold (the first
+    module found for each)."""
+    found: dict[int, tuple[str, str]] = {}
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "jax" or name.startswith("jax.")):
             continue
         for attr, value in list(vars(module).items()):
-            if value is obj:
-                return name, attr
-    return None
+            found.setdefault(id(value), (name, attr))
+    return found
 
 
 def _jax_attribute_value(module: str, attr: str) -> Any:

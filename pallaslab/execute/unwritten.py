@@ -22,7 +22,7 @@ from pallaslab.execute.result import RunResult
 from pallaslab.model import Kernel
 
 # Integer fill per executor: "min" or "max" of the dtype.
-INTEGER_FILL = {"interpret": "min", "tpu-interpret": "max"}
+INTEGER_FILL = {"interpret": "min", "vectorized": "min", "tpu-interpret": "max"}
 
 
 def fill_mask(executor: str, value: np.ndarray) -> np.ndarray | None:
