@@ -227,3 +227,26 @@ def test_buffers_beyond_the_capped_limit_overflow():
     assert "on TPU 7x needs 68.00 MiB of scoped VMEM, more than the 63.94 MiB of the chip's " \
         "64.00 MiB of VMEM the compiler lets kernels use (it caps vmem_limit_bytes=104857600 " \
         "there)" in f.message
+
+
+def test_a_body_value_that_would_overflow_if_spilled_is_a_warning_and_a_cli_note(capsys):
+    """JAX's flash attention in one 2048 block: 2 MiB of buffers, but 16 MiB of f32 scores in
+    the body. libtpu needs 18.5 MiB of scoped VMEM for it on v5e (limit 16 MiB)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    from pallaslab.cli import main
+
+    q = jax.ShapeDtypeStruct((1, 1, 2048, 128), jnp.bfloat16)
+    sizes = fa.BlockSizes(block_q=2048, block_k_major=2048, block_k=2048, block_b=1)
+    wb = pallaslab.inspect(functools.partial(fa.flash_attention, block_sizes=sizes), q, q, q)
+    [risk] = [f for f in wb.findings if f.code == "vmem-spill-risk"]  # v5e only: 18 < 32 MiB
+    assert risk.severity == "warning"
+    assert risk.message.startswith(
+        "_flash_attention_kernel on TPU v5e: its buffers need 2.00 MiB of the 16.00 MiB "
+        "scoped-VMEM limit, and its body computes a float32[2048, 2048] value (16.00 MiB) that "
+        "the compiler may keep in scoped VMEM too: 18.00 MiB would not fit.")
+    small = fa.BlockSizes(block_q=512, block_k_major=512, block_k=512, block_b=1)
+    wb = pallaslab.inspect(functools.partial(fa.flash_attention, block_sizes=small), q, q, q)
+    assert not [f for f in wb.findings if f.code == "vmem-spill-risk"]
+    assert main(["inspect", "tests/kernels.py:matmul_f32"]) == 0
+    assert "note: the kernel body computes" not in capsys.readouterr().out

@@ -412,6 +412,12 @@ def vmem_section(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> dict[s
     return out
 
 
+def spill_note(kernel: Kernel) -> str | None:
+    """What the kernel body computes that the compiler may spill (None: nothing that large);
+    the same on every chip (a value's size is the chip's layout-independent one)."""
+    return occupancy(kernel, DEFAULT_CHIPS[0]).spill_note if applies(kernel) else None
+
+
 def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple[Finding, ...]:
     """A `vmem-overflow` error for every chip the kernel's buffers do not fit; a
     `vmem-limit-above-chip` note where its `vmem_limit_bytes` exceeds the chip's VMEM (the
@@ -426,9 +432,27 @@ def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple
         occ = occupancy(kernel, name)
         if not occ.fits:
             out.append(overflow_finding(occ))
-        elif occ.limit > occ.effective_limit:
+            continue
+        if occ.limit > occ.effective_limit:
             out.append(limit_above_chip_finding(occ))
+        if occ.large_values and occ.bytes + occ.large_values[0][2] > occ.effective_limit:
+            out.append(spill_risk_finding(occ))
     return tuple(out)
+
+
+def spill_risk_finding(occ: Occupancy) -> Finding:
+    shape, dtype, size = occ.large_values[0]
+    return Finding(
+        code="vmem-spill-risk", severity="warning",
+        message=f"{occ.kernel} on TPU {occ.chip}: its buffers need {_kib(occ.bytes)} of the "
+                f"{_kib(occ.effective_limit)} scoped-VMEM limit, and its body computes a "
+                f"{dtype}{list(shape)} value ({_kib(size)}) that the compiler may keep in "
+                f"scoped VMEM too: {_kib(occ.bytes + size)} would not fit. Rule: in-kernel "
+                "values larger than the vector registers may spill to scoped VMEM (libtpu "
+                "was measured to need up to about twice the largest); shrink the blocks that "
+                "size the value or raise `vmem_limit_bytes`, and compile for the target "
+                "(`pallaslab lower --compile`) to know for sure.",
+    )
 
 
 def no_sparse_core_finding(kernel: Kernel, chip: Chip) -> Finding:

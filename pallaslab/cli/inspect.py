@@ -14,7 +14,7 @@ from pallaslab.analysis.inspection import (
     inspect_capture,
     kernel_json,
 )
-from pallaslab.analysis.occupancy import DEFAULT_CHIPS
+from pallaslab.analysis.occupancy import DEFAULT_CHIPS, spill_note
 from pallaslab.cases import capture_case, load_case
 from pallaslab.cli._shared import (
     chip_name,
@@ -105,6 +105,8 @@ def render(insp: KernelInspection, out) -> None:
         style = "green" if v["fits"] else "bold red"
         out.print(f"  VMEM on {target}: [{style}]{v['bytes'] / 1024:,.0f} KiB of "
                   f"{v['limit'] / 1024:,.0f} KiB[/]")
+    if data["vmem"] and (note := spill_note(insp.kernel)):
+        out.print(f"  [dim]note: {safe(note)}[/]")
     if not insp.findings:
         out.print("  [green]no findings[/]")
     for f in insp.findings:
