@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import pytest
+from catalog import catalog_line
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from kernels import CATALOG, abstract, rand
@@ -265,3 +266,32 @@ def test_a_nested_pipeline_leaving_the_kernels_output_half_unwritten_warns():
     assert f.severity == "warning" and f.message.startswith(
         "outputs: 4096 of 8192 elements (50.0%) are never written by any program")
     assert f.message.endswith("they keep what the kernel left in outputs.")
+
+
+def _first_half_rows(x):
+    """Writes output rows 0-7 of 16 (one program): the other rows are left unwritten."""
+    return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]), grid=(1,),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+                          out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype))(x)
+
+
+def _rows_kept(x):
+    out = _first_half_rows(x)
+    keep = jnp.arange(16)[:, None] < 8
+    return jnp.where(keep, out, 0.0)  # rows 8-15 selected away, as megablox gmm does
+
+
+def test_output_selected_away_after_the_kernel_is_a_warning_naming_the_select():
+    [uncovered] = [f for f in pallaslab.inspect(_rows_kept, rand((16, 128))).findings
+                   if f.code == "uncovered-output"]
+    assert uncovered.severity == "warning"
+    line = catalog_line("return jnp.where(keep, out, 0.0)", "test_findings.py")
+    assert (f"they hold whatever was in memory (garbage on TPU/GPU), but every use of the "
+            f"output goes through a select (jnp.where) at {line}: harmless if its mask drops "
+            "exactly these elements") in uncovered.message
+    # used otherwise too (here: summed): an error, as before
+    [plain] = [f for f in pallaslab.inspect(lambda x: _first_half_rows(x).sum(),
+                                            rand((16, 128))).findings
+               if f.code == "uncovered-output"]
+    assert plain.severity == "error" and "select" not in plain.message

@@ -301,11 +301,17 @@ def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[
         tail = (f"they keep what the kernel left in {op.outer or ot.origin}" if nested
                 else f"they keep the values of the aliased input {op.aliased_with}" if aliased
                 else "they hold whatever was in memory (garbage on TPU/GPU)")
+        if op.selected_after and not aliased:
+            tail += (f", but every use of the output goes through a select (jnp.where) at "
+                     f"{op.selected_after.rsplit('/', 1)[-1]}: harmless if its mask drops "
+                     "exactly these elements (as libraries that leave rows unwritten on "
+                     "purpose do)")
         none = " (the grid has none)" if not tiling.programs else ""
         # A nested pipeline leaving part of the kernel's own output to "what the kernel left"
         # is suspect (the run's unwritten-output finding tells); part of a scratch buffer is not
-        severity: Severity = "error" if not aliased else "warning" if nested and (
-            op.outer or "").startswith("outputs") else "info"
+        severity: Severity = (
+            ("warning" if op.selected_after else "error") if not aliased
+            else "warning" if nested and (op.outer or "").startswith("outputs") else "info")
         yield Finding(
             "uncovered-output", severity,
             f"{ot.origin}: {cover.missing} of {cover.total} elements "

@@ -51,6 +51,9 @@ class Operand:
     buffer_count: int | None = None  # pipeline buffers (`pl.Buffered(n)`); 2 when unspecified
     scalar_prefetch: bool = False
     aliased_with: str | None = None  # origin of the input/output sharing its buffer
+    # Outputs: "file.py:LINE" of a select (`jnp.where`) that every use of the output goes
+    # through after the kernel, so elements the kernel leaves may be selected away
+    selected_after: str | None = None
     param: str | None = None  # the kernel function's own parameter name: "x_ref", "acc_ref"
     outer: str | None = None  # nested pipelines: the enclosing kernel's ref this one windows
     # ... in place: the outer ref already lives in the block's memory space, so the pipeline

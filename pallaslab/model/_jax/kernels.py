@@ -68,7 +68,7 @@ def _pallas_call_kernel(
     compiler_params = _compiler_params(params.get("compiler_params"))
     backend = _backend_of(compiler_params)
     aliases = tuple((int(i), int(o)) for i, o in params.get("input_output_aliases", ()))
-    operands = _pallas_call_operands(gm, aliases)
+    operands = _with_selects(_pallas_call_operands(gm, aliases), found.selected_after)
     tpu = next((v for key, v in compiler_params.items() if key in _TPU_PARAM_KEYS), {})
     semantics = tpu.get("dimension_semantics")
     handle = KernelHandle(
@@ -124,6 +124,15 @@ def _with_params(kernel: Kernel) -> Kernel:
     operands = tuple(dataclasses.replace(op, param=str(by_origin[op.origin]))
                      if by_origin.get(op.origin) else op for op in kernel.operands)
     return dataclasses.replace(kernel, operands=operands)
+
+
+def _with_selects(operands: tuple[Operand, ...], sites: tuple[str | None, ...]
+                  ) -> tuple[Operand, ...]:
+    """Outputs every use of which goes through a select made at `sites` (one per output)."""
+    outputs = [i for i, op in enumerate(operands) if op.role == "output"]
+    chosen = dict(zip(outputs, sites, strict=False))
+    return tuple(dataclasses.replace(op, selected_after=chosen[i]) if chosen.get(i) else op
+                 for i, op in enumerate(operands))
 
 
 def _pallas_call_operands(gm: Any, aliases: tuple[tuple[int, int], ...]) -> tuple[Operand, ...]:

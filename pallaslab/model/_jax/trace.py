@@ -23,6 +23,7 @@ from pallaslab.model._jax.base import (
     CaptureHandle,
     Jaxpr,
 )
+from pallaslab.model._jax.consumers import selected_after
 
 # --------------------------------------------------------------------------------------------
 # Tracing
@@ -304,6 +305,8 @@ class FoundKernel:
     context: tuple[str, ...]
     # The innermost enclosing shard_map's mesh axes (name, size), as traced; None outside one.
     device_mesh: tuple[tuple[str, int], ...] | None = None
+    # Per output: where a select every use of it goes through is made (`consumers`).
+    selected_after: tuple[str | None, ...] = ()
 
 
 def find_kernels(closed_jaxpr: Jaxpr) -> list[FoundKernel]:
@@ -315,7 +318,7 @@ def _walk(jaxpr: Jaxpr, context: tuple[str, ...],
           mesh: tuple[tuple[str, int], ...] | None) -> Iterator[FoundKernel]:
     for eqn in jaxpr.eqns:
         if eqn.primitive in KERNEL_PRIMITIVES:
-            yield FoundKernel(eqn, context, mesh)
+            yield FoundKernel(eqn, context, mesh, selected_after(jaxpr, eqn.outvars))
             continue
         inner = _shard_map_axes(eqn) if eqn.primitive.name == "shard_map" else mesh
         subs = list(_sub_jaxprs(eqn.params))
