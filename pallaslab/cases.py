@@ -3,8 +3,8 @@ or `(fn, args, kwargs)`. The CLI and the report load kernels this way.
 
 When the user's own code fails (the case file does not import, the case function raises or
 needs arguments, their kernel raises while being traced) the error is a `CaseCodeError`
-carrying *their* traceback: pallaslab's, JAX's and the import machinery's frames removed, so
-their own line is the last frame shown.
+carrying *their* traceback: pallaslab's, JAX's internal and the import machinery's frames
+removed, so their own line (or that of the library they called) is the last frame shown.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pallaslab.errors import CaseError, PallasLabError
+from pallaslab.errors import CaseError, PallasLabError, error_line
 
 if TYPE_CHECKING:
     from pallaslab.model import Capture
@@ -174,11 +174,15 @@ _JAX_FILTER_NOTE = "JAX has removed its internal frames"
 
 
 def _machinery_roots() -> tuple[str, ...]:
+    """Directories of machinery frames: pallaslab, importlib, JAX's internals (`jax/_src`) and
+    jaxlib. The kernels JAX ships (`jax/experimental/pallas/ops/...`) are library code the
+    user called: their frames stay, so an error raised inside one shows where."""
     roots = list(_MACHINERY)
-    for name in ("lowering", "jax", "jaxlib"):
+    for name, inner in (("lowering", ""), ("jax", "/_src"), ("jaxlib", "")):
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None):
-            roots.append(str(Path(module.__file__).resolve().parent))  # type: ignore[arg-type]
+            path = str(Path(module.__file__).resolve().parent)  # type: ignore[arg-type]
+            roots.append(path + inner)
     return tuple(roots)
 
 
@@ -192,7 +196,7 @@ def _is_user_frame(filename: str, roots: tuple[str, ...]) -> bool:
 def _raised_in_user_code(err: BaseException) -> bool:
     """Whether the innermost frame outside JAX is the user's: their code raised, or called
     JAX wrongly (JAX's own frames come last then), rather than pallaslab failing."""
-    jax_roots = tuple(r for r in _machinery_roots() if r.endswith(("/jax", "/jaxlib")))
+    jax_roots = tuple(r for r in _machinery_roots() if r.endswith(("/jax/_src", "/jaxlib")))
     for frame in reversed(traceback.extract_tb(err.__traceback__)):
         if _is_user_frame(frame.filename, jax_roots):  # i.e. not a JAX frame
             return _is_user_frame(frame.filename, _machinery_roots())
@@ -224,4 +228,4 @@ def _describe(err: BaseException) -> str:
     if isinstance(err, SystemExit):
         return f"SystemExit({err.code!r})"
     text = str(err)
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return f"{type(err).__name__}: {text}" if text else error_line(err)

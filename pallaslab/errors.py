@@ -7,6 +7,20 @@ raised while tracing their function is never wrapped: it surfaces as it would wi
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
+
+def error_line(err: BaseException) -> str:
+    """"Type: message" (the message's first line); an exception raised without a message says
+    where it was raised instead ("AttributeError (raised at matmul.py:34)")."""
+    lines = str(err).strip().splitlines()
+    if lines:
+        return f"{type(err).__name__}: {lines[0]}"
+    frames = traceback.extract_tb(err.__traceback__)
+    at = f" (raised at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}{at}"
+
 
 class PallasLabError(Exception):
     """Base class for every error pallaslab raises on its own account."""

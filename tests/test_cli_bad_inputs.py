@@ -397,3 +397,30 @@ def test_a_bug_of_ours_is_not_blamed_on_the_user(monkeypatch, capsys):
     assert "error: internal error: KeyError: 'internal'" in err
     assert "Traceback (most recent call last):" in err and "pallaslab/model" in err
     assert "CaseCodeError" not in err
+
+
+def test_an_error_inside_a_library_kernel_shows_the_librarys_line(tmp_path, capsys):
+    """A kernel library (here, one JAX ships) raising without a message: its own frame stays in
+    the traceback, and the one-line error says where it was raised."""
+    case = tmp_path / "lib_case.py"
+    case.write_text(
+        "import jax.numpy as jnp\n"
+        "from jax.experimental.pallas.ops.tpu import matmul as mm\n\n"
+        "def case():\n"
+        "    def broken(x):\n"
+        "        raise AttributeError\n"
+        "    mm.matmul = broken  # as if the library itself raised\n"
+        "    return mm.matmul, (jnp.ones((8, 128)),)\n")
+    assert main(["inspect", f"{case}:case"]) == 2
+    err = capsys.readouterr().err
+    assert "raised AttributeError (raised at lib_case.py:6)" in err
+    from pathlib import Path
+
+    import jax
+
+    from pallaslab.cases import _is_user_frame, _machinery_roots
+
+    jax_dir = Path(jax.__file__).parent
+    roots = _machinery_roots()
+    assert _is_user_frame(str(jax_dir / "experimental/pallas/ops/tpu/matmul.py"), roots)
+    assert not _is_user_frame(str(jax_dir / "_src/pallas/pallas_call.py"), roots)

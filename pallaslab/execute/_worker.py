@@ -179,13 +179,11 @@ def run_program(request: dict[str, Any]) -> Any:
 def _one_line(err: BaseException) -> str:
     """The exception's type and first line (JAX appends notes about filtered frames); for an
     error XLA wrapped around a host callback's traceback, the callback's own error line."""
+    from pallaslab.errors import error_line
     from pallaslab.execute.diagnostics import short_error
 
     text = str(err).strip()
-    if "Traceback" in text:
-        return short_error(text)
-    lines = text.splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return short_error(text) if "Traceback" in text else error_line(err)
 
 
 def _set_config(config: dict[str, Any]) -> None:
