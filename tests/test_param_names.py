@@ -36,6 +36,20 @@ def test_scalar_prefetch_operands_are_named_too():
     assert k.operands[0].scalar_prefetch
 
 
+def _first_plus_rest(x_ref, *refs):  # JAX's flash attention takes its refs this way
+    y_ref, o_ref = refs
+    o_ref[...] = x_ref[...] + y_ref[...]
+
+
+def test_elements_of_star_args_are_not_taken_for_pallas_origins():
+    from jax.experimental import pallas as pl
+
+    x = rand((8, 128))
+    (k,) = pallaslab.capture(pl.pallas_call(_first_plus_rest, out_shape=x), x, x)
+    assert params(k) == {"args[0]": "x_ref", "args[1]": "*refs[0]", "outputs": "*refs[1]"}
+    assert operand_labels(k)["args[1]"] == "*refs[0] (args[1])"
+
+
 def test_every_catalog_kernel_names_its_operands():
     for name, entry in CATALOG.items():
         fn, args = entry.case()[:2]

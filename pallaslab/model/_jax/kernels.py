@@ -121,9 +121,15 @@ def _with_params(kernel: Kernel) -> Kernel:
         if any("[" in str(n) for n in names):  # a wrapper's `*refs` (plgpu.kernel)
             names = _parameters_at(kernel.source) or names
         by_origin = dict(zip((op.origin for op in kernel.operands), names, strict=False))
-    operands = tuple(dataclasses.replace(op, param=str(by_origin[op.origin]))
+    operands = tuple(dataclasses.replace(op, param=_param_label(str(by_origin[op.origin])))
                      if by_origin.get(op.origin) else op for op in kernel.operands)
     return dataclasses.replace(kernel, operands=operands)
+
+
+def _param_label(name: str) -> str:
+    """A parameter name as the kernel function spells it: the elements of its `*args`, which
+    JAX names "args[0]", read "*args[0]" (not to be taken for Pallas's origin `args[0]`)."""
+    return f"*{name}" if "[" in name and not name.startswith("*") else name
 
 
 def _with_selects(operands: tuple[Operand, ...], sites: tuple[str | None, ...]
