@@ -32,3 +32,16 @@ def test_the_tpu_pipeline_is_not_offered_for_gpu_targets_and_says_why(gpu_workbe
 def test_memory_shows_the_gpu_figures(gpu_workbench):
     pytest.importorskip("triton")
     assert gpu_workbench.memory().gpu is True
+
+
+
+def test_inspect_json_gives_no_pipeline_buffers_for_gpu_kernels():
+    """Pipeline buffer slots are a TPU notion: a Triton kernel's operands have none."""
+    from kernels import CATALOG
+
+    from pallaslab.analysis.inspection import inspect_kernel, kernel_json
+
+    fn, args = CATALOG["masked_vector_add"].case()
+    [kernel] = capture(fn, *args)
+    assert kernel.backend == "triton"
+    assert {op["buffers"] for op in kernel_json(inspect_kernel(kernel))["operands"]} == {None}

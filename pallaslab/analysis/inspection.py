@@ -12,6 +12,7 @@ from pallaslab.analysis.findings import Finding, Rules, find
 from pallaslab.analysis.occupancy import (
     DEFAULT_CHIPS,
     allocated_buffers,
+    applies,
     vmem_findings,
     vmem_section,
 )
@@ -58,7 +59,7 @@ def kernel_json(insp: KernelInspection) -> dict[str, Any]:
     Per operand, `buffer_count` is what its pipeline mode asks for and `buffers` the VMEM
     slots the kernel really gets (1 for a constant index map or a single-step grid)."""
     k = insp.kernel
-    used = allocated_buffers(k)
+    used = allocated_buffers(k) if applies(k) else {}  # pipeline slots: a TPU notion
     return {
         "name": k.name,
         "source": _short_source(k.source),
