@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -313,3 +314,12 @@ def test_cli_equal_nan(capsys):
     assert main(["compare", f"{case}:nan_case", "--executors", "interpret,tpu-interpret",
                  "--equal-nan"]) == 0
     capsys.readouterr()
+
+
+def test_no_text_progress_bar_is_written_to_a_log(monkeypatch):
+    import io
+
+    from pallaslab.execute import monitor
+
+    monkeypatch.setattr(sys, "__stderr__", io.StringIO())  # redirected: not a terminal
+    assert monitor._progress_bar(100, "interpret") is None

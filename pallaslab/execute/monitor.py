@@ -206,8 +206,12 @@ def _progress_bar(total: int | None, desc: str) -> Any:
         from tqdm.auto import tqdm
     except ImportError:  # progress is a nicety: no tqdm, no bar
         return None
+    in_notebook = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)
+    stream = sys.__stderr__
+    if not in_notebook and not (stream is not None and stream.isatty()):
+        return None  # a text bar in a log or a pipe is noise
     return tqdm(total=total, desc=desc, unit="program", delay=PROGRESS_DELAY, leave=False,
-                file=sys.__stderr__)
+                file=stream)
 
 
 def _install_sigint(monitor: RunMonitor) -> Any:
