@@ -138,7 +138,7 @@ def test_a_core_waiting_for_a_signal_sent_elsewhere_is_a_deadlock_not_a_hang():
     assert finding.severity == "error" and result.error == f"deadlock: {finding.message}"
     assert finding.message.startswith(
         "every core is blocked and none can signal again: core 0 waits on "
-        "semaphore #")
+        "semaphore scratch[2] for a count of 1")  # `ready`, as the kernel names it
     assert "for a count of 1, which stays at 0; core 1 had finished. A signal that never " \
            "happens (a missing signal, a wrong core_index" in finding.message
     assert line_of("# core 0 waits for core 1", HERE) in finding.message

@@ -61,7 +61,8 @@ def test_a_missing_signal_is_a_deadlock_finding_not_a_hang():
     (finding,) = [f for f in result.findings if f.code == "deadlock"]
     assert finding.severity == "error"
     assert finding.message.startswith("every device is blocked and none can signal "
-                                      "again: device 0 (core 0) waits on semaphore #")
+                                      "again: device 0 (core 0) waits on semaphore scratch[0] "
+                                      "for a count of 1")
     for device in range(DEVICES):
         assert f"device {device} (core 0) waits on semaphore" in finding.message
     assert "for a count of 1, which stays at 0" in finding.message
@@ -298,11 +299,11 @@ def test_output_a_kernel_inside_shard_map_never_writes_is_found(devices):
     assert finding.operand == "outputs"
     if devices is None:  # one device here: its shard is the whole array, rows 4-31 unwritten
         assert finding.message.startswith("_write_top_half: outputs: 3,584 of 4,096 element(s) "
-                                          "were written by no program under tpu-interpret:")
+                                          "hold NaN after the run under tpu-interpret:")
     else:
         assert finding.message.startswith(
-            "_write_top_half: outputs: 2,048 of 4,096 element(s) were written by no program "
-            "under tpu-interpret on device(s) 0, 1, 2, 3 (each device's 8 rows of the "
+            "_write_top_half: outputs: 2,048 of 4,096 element(s) hold NaN after the run under "
+            "tpu-interpret on device(s) 0, 1, 2, 3 (each device's 8 rows of the "
             "gathered output; blocks are the first one's)")
 
 

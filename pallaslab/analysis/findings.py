@@ -37,10 +37,12 @@ CODES = (
     "output-revisit",
     "parallel-write-conflict",
     "vmem-overflow",
+    "vmem-spill-risk",
     "vmem-limit-above-chip",
     "no-sparse-core",
     "tiling-unavailable",
     "empty-grid",
+    "structure-unread",
 )
 
 
@@ -87,6 +89,9 @@ def find(
                   if (f := rule(op)) is not None]
     if kernel.programs == 0:
         found.append(empty_grid(kernel))
+    found += [Finding("structure-unread", "warning", f"{kernel.name}: {note}: the analysis "
+                      "and the views leave it out (a gap of pallaslab's, not of the kernel)")
+              for note in kernel.structure_notes]
     if tiling is None:
         reason = tiling_unavailable_reason(kernel)
         if reason and kernel.kind == "pallas_call":

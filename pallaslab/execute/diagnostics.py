@@ -27,7 +27,9 @@ _RACE = re.compile(
     r"(?P<bufdev>\d+), \d+\)"
     r"\[(?P<range>.*?)\] from \((?P<dev>\d+), (?P<core>\d+)\), (?P<frame>[^\n]*)\n"
     r".*?\n\s+(?P<op2>read|write) of .*?\[(?P<range2>.*?)\] from \((?P<dev2>\d+), "
-    r"(?P<core2>\d+)\)", re.S)
+    r"(?P<core2>\d+)\)(?:, (?P<frame2>[^\n]*))?", re.S)
+_FRAME = re.compile(r"(?P<file>[^\s,:]+\.py|<dynamic-code>):(?P<line>\d+)")
+_SLICE = re.compile(r"slice\((?P<a>-?\d+), (?P<b>-?\d+), 1\)")
 _OOB_BLOCK = re.compile(
     r"Out-of-bounds block index (?P<block>\([^)]*\)) for input \"(?P<name>[^\"]+)\" in "
     r"iteration (?P<iter>\([^)]*\)) on device \d+ \(core (?P<core>\d+)\): reading "
@@ -73,46 +75,92 @@ class RaceLog(logging.Handler):
 
 
 def race_findings(log: RaceLog, kernels: list[Kernel]) -> Iterator[Finding]:
+    """One `data-race` finding per distinct race as the user reads it (the interpreter's
+    messages differ in internal DMA ids where the race is the same)."""
     seen: set[str] = set()
     for message, kernel_index, program, other in log.races:
-        if message in seen:
-            continue
-        seen.add(message)
-        m = _RACE.search(message)
         kernel = kernels[kernel_index] if kernel_index is not None else None
-        origin = _buffer_origin(kernel, m["space"], int(m["buf"])) if m and kernel else None
-        programs = tuple(p for p in (program, other) if p is not None)
-        what = (f"{m['op']} of {origin or 'a buffer'}[{m['range']}] by {_actor(m, '')} and "
-                f"{m['op2']} of [{m['range2']}] by {_actor(m, '2')} are not ordered"
-                if m else message.splitlines()[0])
-        shown = " and ".join(str(p) for p in programs) or "unknown programs"
-        name = f"{kernel.name}: " if kernel else ""
-        rule = (_CROSS_DEVICE_RULE if m is not None and "DMA" in _actor(m, "") + _actor(m, "2")
-                else
-                "TPU interpret mode ran the grid's \"parallel\" dimensions on 2 cores; on a "
+        finding = _race_finding(message, kernel, program, other)
+        if finding.message not in seen:
+            seen.add(finding.message)
+            yield finding
+
+
+def _race_finding(message: str, kernel: Kernel | None, program: tuple | None,
+                  other: tuple | None) -> Finding:
+    m = _RACE.search(message)
+    origin = _buffer_origin(kernel, m["space"], int(m["buf"])) if m and kernel else None
+    programs = tuple(p for p in (program, other) if p is not None)
+    remote = jax.device_count() > 1 and kernel is not None and kernel.communicates
+    if m is not None:
+        first, second = _actor(m, "", remote), _actor(m, "2", remote)
+        lines = [f"the {op} at {at}" for op, at in ((m["op"], _frame(m["frame"], kernel)),
+                                                    (m["op2"], _frame(m["frame2"], kernel)))
+                 if at]
+        where = f" Lines: {', '.join(lines)}." if lines else ""
+        what = (f"{m['op']} of {origin or 'a buffer'}[{_range(m['range'])}] by {first} and "
+                f"{m['op2']} of [{_range(m['range2'])}] by {second} are not ordered")
+    else:
+        first = second = where = ""
+        what = message.splitlines()[0]
+    if programs and all(p == () for p in programs):
+        shown = "in the kernel's only program"
+    else:
+        shown = "between programs " + (" and ".join(str(p) for p in programs)
+                                       or "unknown programs")
+    name = f"{kernel.name}: " if kernel else ""
+    if "DMA" in first + second or "async copy" in first + second:
+        rule = _CROSS_DEVICE_RULE if remote else _LOCAL_DMA_RULE
+    else:
+        rule = ("TPU interpret mode ran the grid's \"parallel\" dimensions on 2 cores; on a "
                 "chip with 2 TensorCores these programs run at the same time. Rule: programs "
                 "that differ along a parallel dimension must not write the same memory.")
-        yield Finding(
-            "data-race", "error",
-            f"{name}{origin or 'an operand'}: data race between programs {shown}: {what}. "
-            f"{rule}", operand=origin, programs=programs,
-        )
+    return Finding(
+        "data-race", "error",
+        f"{name}{origin or 'an operand'}: data race {shown}: {what}. {rule}{where}",
+        operand=origin, programs=programs,
+    )
 
 
-def _actor(m: re.Match[str], side: str) -> str:
-    """Who made one side of a race: a core, a device's core (several devices), or a DMA in
-    flight (TPU interpret mode gives DMAs ids past the devices')."""
+def _actor(m: re.Match[str], side: str, remote: bool) -> str:
+    """Who made one side of a race: a core, a device's core (several devices),
+    or a DMA in flight (TPU interpret mode gives DMAs ids past the devices'): a remote one
+    into a device, or a local async copy."""
     n = jax.device_count()
     device, core = int(m[f"dev{side}"]), m[f"core{side}"]
     if device >= n:
-        return f"a DMA into device {m['bufdev']}"
+        return f"a DMA into device {m['bufdev']}" if remote else "an async copy"
     return f"device {device} (core {core})" if n > 1 else f"core {core}"
+
+
+def _frame(text: str | None, kernel: Kernel | None) -> str | None:
+    """"file.py:LINE" from the interpreter's "/path/file.py:LINE:COL (function)". A case
+    file the worker process ran as "<dynamic-code>" is named by the kernel's own file."""
+    m = _FRAME.search(text or "")
+    if m is None:
+        return None
+    file = m["file"]
+    if file == "<dynamic-code>":
+        source = (kernel.source or "") if kernel is not None else ""
+        file = source.rsplit(":", 1)[0] if source.split(":")[0].endswith(".py") else "line"
+    name = file.rsplit("/", 1)[-1]
+    return f"line {m['line']}" if name == "line" else f"{name}:{m['line']}"
+
+
+def _range(text: str) -> str:
+    """The interpreter's index "(1, slice(0, 64, 1), ...)" as "1, 0:64, ..."."""
+    text = _SLICE.sub(lambda s: f"{s['a']}:{s['b']}", text)
+    return text[1:-1] if len(text) > 2 and text[0] == "(" and text[-1] == ")" else text
 
 
 _CROSS_DEVICE_RULE = (
     "One side is a DMA: it lands whenever its sender sends it. Rule: "
     "touch a buffer a remote copy writes only after waiting on the copy's receive semaphore, "
     "and overwrite a buffer a neighbour reads only after it signals it is done.")
+_LOCAL_DMA_RULE = (
+    "One side is an async copy: it lands at any time between its .start() and the .wait() on "
+    "its semaphore. Rule: read a buffer an async copy writes only after .wait() on that "
+    "copy's semaphore, and overwrite a buffer an async copy reads only after that .wait().")
 
 
 def debug_check_findings(monitor: RunMonitor) -> Iterator[Finding]:

@@ -17,6 +17,7 @@ from pallaslab.execute.executors import Prepared, _timed_jaxpr_run
 from pallaslab.execute.monitor import RunMonitor, total_programs
 from pallaslab.execute.result import RunResult
 from pallaslab.model import Kernel, _jax
+from pallaslab.model._jax import deadlock
 
 TPU_INTERPRET_CORES = 2
 
@@ -34,7 +35,8 @@ class TpuInterpretExecutor:
         return None
 
     def cannot_run(self, prepared: Prepared) -> str | None:
-        return capabilities.tpu_interpreter_refusal(prepared.capture)
+        return _zero_size_refusal(prepared.capture) or \
+            capabilities.tpu_interpreter_refusal(prepared.capture)
 
     def params(self, recorder: Callable[..., Any] | None = None,
                logging_mode: Any = None) -> Any:
@@ -100,6 +102,19 @@ class TpuInterpretExecutor:
         return _with_deadlock(result, watch.found, kernels)
 
 
+def _zero_size_refusal(kernels: Sequence[Kernel]) -> str | None:
+    """TPU interpret mode indexes every operand buffer from 0 and fails on an empty one
+    ("Out of bound slice: start=0, dim=0"): a limit of JAX's interpreter, not a verdict."""
+    for k in kernels:
+        for op in (*k.inputs, *k.outputs):
+            if op.shape and 0 in tuple(op.shape):
+                return (f"TPU interpret mode cannot run kernel {k.name}: {op.origin} has the "
+                        f"zero-size shape {tuple(op.shape)}, which JAX's interpreter fails to "
+                        "index (ValueError: Out of bound slice: start=0, dim=0); a limit of "
+                        "the interpreter, not a verdict on the kernel")
+    return None
+
+
 def _with_device_record(result: RunResult, devices: Any, kernels: Sequence[Kernel]
                         ) -> RunResult:
     """The run with the record of its DMAs and semaphores (a record that cannot be read is
@@ -125,7 +140,11 @@ def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> 
                     if op.kind in ("wait", "dma_wait") and op.source})
     where = f" (the kernel waits at {', '.join(w.rsplit('/', 1)[-1] for w in waits)})" \
         if waits else ""
-    message = found.message + where
+    kernel = kernels[0] if len(kernels) == 1 else None  # ids are per launch: one kernel's
+    names = deadlock.semaphore_names(kernel.operands) if kernel is not None else {}
+    several = kernel is None or kernel.kind != "pallas_call" or \
+        "parallel" in (kernel.dimension_semantics or ())
+    message = found.describe(names, several_cores=several) + where
     kept = tuple(f for f in result.findings if "DeadlockError" not in f.message)
     return dataclasses.replace(result, error=f"deadlock: {message}",
                                findings=(Finding("deadlock", "error", message), *kept))

@@ -5,13 +5,18 @@ the kernel runs: `interpret` fills floats with NaN and integers with their minim
 `tpu-interpret` (with `uninitialized_memory="nan"`) fills floats with NaN and integers with
 their maximum. An element still holding its fill after the run was (almost surely) written
 by no program. Integers' fills are extreme values no kernel is likely to compute: an error.
-A float NaN may also be one the kernel computed (log of a negative, 0/0): a warning, and a
-comparison still fails on it, since NaN equals nothing unless `equal_nan`. Booleans' fills
+A float NaN may also be one a program stored: computed from scratch read before it was
+written (the interpreters fill scratch with NaN too), from a DMA that never landed, or from
+log(-1): unless no program's block covers it, the finding says both (a warning), and a
+comparison still fails on it, since NaN equals nothing unless `equal_nan`. The programs named
+are those that held each block last (their write-back leaves its final contents); a kernel
+without a grid gets element ranges. Booleans' fills
 (False / True) are ordinary values, so booleans are not judged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -91,30 +96,78 @@ def _finding(executor: str, kernel: Kernel, origin: str, value: np.ndarray, mask
         rows = kernel.operand(origin).shape[0]
         on_devices = (f" on device(s) {', '.join(str(d) for d in devices)} (each device's "
                       f"{rows} rows of the gathered output; blocks are the first one's)")
-    blocks: list[tuple[int, ...]] = []
-    programs: list[tuple[int, ...]] = []
+    place = _place(kernel, origin, mask, tiling)
+    nan = "NaN" in fill
+    name = f"{kernel.name}: {origin}: {count:,} of {total:,} element(s)"
+    if nan and not place.uncovered:
+        # The interpreters fill outputs and scratch alike: a NaN a program stored (computed
+        # from scratch it read before writing, or from a DMA that never landed) looks the same.
+        text = (f"{name} hold NaN after the run under {executor}{on_devices}: no program wrote "
+                "them (they keep the fill for uninitialised memory, NaN), or the values written "
+                "were NaN (computed from uninitialised scratch or from a DMA that never "
+                f"landed?){place.text}. Rule: every output element must be written by some "
+                "program, from initialised values.")
+    else:
+        text = (f"{name} were written by no program under {executor}{on_devices}: they still "
+                f"hold its fill for uninitialised memory, {fill}{place.text}. On hardware these "
+                "elements are whatever the memory held. Rule: every output element must be "
+                "written by some program.")
+    return Finding("unwritten-output", "warning" if nan else "error", text, operand=origin,
+                   programs=place.programs, blocks=place.blocks)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Place:
+    """Where fill values lie: the text, the blocks, the programs that last held them, and
+    whether no program's block covers any of them (then no program can have written them)."""
+
+    text: str
+    blocks: tuple[tuple[int, ...], ...] = ()
+    programs: tuple[tuple[int, ...], ...] = ()
+    uncovered: bool = False
+
+
+def _place(kernel: Kernel, origin: str, mask: np.ndarray, tiling: Tiling | None) -> _Place:
+    if kernel.programs == 0:
+        grid = ", ".join(str(g) for g in kernel.grid)
+        return _Place(f"; no program ran: the grid ({grid}) has a zero dimension",
+                      uncovered=True)
     ot = tiling.operands.get(origin) if tiling is not None else None
-    if ot is not None and tiling is not None and ot.extent:
-        extent = np.maximum(np.asarray(ot.extent, np.int64), 1)
-        offset = np.asarray(ot.offset, np.int64)
-        hit = np.unique((np.argwhere(mask) + offset) // extent, axis=0)
-        blocks = [tuple(int(v) for v in b) for b in hit[:MAX_EXAMPLES]]
-        for b in blocks:
-            steps = ot.steps_with_block(b)
-            programs += [p for p in tiling.programs_at(steps, limit=1) if p not in programs]
-    where = f" in block(s) {', '.join(str(b) for b in blocks)}" if blocks else ""
-    owners = (f"; the program(s) those blocks are assigned to: "
-              f"{', '.join(str(p) for p in programs)}") if programs else \
-        "; no program's block covers them" if ot is not None else ""
-    nan_note = " (or hold a NaN the kernel computed)" if "NaN" in fill else ""
-    return Finding(
-        "unwritten-output", "warning" if "NaN" in fill else "error",
-        f"{kernel.name}: {origin}: {count:,} of {total:,} element(s) were written by no "
-        f"program under {executor}{on_devices}: they still hold its fill for uninitialised "
-        f"memory, {fill}{nan_note}{where}{owners}. On hardware these elements are whatever the "
-        "memory held. Rule: every output element must be written by some program.",
-        operand=origin, programs=tuple(programs[:MAX_EXAMPLES]), blocks=tuple(blocks),
-    )
+    if not kernel.grid or ot is None or tiling is None or not ot.extent:
+        only = "; the kernel's only program held them" if not kernel.grid else ""
+        return _Place(f" in {_element_ranges(mask)}{only}", programs=((),) if only else ())
+    extent = np.maximum(np.asarray(ot.extent, np.int64), 1)
+    offset = np.asarray(ot.offset, np.int64)
+    hit = np.unique((np.argwhere(mask) + offset) // extent, axis=0)
+    held = {tuple(int(v) for v in b) for b in np.unique(ot.block_indices, axis=0)}
+    blocks = [tuple(int(v) for v in b) for b in hit]
+    if not any(b in held for b in blocks):
+        shown = ", ".join(str(b) for b in blocks[:MAX_EXAMPLES])
+        return _Place(f" in block(s) {shown}; no program's block covers them",
+                      blocks=tuple(blocks[:MAX_EXAMPLES]), uncovered=True)
+    blocks = [b for b in blocks if b in held][:MAX_EXAMPLES]
+    # The interpreters write each program's block back: the last program holding a block
+    # leaves its final contents (TPU: the write-back at the end of its run of visits).
+    programs: list[tuple[int, ...]] = []
+    for b in blocks:
+        last = ot.steps_with_block(b)[-1:]
+        programs += [p for p in tiling.programs_at(last) if p not in programs]
+    return _Place(f" in block(s) {', '.join(str(b) for b in blocks)}; the program(s) that "
+                  f"held those blocks last: {', '.join(str(p) for p in programs)}",
+                  blocks=tuple(blocks), programs=tuple(programs[:MAX_EXAMPLES]))
+
+
+def _element_ranges(mask: np.ndarray) -> str:
+    """The box of elements holding fill values, as slices ("elements [192:256, :]")."""
+    if mask.ndim == 0:
+        return "its only element"
+    where = np.argwhere(mask)
+    lo, hi = where.min(axis=0), where.max(axis=0) + 1
+    parts = [":" if a == 0 and b == n else f"{a}:{b}"
+             for a, b, n in zip(lo, hi, mask.shape, strict=True)]
+    box = int(np.prod(hi - lo))
+    return f"element{'s' if box > 1 else ''} {'within ' if box > mask.sum() else ''}" \
+        f"[{', '.join(parts)}]"
 
 
 def _fill_text(executor: str, dtype: np.dtype) -> str:

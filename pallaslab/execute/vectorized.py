@@ -16,6 +16,10 @@ Programs are batched only where that provably gives the interpreter's results:
   runs them on different cores, each with its own scratch), so a kernel reading another
   parallel program's scratch is already wrong on hardware.
 
+A kernel whose grid has a zero dimension runs no program: its outputs keep their fill (NaN,
+an integer's minimum; an aliased output its input), as the interpreter leaves them, even where
+its arrays are empty (which JAX's interpreters cannot index).
+
 What fails a rule is scanned program by program in order (still one computation, the same
 results as the interpreter), or, for a rule on the body's primitives, interpreted with
 `interpret=True`; `RunResult.notes` says which rule decided, per kernel.
@@ -42,7 +46,8 @@ from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.vectorize_layout import regular_layouts
 from pallaslab.model import Kernel, _jax
-from pallaslab.model._jax import vectorize
+from pallaslab.model._jax import vectorize, vectorize_blocks
+from pallaslab.model._jax.rewrite import eval_replacing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +57,12 @@ class KernelPlan:
     kernel: str
     plan: vectorize.BatchPlan | None
     reason: str | None  # why it is not (fully) batched; None when every dimension is
+    no_programs: bool = False  # a zero grid dimension: nothing runs, outputs keep their fill
 
     @property
     def note(self) -> str:
+        if self.no_programs:
+            return f"{self.kernel}: no program ran ({self.reason}): outputs keep their fill"
         if self.plan is None:
             return f"{self.kernel}: interpreted (interpret=True): {self.reason}"
         dims = self.plan.batched_dims
@@ -75,6 +83,10 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
         return interpreted("kernels inside shard_map are not batched")
     if kernel.dynamic_grid_dims:
         return interpreted("the grid is dynamic")
+    if kernel.programs == 0:
+        grid = ", ".join(map(str, kernel.grid))
+        return KernelPlan(kernel.name, vectorize.BatchPlan(()),
+                          f"grid ({grid}) has a zero dimension", no_programs=True)
     if (prim := vectorize.order_dependent_primitive(eqn)) is not None:
         return interpreted(f"the body uses {prim}: only the interpreter runs it program by "
                            "program (within the time limit)")
@@ -156,6 +168,24 @@ def _one_lane_per_block(out: Any, ids: np.ndarray, dims: tuple[int, ...]) -> boo
     return len(np.unique(pairs[0])) == pairs.shape[1]
 
 
+def _callable(closed_jaxpr: Any, batched: dict[int, vectorize.BatchPlan], empty: set[int]
+              ) -> Any:
+    """The captured jaxpr with each batched kernel equation (keyed by `id(eqn)`) run batched
+    and each one with no programs replaced by its unwritten outputs; wrap in `jax.jit`."""
+    if not empty:
+        return vectorize.vectorized_jaxpr_callable(closed_jaxpr, batched)
+
+    def replace(eqn: Any, invals: list[Any]) -> list[Any]:
+        if id(eqn) in empty:
+            return vectorize_blocks.unrun_outputs(eqn, invals)
+        return vectorize.run_batched(eqn, invals, batched[id(eqn)])
+
+    def call(*args: Any) -> list[Any]:
+        return eval_replacing(closed_jaxpr.jaxpr, closed_jaxpr.consts, args,
+                              lambda eqn: id(eqn) in batched or id(eqn) in empty, replace)
+    return call
+
+
 class VectorizedExecutor:
     """Kernels as batched XLA computations on the CPU (see the module docstring)."""
 
@@ -180,13 +210,14 @@ class VectorizedExecutor:
         if len(left) == len(plans) or capabilities.hlo_interpreter_refusal(left) is not None:
             return self._interpreted(prepared, deadline, plans)
         batched = {id(k.handle.eqn): p.plan for k, p in zip(cap, plans, strict=True)
-                   if p.plan is not None}
+                   if p.plan is not None and not p.no_programs}
+        empty = {id(k.handle.eqn) for k, p in zip(cap, plans, strict=True) if p.no_programs}
         # Kernels left out are interpreted; the rewrite keeps the other equations (and ids).
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, lambda eqn: None if id(eqn) in
-                                     batched else {"interpret": True})
+                                     batched or id(eqn) in empty else {"interpret": True})
         flat = prepared.flat_args
         t0 = time.perf_counter()
-        call = vectorize.vectorized_jaxpr_callable(jaxpr, batched)
+        call = _callable(jaxpr, batched, empty)
         try:
             compiled = jax.jit(call).lower(*flat).compile()
         except Exception as err:  # a body vmap cannot batch: the interpreter runs it all

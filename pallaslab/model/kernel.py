@@ -213,6 +213,9 @@ class Kernel:
     # `outer_dims` grid dimensions are the enclosing kernel's grid (the pipeline runs whole,
     # from its first step, in each outer program).
     outer_dims: int = 0
+    # Body equations whose nested structure (DMA, semaphore op, pipeline) could not be read:
+    # what, where and why; the rest of the capture stands.
+    structure_notes: tuple[str, ...] = ()
     handle: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property

@@ -13,9 +13,11 @@ each blocked core, the semaphore and the count it waits for.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 POLL = 0.25  # seconds between looks at the interpreter's threads
@@ -36,8 +38,13 @@ class BlockedWait:
 
     @property
     def text(self) -> str:
+        return self.named({})
+
+    def named(self, names: Mapping[int, str]) -> str:
+        """The wait, naming the semaphore by `names` (interpreter id -> the user's name)."""
         at = f" at {self.source.rsplit('/', 1)[-1]}" if self.source else ""
-        return (f"waits on semaphore #{self.semaphore}{at} for a count of {self.value}, "
+        sem = names.get(self.semaphore, f"#{self.semaphore}")
+        return (f"waits on semaphore {sem}{at} for a count of {self.value}, "
                 f"which stays at {self.count}")
 
 
@@ -51,16 +58,30 @@ class Deadlock:
 
     @property
     def message(self) -> str:
+        return self.describe()
+
+    def describe(self, names: Mapping[int, str] | None = None, several_cores: bool = True
+                 ) -> str:
+        """The message, naming semaphores by `names` (interpreter id -> the user's name,
+        e.g. "scratch[2][0]"); `several_cores` False: the kernel runs on one core (no
+        parallel dimension), so the interpreter's other cores, idle, go unmentioned."""
+        names = names or {}
         if self.num_devices == 1:  # the cores of one device (a mesh kernel's)
-            blocked = "; ".join(f"core {w.core} {w.text}" for w in self.waits)
-            done = [c for _, c in self.finished_cores]
+            if not several_cores and len(self.waits) == 1:
+                return (f"the kernel is blocked for good: it {self.waits[0].named(names)}. A "
+                        "signal or DMA that never happens (a missing signal, a second wait on "
+                        "the same copy, a wait for more than is sent) leaves its waiter "
+                        "blocked forever")
+            blocked = "; ".join(f"core {w.core} {w.named(names)}" for w in self.waits)
+            done = [c for _, c in self.finished_cores] if several_cores else []
             finished = (f"; core{'s' if len(done) > 1 else ''} "
                         f"{', '.join(map(str, done))} had finished" if done else "")
             return (f"every core is blocked and none can signal again: {blocked}"
                     f"{finished}. A signal that never happens (a missing signal, a wrong "
                     "core_index, a wait for more than is sent) leaves its waiter blocked "
                     "forever")
-        blocked = "; ".join(f"device {w.device} (core {w.core}) {w.text}" for w in self.waits)
+        blocked = "; ".join(f"device {w.device} (core {w.core}) {w.named(names)}"
+                            for w in self.waits)
         finished = (f"; {self.finished_devices} other device(s) had finished"
                     if self.finished_devices else "")
         return (f"every device is blocked and none can signal again: {blocked}"
@@ -197,6 +218,24 @@ def _deadlock(shared: Any, state: tuple[Any, ...]) -> Deadlock:
                                 source)
                     for core, (sem, value, count, source) in waits),
         finished_devices=finished, num_devices=int(shared.num_devices), finished_cores=others)
+
+
+def semaphore_names(operands: Iterable[Any]) -> dict[int, str]:
+    """TPU interpret mode's semaphore id -> the user's name ("scratch[2][0]"), for a
+    kernel's semaphore operands (`Operand`s, in order): it allocates their ids from 2000 in
+    operand order, one per element, afresh for each launch; ids of `run_scoped` semaphores,
+    allocated while the body runs, map to nothing."""
+    names: dict[int, str] = {}
+    next_id = 2000
+    for op in operands:
+        if op.scalar_prefetch or "semaphore" not in str(op.memory_space):
+            continue
+        shape = tuple(int(s) for s in op.shape)
+        for i, index in enumerate(itertools.product(*(range(n) for n in shape))):
+            names[next_id + i] = f"{op.origin}[{', '.join(map(str, index))}]" if shape \
+                else op.origin
+        next_id += math.prod(shape)
+    return names
 
 
 @dataclasses.dataclass(frozen=True)

@@ -503,4 +503,5 @@ def _with_nested(kernel: Kernel, structure: FoundKernel | None,
         source_eqn.params["jaxprs"][0]
     nested = nested_structure(kernel, body)
     return dataclasses.replace(kernel, pipelines=nested.pipelines, scoped=nested.scoped,
-                               dmas=nested.dmas, semaphore_ops=nested.semaphore_ops)
+                               dmas=nested.dmas, semaphore_ops=nested.semaphore_ops,
+                               structure_notes=nested.notes)

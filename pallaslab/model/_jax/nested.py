@@ -37,6 +37,8 @@ class Nested:
     scoped: tuple[Operand, ...]
     dmas: tuple[DmaCopy, ...]
     semaphore_ops: tuple[SemaphoreOp, ...]
+    # Equations the walk could not describe (what, where, the error): the rest stands.
+    notes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -51,6 +53,7 @@ class _Walk:
     defs: dict[Any, Any] = dataclasses.field(default_factory=dict)  # value -> its equation
     # A sub-jaxpr's parameter -> the outer value it always equals (never a loop's carry).
     aliases: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 def nested_structure(kernel: Kernel, body: Any) -> Nested:
@@ -60,34 +63,44 @@ def nested_structure(kernel: Kernel, body: Any) -> Nested:
                                                           strict=False)})
     _walk_jaxpr(body, walk, repeated=False, kernel=kernel)
     return Nested(tuple(walk.pipelines), tuple(walk.scoped), tuple(walk.dmas),
-                  tuple(walk.semaphore_ops))
+                  tuple(walk.semaphore_ops), tuple(walk.notes))
 
 
 def _walk_jaxpr(jaxpr: Any, walk: _Walk, *, repeated: bool, kernel: Kernel) -> None:
     walk.defs.update({v: eqn for eqn in jaxpr.eqns for v in eqn.outvars})
     for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "emit_pipeline":
-            walk.pipelines.append(_pipeline(eqn, walk, kernel, len(walk.pipelines)))
-            _pipeline_body(eqn, walk, kernel)
-        elif name == "dma_start":
-            walk.dmas.append(_dma(eqn, walk, repeated, "async"))
-        elif name == "dma_wait":
-            sem = _dma_refs(eqn)[2]
-            if sem is not None:
-                walk.semaphore_ops.append(SemaphoreOp("dma_wait", _name(sem, walk),
-                                                      _source(eqn)))
-        elif name in _SEMAPHORE_OPS:
-            walk.semaphore_ops.append(_semaphore_op(eqn, walk))
-        elif name in _TMA_COPIES:
-            walk.dmas.append(_tma_copy(eqn, walk, repeated))
-        elif name in _BARRIER_OPS:
-            walk.semaphore_ops.append(SemaphoreOp(
-                _BARRIER_OPS[name], _name(eqn.invars[0], walk), _source(eqn)))  # type: ignore[arg-type]
-        elif name == "run_scoped":
-            _run_scoped(eqn, walk, repeated, kernel)
-        else:
-            _descend(eqn, walk, repeated, kernel)
+        try:
+            _visit(eqn, walk, repeated, kernel)
+        except Exception as err:  # one structure we cannot read must not lose the capture
+            walk.notes.append(
+                f"{eqn.primitive.name} at {_source(eqn) or 'an unknown line'} is not described "
+                f"(reading it failed: {type(err).__name__}: {str(err)[:200]})")
+
+
+def _visit(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
+    """Record what one equation of the body does (descending into its sub-jaxprs)."""
+    name = eqn.primitive.name
+    if name == "emit_pipeline":
+        walk.pipelines.append(_pipeline(eqn, walk, kernel, len(walk.pipelines)))
+        _pipeline_body(eqn, walk, kernel)
+    elif name == "dma_start":
+        walk.dmas.append(_dma(eqn, walk, repeated, "async"))
+    elif name == "dma_wait":
+        sem = _dma_refs(eqn)[2]
+        if sem is not None:
+            walk.semaphore_ops.append(SemaphoreOp("dma_wait", _name(sem, walk),
+                                                  _source(eqn)))
+    elif name in _SEMAPHORE_OPS:
+        walk.semaphore_ops.append(_semaphore_op(eqn, walk))
+    elif name in _TMA_COPIES:
+        walk.dmas.append(_tma_copy(eqn, walk, repeated))
+    elif name in _BARRIER_OPS:
+        walk.semaphore_ops.append(SemaphoreOp(
+            _BARRIER_OPS[name], _name(eqn.invars[0], walk), _source(eqn)))  # type: ignore[arg-type]
+    elif name == "run_scoped":
+        _run_scoped(eqn, walk, repeated, kernel)
+    else:
+        _descend(eqn, walk, repeated, kernel)
 
 
 def _descend(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
@@ -258,7 +271,11 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "rem": "%", "div": "//", "eq": "==
 
 def _expression(value: Any, walk: _Walk, depth: int = 8) -> str:
     """How the body computes `value` (a device id), from its equations: e.g.
-    "(axis_index(x) + 1) % axis_size(x)"; a tuple of mesh coordinates as a tuple."""
+    "(axis_index(x) + 1) % axis_size(x)"; a tuple of mesh coordinates as a tuple, the mesh
+    form `{axis_name: index}` as "{x: (axis_index(x) + 1)}"; "?" for what it cannot say."""
+    if isinstance(value, dict):
+        items = [f"{k}: {_expression(v, walk, depth)}" for k, v in value.items()]
+        return f"{{{', '.join(items)}}}"
     if isinstance(value, (tuple, list)):
         parts = [_expression(v, walk, depth) for v in value]
         return parts[0] if len(parts) == 1 else f"({', '.join(parts)})"
@@ -267,6 +284,8 @@ def _expression(value: Any, walk: _Walk, depth: int = 8) -> str:
             return str(np.asarray(value.val).item())
         except (TypeError, ValueError):
             return str(value.val)
+    if not isinstance(value, jax_core.Var):
+        return "?"  # not a value of the body (an unhashable or unknown object)
     eqn = walk.defs.get(value)
     if eqn is None or depth == 0:
         return walk.origin.get(value, "?")

@@ -117,6 +117,15 @@ class Tiles:
                               for x in pair])
 
 
+def unrun_outputs(eqn: Any, args: Any) -> list[Any]:
+    """The outputs of a `pallas_call` equation that runs no program (a zero grid dimension),
+    as the HLO interpreter leaves them: each its fill for uninitialised memory, or its aliased
+    input. Built without indexing, so zero-size arrays are fine."""
+    p = eqn.params
+    return list(hlo._initialize_output_vals(p["grid_mapping"].block_mappings_output, list(args),
+                                            tuple(p["input_output_aliases"])))
+
+
 def gather(array: Any, starts: Any, shape: tuple[int, ...], squeezed: tuple[bool, ...],
            lanes: Lanes) -> Any:
     """Each lane's block at its start (L, ndim): (lanes..., block...)."""
