@@ -48,6 +48,11 @@ def _shout(v):
 def shouting_kernel(x_ref, o_ref):
     jax.debug.callback(_shout, x_ref[0, 0])
     o_ref[...] = x_ref[...] * 2.0
+def spin_kernel(x_ref, o_ref):  # its one program never leaves the loop
+    n = jax.lax.while_loop(lambda c: jnp.abs(x_ref[0, 0]) > -1.0, lambda c: c + 1, 0)
+    o_ref[...] = x_ref[...] + n
+def spinning(a):  # written for TPU: no interpret=True
+    return pl.pallas_call(spin_kernel, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype))(a)
 def shouting(a):  # written for TPU; fails while it runs
     return pl.pallas_call(
         shouting_kernel, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), grid=(2,),
@@ -226,18 +231,31 @@ def test_a_failing_interpreted_run_still_shows_the_workbench(shell, shown):
 
 
 def test_a_timed_out_interpreted_run_still_shows_the_workbench(shell, shown):
-    result, out = run(shell, "%%pallas --timeout 0.001\nslow = matmul(x, y)\n")
+    """A kernel written for TPU spins for ever in its one program: the value's interpreted run
+    goes to the killable worker process, which the time limit stops (in this process nothing
+    could stop a compiled loop)."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(240, exit=True)  # a hang fails, not stalls, the suite
+    try:
+        result, out = run(shell, "%%pallas --timeout 3\nslow = spinning(x)\n")
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     err = result.error_in_exec
     from pallaslab.execute.auto import InterpretedRunTimeout
 
     assert isinstance(err, InterpretedRunTimeout) and isinstance(err, TimeoutError), err
-    # one batched computation: the limit is checked when it has compiled, before it runs
-    assert "vectorized stopped by its time limit after compiling" in str(err)
-    assert "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode (vectorized); " \
-        "vectorized stopped by its time limit" in out.stdout
+    assert str(err) == ("interpret mode run stopped: vectorized stopped by its time limit of "
+                        "3 s, while running program () of spin_kernel (1 program(s) started)")
+    assert ("pallaslab: no TPU/GPU attached: 1 kernel under interpret mode (vectorized) did not "
+            "finish: vectorized stopped by its time limit of 3 s, while running program () of "
+            "spin_kernel") in out.stdout
+    assert "ran 1 kernel" not in out.stdout
     assert len(shown) == 1 and "slow" not in shell.user_ns
     text = plain_text(out)
-    assert "pallaslab/magic" not in text and "slow = matmul(x, y)" in text  # the user's line
+    assert "pallaslab/magic" not in text and "slow = spinning(x)" in text  # the user's line
+    follow, _ = run(shell, "%%pallas\nmatmul(x, y)\n")  # the notebook goes on
+    assert follow.success, follow.error_in_exec
 
 
 # --- errors: the user's, and usage ---------------------------------------------------------
@@ -264,7 +282,7 @@ def test_a_user_exception_in_an_expression_surfaces_as_in_the_plain_cell(shell, 
 
 
 def test_reading_array_values_in_the_last_line_says_why(shell):
-    result, out = run(shell, "%%pallas\nfloat(add(x, x).sum())\n")
+    result, out = run(shell, "%%pallas\nadd(x, x) if add(x, x).sum() > 0 else x\n")
     err = result.error_in_exec
     assert isinstance(err, jax.errors.ConcretizationTypeError), err
     assert any("%%pallas traces the cell's last line once" in n for n in err.__notes__)

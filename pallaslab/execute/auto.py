@@ -25,7 +25,7 @@ from typing import Any
 import jax
 
 from pallaslab.errors import PallasLabError
-from pallaslab.execute.result import RunResult
+from pallaslab.execute.result import ProgramPrint, RunResult
 from pallaslab.model import Capture, Kernel, _jax
 from pallaslab.model._jax.compiled import cached_jaxpr_callable
 
@@ -47,6 +47,9 @@ class Evaluation:
     executor: str | None = None  # the interpreter that ran the kernels; None: as written
     interpreted: tuple[str, ...] = ()  # kernels that would not run here as written
     note: str | None = None  # one line for the user when the kernels were interpreted
+    # what the interpreted run printed (`pl.debug_print`, `jax.debug.print`), in run order:
+    # a plain `interpret=True` cell prints them
+    prints: tuple[ProgramPrint, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -183,8 +186,16 @@ def fallback_note(unavailable: str, executor: str) -> str:
             "does not block on semaphore waits: a missing signal would not be seen")
 
 
-def evaluate(cap: Capture, *, timeout: float | None = None) -> Evaluation:
-    """Run the captured computation once on its captured (concrete) arguments."""
+def evaluate(cap: Capture, *, timeout: float | None = None,
+             call: tuple[Callable[..., Any], Sequence[Any], dict[str, Any]] | None = None
+             ) -> Evaluation:
+    """Run the captured computation once on its captured (concrete) arguments.
+
+    `call`: `(fn, args, kwargs)` whose capture is `cap` again (flat outputs included, e.g.
+    `capture.TracedLeaves(user_fn)`). Kernels that must be interpreted then run in the killable
+    worker process (which traces `fn` again, there), so the time limit stops even a program
+    spinning inside a compiled loop; without it, or when it cannot be sent there, they run in
+    this process, where the limit is checked at program starts only (the note says so)."""
     handle = cap.handle
     pending = needing_interpretation(cap)
     if not pending:
@@ -194,7 +205,7 @@ def evaluate(cap: Capture, *, timeout: float | None = None) -> Evaluation:
         except Exception as err:  # the user's computation failing, as the plain call would
             return Evaluation(None, err)
         return Evaluation(outputs)
-    return _interpreted(cap, pending, timeout)
+    return _interpreted(cap, pending, timeout, call)
 
 
 def stopped_in(comparison: Any) -> Evaluation | None:
@@ -239,44 +250,69 @@ def devices_evaluation(result: RunResult) -> Evaluation | None:
                       result.executor, note=note)
 
 
-def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | None
+def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | None,
+                 call: tuple[Callable[..., Any], Sequence[Any], dict[str, Any]] | None = None
                  ) -> Evaluation:
     from pallaslab.execute import isolation
-    from pallaslab.execute.executors import Prepared, _output_info, execute_here, get_executor
+    from pallaslab.execute.executors import (
+        Prepared,
+        _output_info,
+        execute,
+        execute_here,
+        get_executor,
+    )
 
     name, why_not_interpret = run_executor_for(cap)
     handle = cap.handle
     fn = _jax.jaxpr_callable(handle.closed_jaxpr)
     fn.__name__ = cap.function_name
-    prepared = Prepared(fn, tuple(handle.flat_args), {}, cap, _output_info(cap))
+    here = Prepared(fn, tuple(handle.flat_args), {}, cap, _output_info(cap))
+    limit = isolation.time_limit(timeout)
+
+    def run(executor: str) -> RunResult:
+        if call is None:  # the captured jaxpr cannot travel: run here
+            return execute_here(get_executor(executor), here, limit)
+        sent = Prepared(call[0], tuple(call[1]), dict(call[2]), cap, here.output_info)
+        result = execute(get_executor(executor), sent, timeout=limit)
+        if result.status != "failed" or "executor worker process" not in (result.error or ""):
+            return result
+        # the worker could not rebuild or trace the call as this process did: run here
+        why = (result.error or "").splitlines()[0][:200]
+        result = execute_here(get_executor(executor), here, limit)
+        return dataclasses.replace(result, notes=(
+            *result.notes, f"ran in the notebook's process ({why}): the time limit is checked "
+                           "between programs only"))
+
     kernels = f"{len(pending)} kernel{'s' if len(pending) != 1 else ''}"
     mode = {"interpret": "interpret mode", "vectorized": "interpret mode",
             "tpu-interpret": "TPU interpret mode", "gpu-interpret": "GPU interpret mode"}[name]
     head = "pallaslab: no TPU/GPU attached"
     names = tuple(k.name for k in pending)
-    # The captured jaxpr cannot travel to the worker process, and re-tracing the user's
-    # function there would run their code a second time: run here, where the time limit is
-    # checked at every program start.
-    result = execute_here(get_executor(name), prepared, isolation.time_limit(timeout))
+    result = run(name)
     if result.status == "unavailable" and name != (other := default_executor_for(cap)):
         fallback = fallback_note(result.unavailable or "", other)
         name, mode = other, "interpret mode"
-        result = execute_here(get_executor(name), prepared, isolation.time_limit(timeout))
+        result = run(name)
         why_not_interpret = fallback
     # Why not the HLO interpreter, when it was not chosen: the note says which and why.
     under = f"{mode} ({why_not_interpret})" if why_not_interpret else mode
     if result.executor == "vectorized" and not any("fell back" in n for n in result.notes):
         under += " (vectorized)"
+    stayed = "".join(f"; {n}" for n in result.notes if n.startswith("ran in the notebook's"))
+    prints = tuple(result.prints)
     if result.status == "ran":
         assert result.outputs is not None
         outputs = tuple(jax.device_put(o) for o in result.outputs)
-        return Evaluation(outputs, None, name, names, f"{head}: ran {kernels} under {under}")
+        return Evaluation(outputs, None, name, names, f"{head}: ran {kernels} under {under}"
+                          f"{stayed}", prints)
     if result.status == "timed-out":
         why = f"{result.timed_out}"
-        note = f"{head}: ran {kernels} under {under}; {why}"
+        if f"{limit:g} s" not in why:
+            why += f" (the time limit is {limit:g} s)"
+        note = f"{head}: {kernels} under {under} did not finish: {why}{stayed}"
         return Evaluation(None, InterpretedRunTimeout(f"{mode} run stopped: {why}"), name,
-                          names, note)
+                          names, note, prints)
     why = result.reason or "no outputs"
-    note = f"{head}: ran {kernels} under {under}, and it failed: {why}"
+    note = f"{head}: ran {kernels} under {under}, and it failed: {why}{stayed}"
     return Evaluation(None, InterpretedRunError(f"{mode} run failed: {why}"), name, names,
-                      note)
+                      note, prints)

@@ -16,14 +16,18 @@ namespace exactly as IPython would, and traces the last line's value once with
   first appear; everything else it reads is closed over.
 
 The cell's value is computed from that trace (`pallaslab.execute.auto.evaluate`), so the
-user's code runs once per cell. With no TPU/GPU attached, kernels written for one run
-interpreted, and one line says so. The value is then shown (or assigned) exactly as the plain
-cell would. The workbench gets the caller's names for the traced function's flat arguments
-as `options["arg_names"]` (`["x", "w.T"]`). The magic has no logic of its own beyond that.
+user's code runs once in the notebook. With no TPU/GPU attached, kernels written for one run
+interpreted in the killable worker process (which traces the call again there), one line says
+so, and what they print is printed. What the line only does with its value (`print(f(x))`,
+`results.append(f(x))`, f-strings, `(out := f(x)).sum()`) runs on the computed value, not on
+tracers (`host`); a trace that leaves tracers in the notebook is a UsageError. The value is
+then shown (or assigned) exactly as the plain cell would. The workbench gets the caller's
+names for the traced function's flat arguments as `options["arg_names"]` (`["x", "w.T"]`).
+The magic has no logic of its own beyond that.
 
 Its parts: `options` (the flags, checked), `line` (the last line as a function to trace and
-its value rebuilt) and `user_code` (running the user's code so their errors read as without
-the magic).
+its value rebuilt), `host` (what of the line runs on the computed value) and `user_code`
+(running the user's code so their errors read as without the magic).
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from pallaslab.magic.line import SHAPES, last_value, traced_line
+from pallaslab.magic.line import (
+    SHAPES,
+    last_value,
+    leaked_tracers_error,
+    traced_line,
+    tracer_holders,
+    value_tracer_error,
+)
 from pallaslab.magic.options import EXTRA_OPTIONS as _EXTRA_OPTIONS
 from pallaslab.magic.options import compare_reference
 from pallaslab.magic.options import options_from as _options
@@ -72,12 +83,13 @@ class PallasMagics(Magics):
                    "the last line's call takes (`matmul(x, y)`: my_ref(x, y)); when the last "
                    "line is not a single call (`matmul(x, y).sum()`), it takes the arrays the "
                    "line names, in the order they appear (my_ref(x, y)), and returns what the "
-                   "line returns. Executors: interpret, tpu-interpret, gpu-interpret, device, "
-                   "reference=NAME")
+                   "line returns (`print(f(x))`: what f(x) takes and returns). Executors: "
+                   "vectorized, interpret, tpu-interpret, gpu-interpret, device, reference=NAME")
     @argument("--timeout", default=None, metavar="SECONDS",
               help="time limit of each run: the interpreted run that computes the cell's value "
-                   "when no TPU/GPU is attached, and each --compare run (default 300 s, or "
-                   "$PALLASLAB_TIMEOUT); a run past it is stopped and reported as timed out")
+                   "when no TPU/GPU is attached (in a worker process, so even a program "
+                   "spinning in a compiled loop stops), and each --compare run (default 300 s, "
+                   "or $PALLASLAB_TIMEOUT); a run past it is stopped and reported as timed out")
     @argument("--devices", default=None, metavar="N",
               help="run on N simulated CPU devices (a worker process configured for them), e.g. "
                    "a shard_map kernel with remote DMAs under tpu-interpret: the cell's value "
@@ -109,20 +121,28 @@ class PallasMagics(Magics):
             run_code(compile(module, filename, "exec", flags=flags, dont_inherit=True), ns)
         options["reference"] = compare_reference(options["compare"], ns)
         traced = traced_line(expr, filename, flags, ns)
+        holders = tracer_holders(ns, shell.user_ns_hidden)
         cap = capture_line(traced)
+        if leaked := tracer_holders(ns, shell.user_ns_hidden) - holders:
+            raise leaked_tracers_error(leaked, traced.label)
         wb, comparison, device_run = _workbench(cap, traced, options)
-        evaluation = _show_and_evaluate(wb, cap, comparison, device_run, options["timeout"])
+        evaluation = _show_and_evaluate(wb, cap, comparison, device_run, options["timeout"],
+                                        traced)
         if evaluation.error is not None:  # after the workbench, as the plain cell would fail
             if evaluation.error.__traceback__ is None:  # ours (the interpreted run): at the line
                 raise_at(evaluation.error, last, filename)
             raise without_our_frames(evaluation.error)
         assert evaluation.outputs is not None
-        value = traced.value(evaluation.outputs)
+        value = traced.value(evaluation.outputs)  # runs `print(...)` of `print(f(x))`
+        if leaked := tracer_holders(ns, shell.user_ns_hidden) - holders:
+            raise leaked_tracers_error(leaked, traced.label)
+        if _holds_tracers(value):
+            raise value_tracer_error(traced.label)
         if assign is not None:  # `out = ...`: assign as the plain cell would
             exec_with(compile(assign, filename, "exec", dont_inherit=True), ns,
                       {"__pl_value": value})
             return None
-        return value
+        return None if _quiet(shell, cell) else value
 
 
 def _statements(shell: Any, cell: str) -> tuple[str, list[ast.stmt], ast.stmt]:
@@ -133,9 +153,10 @@ def _statements(shell: Any, cell: str) -> tuple[str, list[ast.stmt], ast.stmt]:
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as err:
-        # The cell fails as a plain cell would (IPython shows it as a syntax error), so Run All
-        # stops here.
-        raise err.with_traceback(None) from None
+        # The cell fails as a plain cell would (IPython shows only the syntax error, see
+        # `show_cell_syntax_error`), so Run All stops here.
+        raise CellSyntaxError(err.msg, (err.filename, err.lineno, err.offset, err.text,
+                                        err.end_lineno, err.end_offset)) from None
     if not tree.body:
         raise UsageError("%%pallas: the cell is empty; its last line must be an expression "
                          f"that launches the kernel(s) to inspect, {SHAPES}")
@@ -143,10 +164,55 @@ def _statements(shell: Any, cell: str) -> tuple[str, list[ast.stmt], ast.stmt]:
     return filename, body, last
 
 
+class CellSyntaxError(SyntaxError):
+    """A `%%pallas` cell that does not parse: shown as IPython shows a plain cell's syntax
+    error (the error alone, without the magic's frames)."""
+
+
+def show_cell_syntax_error(shell: Any, etype: type, value: BaseException, tb: Any,
+                           tb_offset: int | None = None) -> None:
+    """IPython's handler for `CellSyntaxError`: the syntax error as a plain cell shows it
+    (IPython shows the error being handled, here a plain SyntaxError raised from no frame of
+    the magic's)."""
+    try:
+        raise SyntaxError(*value.args) from None
+    except SyntaxError:
+        shell.showsyntaxerror()
+
+
+def _handle_cell_syntax_errors(ipython: Any) -> None:
+    """Register `show_cell_syntax_error` beside any custom exception handler already set."""
+    handled = tuple(getattr(ipython, "custom_exceptions", ()))
+    if CellSyntaxError in handled:
+        return
+    previous = ipython.CustomTB if handled else None
+
+    def handler(shell: Any, etype: type, value: BaseException, tb: Any,
+                tb_offset: int | None = None) -> Any:
+        if isinstance(value, CellSyntaxError) or previous is None:
+            return show_cell_syntax_error(shell, etype, value, tb, tb_offset)
+        return previous(etype, value, tb, tb_offset=tb_offset)
+
+    ipython.set_custom_exc((*handled, CellSyntaxError), handler)
+
+
+def _quiet(shell: Any, cell: str) -> bool:
+    """`f(x);`: the value is not shown, as in a plain cell (IPython's own test)."""
+    semicolon = getattr(type(shell.displayhook), "semicolon_at_end_of_expression", None)
+    return bool(semicolon is not None and semicolon(cell))
+
+
+def _holds_tracers(value: Any) -> bool:
+    import jax
+
+    return any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(value))
+
+
 def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, device_run: Any,
-                       timeout: float | None) -> Evaluation:
+                       timeout: float | None, traced: Traced) -> Evaluation:
     """Display the workbench and compute the line's value from the trace (errors are kept in
-    the evaluation, for the caller to raise after the workbench)."""
+    the evaluation, for the caller to raise after the workbench). What the interpreted run
+    printed, and its note, read above the workbench."""
     from IPython.display import display
 
     from pallaslab.execute.auto import (
@@ -160,10 +226,14 @@ def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, device_run: Any,
     evaluation = stopped_in(comparison) or run_on_devices(comparison) or (
         devices_evaluation(device_run) if device_run is not None else None)
     if evaluation is None and needing_interpretation(cap):
-        # interpreted here, within the time limit: its one-line note reads above the workbench
-        evaluation = evaluate(cap, timeout=timeout)
-    if evaluation is not None and evaluation.note:
-        print(evaluation.note)
+        # interpreted in the worker process, within the time limit: its one-line note reads
+        # above the workbench
+        evaluation = evaluate(cap, timeout=timeout, call=traced.sendable)
+    if evaluation is not None:
+        for p in evaluation.prints:  # as the plain `interpret=True` cell prints them
+            print(p.text)
+        if evaluation.note:
+            print(evaluation.note)
     display(wb)
     if evaluation is None:
         # Kernels run as written are dispatched after the workbench is built: its index maps
@@ -227,3 +297,4 @@ def _run_on_devices(wb: Any, call: Any, options: dict[str, Any]) -> Any:
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext pallaslab`: register the `%%pallas` cell magic."""
     ipython.register_magics(PallasMagics)
+    _handle_cell_syntax_errors(ipython)

@@ -14,7 +14,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from pallaslab.magic.user_code import eval_code
+from pallaslab.magic.host import split_line
+from pallaslab.magic.user_code import eval_code, eval_with
 
 SHAPES = ("e.g. `matmul(x, y)`, `out = matmul(x, y)` or `jnp.sum(matmul(x, y)) * 2`")
 
@@ -59,38 +60,82 @@ class Traced:
     label: str  # the line, as shown in messages
     treedef: Any = None
     kept: list[Any] = dataclasses.field(default_factory=list)  # non-traced leaves, or _MISSING
+    # the part of the line run on the traced part's value (`print(...)`), see `host`
+    finish: Callable[[Any], Any] | None = None
+
+    @property
+    def sendable(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The traced call as a worker process can trace it again: its flat outputs are this
+        trace's (the user's function, returning the leaves tracing computed)."""
+        from pallaslab.model.capture import TracedLeaves
+
+        fn, args, kwargs = self.call
+        return TracedLeaves(fn), args, kwargs
 
     def value(self, outputs: Sequence[Any]) -> Any:
-        """The line's value: its traced leaves from `outputs`, the others as they were."""
+        """The line's value: its traced leaves from `outputs`, the others as they were, and
+        the rest of the line (`print(...)`) run on them."""
+        __tracebackhide__ = True
         import jax
 
         it = iter(outputs)
         leaves = [next(it) if v is _MISSING else v for v in self.kept]
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        core = jax.tree_util.tree_unflatten(self.treedef, leaves)
+        return core if self.finish is None else self.finish(core)
 
 
 def traced_line(expr: ast.expr, filename: str, flags: int, ns: dict[str, Any]) -> Traced:
+    """The line to trace: all of it, or (`print(f(x))`, `results.append(f(x))`, `(out :=
+    f(x)).sum()`) its core, with the rest run on the computed values (see `host`)."""
     __tracebackhide__ = True
-    label = _label(expr)
+    split = split_line(expr, lambda node: _evaluate(node, filename, flags, ns))
+    core = expr if split is None else _core_expression(split.cores, expr)
+    traced = _traced_expression(core, filename, flags, ns, _label(expr))
+    if split is not None:
+        shell = ast.fix_missing_locations(ast.Expression(split.shell))
+        code = compile(shell, filename, "eval", flags=flags, dont_inherit=True)
+        traced.finish = functools.partial(_finish, code, ns, split.callees, len(split.cores))
+    traced.fn = _recording(traced.fn, traced)
+    return traced
+
+
+def _traced_expression(expr: ast.expr, filename: str, flags: int, ns: dict[str, Any],
+                       label: str) -> Traced:
+    __tracebackhide__ = True
     if isinstance(expr, ast.Call) and _plain_call(expr):
         fn, args, kwargs, texts, kw_texts = _evaluate_call(expr, filename, flags, ns)
         traced = Traced(fn, tuple(args), kwargs, (fn, tuple(args), kwargs), None, label)
         traced.arg_names = _argument_names(args, texts, kwargs, kw_texts)
-    else:
-        names = _array_names(expr, ns)
-        lam = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
-                                            kwonlyargs=[], kw_defaults=[], defaults=[]),
-                         body=expr)
-        ast.copy_location(lam, expr)
-        code = compile(ast.fix_missing_locations(ast.Expression(lam)), filename, "eval",
-                       flags=flags, dont_inherit=True)
-        fn = eval(code, ns)  # defines the function; runs nothing of the user's
-        fn.__name__ = fn.__qualname__ = "cell"
-        values = tuple(ns[n] for n in names)
-        traced = Traced(fn, values, {}, (fn, values, {}), None, label)
-        traced.arg_names = _argument_names(values, list(names), {}, {})
-    traced.fn = _recording(fn, traced)
+        return traced
+    names = _array_names(expr, ns)
+    lam = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
+                                        kwonlyargs=[], kw_defaults=[], defaults=[]),
+                     body=expr)
+    ast.copy_location(lam, expr)
+    code = compile(ast.fix_missing_locations(ast.Expression(lam)), filename, "eval",
+                   flags=flags, dont_inherit=True)
+    fn = eval(code, ns)  # defines the function; runs nothing of the user's
+    fn.__name__ = fn.__qualname__ = "cell"
+    values = tuple(ns[n] for n in names)
+    traced = Traced(fn, values, {}, (fn, values, {}), None, label)
+    traced.arg_names = _argument_names(values, list(names), {}, {})
     return traced
+
+
+def _core_expression(cores: Sequence[ast.expr], line: ast.expr) -> ast.expr:
+    """The traced part of a split line: its one core, or a tuple of them."""
+    if len(cores) == 1:
+        return cores[0]
+    return ast.fix_missing_locations(ast.copy_location(ast.Tuple(list(cores), ast.Load()), line))
+
+
+def _finish(code: Any, ns: dict[str, Any], callees: dict[str, Any], count: int,
+            core: Any) -> Any:
+    """The line's value: its shell run on the core's computed value(s)."""
+    __tracebackhide__ = True
+    values = (core,) if count == 1 else tuple(core)
+    local = {**callees, **{f"__pl_core{i}": v for i, v in enumerate(values)}}
+    return eval_with(code, ns, local)
 
 
 def _label(expr: ast.expr) -> str:
@@ -131,10 +176,11 @@ def _array_names(expr: ast.expr, ns: dict[str, Any]) -> list[str]:
 
 
 def _array_leaf(leaf: Any) -> bool:
+    """An array the trace takes as an argument. NumPy scalars stay static, as in `capture`."""
     import jax
     import numpy as np
 
-    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+    return isinstance(leaf, (jax.Array, np.ndarray, jax.ShapeDtypeStruct))
 
 
 def _only_arrays(value: Any) -> bool:
@@ -148,9 +194,9 @@ def _only_arrays(value: Any) -> bool:
 
 def _holds_array(value: Any) -> bool:
     """As `pallaslab.capture` decides which arguments it traces (the others stay static)."""
-    import jax
+    from pallaslab.model.capture import holds_array
 
-    return any(_array_leaf(leaf) for leaf in jax.tree_util.tree_leaves(value))
+    return holds_array(value)
 
 
 def _argument_names(args: Sequence[Any], texts: Sequence[str], kwargs: dict[str, Any],
@@ -201,9 +247,7 @@ def _evaluate_call(call: ast.Call, filename: str, flags: int, ns: dict[str, Any]
 
     def ev(expr: ast.expr) -> Any:
         __tracebackhide__ = True
-        code = compile(ast.fix_missing_locations(ast.Expression(expr)), filename, "eval",
-                       flags=flags, dont_inherit=True)
-        return eval_code(code, ns)
+        return _evaluate(expr, filename, flags, ns)
 
     fn = ev(call.func)
     args: list[Any] = []
@@ -231,3 +275,59 @@ def _evaluate_call(call: ast.Call, filename: str, flags: int, ns: dict[str, Any]
             kwargs[kw.arg] = ev(kw.value)
             kw_texts[kw.arg] = ast.unparse(kw.value)
     return fn, args, kwargs, texts, kw_texts
+
+
+def _evaluate(expr: ast.expr, filename: str, flags: int, ns: dict[str, Any]) -> Any:
+    __tracebackhide__ = True
+    code = compile(ast.fix_missing_locations(ast.Expression(expr)), filename, "eval",
+                   flags=flags, dont_inherit=True)
+    return eval_code(code, ns)
+
+
+def tracer_holders(ns: dict[str, Any], hidden: Any = ()) -> set[str]:
+    """The notebook's names (but `hidden`) whose values hold JAX tracers: looked for in
+    lists, tuples, sets and dicts a few levels and a thousand items deep, and in the
+    attributes of the objects they name."""
+    return {name for name, value in list(ns.items())
+            if not name.startswith("_") and name not in hidden and _holds_tracer(value, 3)}
+
+
+def _holds_tracer(value: Any, depth: int) -> bool:
+    import collections
+    import itertools
+
+    import jax
+
+    if isinstance(value, jax.core.Tracer):
+        return True
+    if depth == 0 or isinstance(value, (str, bytes, types.ModuleType, type, types.FunctionType,
+                                        jax.Array)):
+        return False
+    items: Any
+    if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+        items = value
+    elif isinstance(value, dict):
+        items = value.values()
+    elif depth == 3 and isinstance(getattr(value, "__dict__", None), dict):
+        items = list(vars(value).values())
+    else:
+        return False
+    return any(_holds_tracer(v, depth - 1) for v in itertools.islice(items, 1000))
+
+
+def leaked_tracers_error(names: set[str], label: str) -> UsageError:
+    shown = ", ".join(f"`{n}`" for n in sorted(names))
+    example = sorted(names)[0]
+    return UsageError(
+        f"%%pallas: tracing the cell's last line `{label}` stored JAX tracers in {shown}: the "
+        "line is traced once, as under jax.jit, so what it stores while tracing is not an "
+        "array (a later cell using it fails with UnexpectedTracerError). Make the kernel call "
+        f"the last line's value (`out = f(x)`) and store it in the next cell "
+        f"(`{example}.append(out)`); rebuild {shown} first")
+
+
+def value_tracer_error(label: str) -> UsageError:
+    return UsageError(
+        f"%%pallas: the value of the cell's last line `{label}` holds JAX tracers (a lazy "
+        "iterator or a function consumed after the trace?): make the kernel call the last "
+        "line's value (`out = f(x)`) and use it in the next cell")

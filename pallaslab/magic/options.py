@@ -20,6 +20,9 @@ def options_from(args: Any) -> dict[str, Any]:
         chips = [normalize(c) for c in args.chip]
     except (WorkbenchError, ValueError) as err:
         raise UsageError(f"%%pallas: {err}") from None
+    if tab == "compare" and args.compare is None:
+        raise UsageError("%%pallas: --tab compare needs --compare EXECUTORS, e.g. --compare "
+                         "interpret,reference=my_ref: the Compare tab shows that comparison")
     targets = [t.strip().lower() for t in args.target]
     for t in targets:
         if t not in TARGETS:
@@ -69,7 +72,7 @@ def compare_option(text: str | None) -> tuple[tuple[str, ...], str | None] | Non
 
     executors: list[str] = []
     reference = None
-    for item in (t.strip() for t in text.split(",")):
+    for item in (t.strip() for t in _unquoted(text).split(",")):
         name, _, value = item.partition("=")
         name = name.strip().lower()
         if name not in EXECUTOR_NAMES:
@@ -85,6 +88,15 @@ def compare_option(text: str | None) -> tuple[tuple[str, ...], str | None] | Non
         raise UsageError(f"%%pallas: --compare needs at least two executors to compare, e.g. "
                          f"interpret,reference=my_ref; got {text!r}")
     return tuple(executors), reference
+
+
+def _unquoted(text: str) -> str:
+    """`'interpret, reference=ref'` -> `interpret, reference=ref`: IPython passes a quoted
+    flag value with its quotes."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def compare_reference(compare: Any, ns: dict[str, Any]) -> Any:

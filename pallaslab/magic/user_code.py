@@ -70,20 +70,38 @@ def without_our_frames(err: BaseException) -> BaseException:
 # tracebacks, so a user's exception shows the frames it would show without the magic.
 
 
+_CPU_REFUSAL = "Only interpret mode is supported on CPU backend"  # JAX's, for a TPU kernel
+EARLIER_LINE_HINT = ("%%pallas inspects and interprets only the cell's last line; earlier lines "
+                     "run as written: put the kernel call on the last line, or pass "
+                     "interpret=True")
+
+
 def run_code(code: Any, ns: dict[str, Any]) -> None:
+    """Run the cell's statements before the last; a kernel written for a TPU/GPU that one of
+    them launches fails as in a plain cell, with a hint from the magic."""
     __tracebackhide__ = True
-    exec(code, ns)
+    try:
+        exec(code, ns)
+    except Exception as err:
+        if _CPU_REFUSAL in str(err):
+            err.add_note(EARLIER_LINE_HINT)
+        raise
 
 
 def exec_with(code: Any, ns: dict[str, Any], local: dict[str, Any]) -> None:
     __tracebackhide__ = True
-    # Bind the temporary name, run, and remove it again: the namespace keeps only the cell's
-    # own assignment.
+    eval_with(code, ns, local, run=exec)
+
+
+def eval_with(code: Any, ns: dict[str, Any], local: dict[str, Any], run: Any = eval) -> Any:
+    __tracebackhide__ = True
+    # Bind the temporary names, run, and remove them again: the namespace keeps only the
+    # cell's own assignments.
     sentinel = object()
     saved = {k: ns.get(k, sentinel) for k in local}
     ns.update(local)
     try:
-        exec(code, ns)
+        return run(code, ns)
     finally:
         for k, v in saved.items():
             if v is sentinel:

@@ -114,17 +114,35 @@ def check_grid(kernel: Kernel) -> None:
     )
 
 
-def _holds_array(value: Any) -> bool:
-    return any(isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+def holds_array(value: Any) -> bool:
+    """Does `value` hold an array that `capture` traces? NumPy scalars (`np.int64(8)` from
+    `np.gcd` or shape arithmetic) do not: like Python numbers they stay static, so a block size
+    is the number the plain call sees; as a traced operand one computes the same value (a
+    constant of its dtype in the trace)."""
+    return any(isinstance(leaf, (jax.Array, np.ndarray, jax.ShapeDtypeStruct))
                for leaf in jax.tree_util.tree_leaves(value))
+
+
+class TracedLeaves:
+    """`fn`, returning only the leaves of its result that tracing computed (a flat list: the
+    outputs of the jaxpr `capture(TracedLeaves(fn), ...)` traces); picklable when `fn` is, so
+    a worker process can trace the same call again."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
+        leaves = jax.tree_util.tree_leaves(self.fn(*args, **kwargs))
+        return [v for v in leaves if isinstance(v, jax.core.Tracer)]
 
 
 def _hold_static(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """`fn` with its array-free arguments bound, and the arguments left to trace."""
-    held = {i: a for i, a in enumerate(args) if not _holds_array(a)}
-    held_kw = {k: v for k, v in kwargs.items() if not _holds_array(v)}
+    held = {i: a for i, a in enumerate(args) if not holds_array(a)}
+    held_kw = {k: v for k, v in kwargs.items() if not holds_array(v)}
     if not held and not held_kw:
         return fn, args, kwargs
 
