@@ -362,3 +362,99 @@ def test_timeout_reaches_the_comparison(monkeypatch):
     wb.view("compare", executors=("interpret", "reference"), reference=lambda x, y: x + y,
             timeout=30)
     assert seen == [120, 60.5, 30]
+
+
+# --- the kernel's static errors, warnings, NaN counts and integer outputs in every form -----
+
+
+def _reverse(x):
+    spec = pl.BlockSpec((64, 128), lambda i: (-1 - i, 0))  # negative: out of bounds on TPU
+    return pl.pallas_call(scale_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(4,), in_specs=[spec],
+                          out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)))(x)
+
+
+def test_static_errors_are_findings_of_the_view_and_fail_it():
+    x = np.arange(256 * 128, dtype=np.float32).reshape(256, 128)
+    wb = pallaslab.inspect(_reverse, x)
+    view = compare_workbench(wb, executors=("vectorized", "reference"), reference=lambda x: (
+        2.0 * x.reshape(4, 64, 128)[::-1].reshape(256, 128)))
+    head = view.to_text().splitlines()[0]
+    assert head.endswith(": all close, but static analysis found errors: block-out-of-bounds")
+    assert ("    static analysis: error block-out-of-bounds (args[0]): args[0]: 4 program(s) use "
+            "a block outside the array") in view.to_text()
+    p = view.payload()
+    assert (p["allclose"], p["passed"], p["outcome"]) == (True, False, "errors")
+    assert [(f["executor"], f["code"]) for f in p["findings"]] == [
+        ("static analysis", "block-out-of-bounds")]
+    html = view.to_html()
+    assert 'data-outcome="errors"' in html and "<code>block-out-of-bounds</code>" in html
+
+
+def _pair_variant(comparison, **changes):
+    import dataclasses
+
+    return dataclasses.replace(comparison, outputs=tuple(dataclasses.replace(o, pairs=tuple(
+        dataclasses.replace(p, **changes) for p in o.pairs)) for o in comparison.outputs))
+
+
+def test_nan_mismatches_read_nan_with_counts_per_side_and_warnings_are_shown(wrong):
+    wb, view, _ = wrong
+    nan = _pair_variant(view.comparison, max_abs_err=np.inf, max_rel_err=np.inf,
+                        max_ulp=2**31 - 1, nan_a=8192, nan_b=0,
+                        rounding_note="12.0% of the elements differ by more than 4 ULP")
+    v = _view_of(wb, nan)
+    text = v.to_text()
+    assert ("    interpret vs reference: max abs nan, max rel nan, - ULP, NaN (a / b) 8,192 / 0, "
+            "8,192 mismatched") in text
+    assert "inf" not in text.replace("info", "")
+    html = v.to_html().replace(' class="num"', "")
+    assert "<td>nan</td><td>nan</td><td>-</td><td>8,192</td><td>no</td><td>8,192 / 0</td>" in html
+    p = v.payload()
+    pair = p["outputs"][0]["pairs"][0]
+    assert (pair["nan_a"], pair["nan_b"], p["outputs"][0]["floating"]) == (8192, 0, True)
+    # (the note is kept on mismatching pairs in this hand-made variant: shown as given)
+    assert p["warnings"] == ["outputs: interpret vs reference: 12.0% of the elements differ by "
+                             "more than 4 ULP"]
+    assert "  warning: outputs: interpret vs reference: 12.0% of the elements" in text
+    assert 'class="pl-finding pl-warning pl-cmp-warning">outputs: interpret vs reference' in \
+        v.to_html()
+
+
+def _twice(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+def test_integer_outputs_show_no_ulp():
+    def fn(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(_twice, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(2,), in_specs=[spec], out_specs=spec)(x)
+
+    x = jnp.arange(16 * 128, dtype=jnp.int32).reshape(16, 128)
+    wb = pallaslab.inspect(fn, x)
+    view = compare_workbench(wb, executors=("interpret", "reference"),
+                             reference=lambda x: 2 * x + 1)
+    assert "max abs 1, max rel 1, - ULP, 2,048 mismatched" in view.to_text()
+    assert view.payload()["outputs"][0]["floating"] is False
+
+
+def test_an_executor_named_that_did_not_run_is_said_although_two_ran(wrong):
+    import dataclasses
+
+    wb, view, _ = wrong
+    c = view.comparison
+    dev = dataclasses.replace(c.result("reference"), executor="device", outputs=None,
+                              unavailable="no TPU or GPU is attached")
+    c3 = dataclasses.replace(c, executors=(*c.executors, "device"),
+                             results=(*c.results, dev),
+                             required=("interpret", "reference", "device"))
+    c3 = _pair_variant(c3, allclose=True, mismatched_elements=0, mismatched_blocks=(),
+                       programs=())
+    v = _view_of(wb, c3)
+    assert v.payload()["outcome"] == "incomplete"
+    assert ("  incomplete: device did not run; only interpret, reference were compared."
+            in v.to_text())
+    assert v.to_text().splitlines()[0].endswith(
+        "INCOMPLETE: device did not run, so the kernel was not checked against it: device: "
+        "unavailable (no TPU or GPU is attached); only interpret and reference were compared")

@@ -1,15 +1,19 @@
 """`pallaslab compare CASE --executors interpret,tpu-interpret[,reference] [--reference F:FN]`:
 run a case under several executors and compare them.
 
-Exit status: 0 when every pair agrees, 1 when one mismatches, 2 when the comparison is
-incomplete (fewer than two executors ran: unavailable here, failed or stopped by the time
-limit) or the case cannot be loaded.
+Exit status: 0 when every pair agrees and nothing was found; 1 when a pair mismatches or the
+kernel was found wrong (an error finding of a run, even one that stopped it, such as a
+deadlock, or of the static analysis, such as `block-out-of-bounds`); 2 when the comparison is
+incomplete for a reason that is not the kernel's (fewer than two executors ran, or a named
+executor or the reference did not run: unavailable here, failed, stopped by the time limit)
+or the case cannot be loaded.
 """
 
 from __future__ import annotations
 
 import argparse
 
+import numpy as np
 from rich.table import Table
 
 from pallaslab.cases import load_function
@@ -30,6 +34,8 @@ from pallaslab.cli._shared import (
     safe,
 )
 from pallaslab.execute import EXECUTOR_NAMES, Comparison, compare
+from pallaslab.execute.comparison import OutputComparison
+from pallaslab.execute.pair import PairComparison, is_float
 
 STATUS_STYLE = {"ran": "green", "unavailable": "yellow", "failed": "bold red",
                 "timed-out": "bold red"}
@@ -46,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"two or more, comma-separated, from: {', '.join(EXECUTOR_NAMES)} "
                         "(default: the interpreter that can run the kernels, against "
                         "--reference if given, else interpret against tpu-interpret; the "
-                        "result's notes say which)")
+                        "result's notes say which). With --reference, 'reference' is added "
+                        "when not listed. Every executor named must run, else the "
+                        "comparison is incomplete (exit 2)")
     p.add_argument("--reference", metavar="FILE.py:FUNC",
                    help="a pure-JAX function with the kernel function's signature")
     p.add_argument("--rtol", type=nonnegative_float, default=None,
@@ -81,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     result = compare(case.fn, *case.args, executors=args.executors, reference=reference,
                      rtol=args.rtol, atol=args.atol, timeout=args.timeout,
                      equal_nan=args.equal_nan, devices=args.devices, **case.kwargs)
-    incomplete = None if result.complete else result.verdict()
+    incomplete = result.verdict() if result.outcome == "incomplete" else None
     if args.json:
         payload = result.to_json()
         if incomplete:
@@ -92,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if incomplete:
         print_error(incomplete)
         return EXIT_ERROR
-    # A mismatch, or a run that found an error (a race, unwritten output): exit 1.
+    # A mismatch, or the kernel's error (a race, unwritten output, a deadlock): exit 1.
     return EXIT_OK if result.passed else EXIT_FAILED
 
 
@@ -112,21 +120,47 @@ def render(result: Comparison) -> None:
         for f in r.findings if r is not None else ():
             if f"{f.code}: {f.message}" != status.reason:  # else just said, as the reason
                 out.print(f"    [bold red]{safe(f.code)}[/]: {safe(f.message)}")
+    for s in result.static_findings:
+        out.print(f"[bold red]static analysis of {safe(s.name)}[/] (as pallaslab check):")
+        out.print(f"    [bold red]{safe(s.finding.code)}[/]: {safe(s.finding.message)}")
     for o in (o for o in result.outputs if o.pairs):  # no pair ran: nothing to tabulate
-        table = Table(title=f"{safe(o.origin)} {o.dtype}{list(o.shape)}", show_edge=False,
-                      header_style="bold")
-        for col in ("a", "b", "max abs", "max rel", "max ulp", "mismatched", "allclose",
-                    "programs"):
-            table.add_column(col)
-        for p in o.pairs:
-            programs = ", ".join(str(pr) for pr in p.programs[:8])
-            if len(p.programs) > 8:
-                programs += f", ... ({len(p.programs)})"
-            table.add_row(safe(p.a), safe(p.b), f"{p.max_abs_err:.3g}", f"{p.max_rel_err:.3g}",
-                          str(p.max_ulp), str(p.mismatched_elements),
-                          "[green]yes[/]" if p.allclose else "[bold red]no[/]",
-                          safe(programs) or "-")
-        out.print(table)
-    if result.complete:
+        out.print(_table(o))
+    for warning in result.warnings:
+        out.print(f"[yellow]warning: {safe(warning)}[/]")
+    if result.outcome != "incomplete":  # (incomplete: said on stderr, as the error)
         style = "green" if result.passed else "bold red"
         out.print(f"[{style}]{safe(result.verdict())}[/]")
+
+
+def _table(o: OutputComparison) -> Table:
+    nans = any(p.nan_a or p.nan_b for p in o.pairs)
+    table = Table(title=f"{safe(o.origin)} {o.dtype}{list(o.shape)}", show_edge=False,
+                  header_style="bold")
+    columns = ["a", "b", "max abs", "max rel", "max ulp", *(["NaN a / b"] if nans else []),
+               "mismatched", "allclose", "programs"]
+    for col in columns:
+        table.add_column(col)
+    for p in o.pairs:
+        programs = ", ".join(str(pr) for pr in p.programs[:8])
+        if len(p.programs) > 8:
+            programs += f", ... ({len(p.programs)})"
+        abs_err, rel_err, ulp = pair_figures(p, o.dtype)
+        table.add_row(safe(p.a), safe(p.b), abs_err, rel_err, ulp,
+                      *([f"{p.nan_a:,} / {p.nan_b:,}"] if nans else []),
+                      f"{p.mismatched_elements:,}",
+                      "[green]yes[/]" if p.allclose else "[bold red]no[/]",
+                      safe(programs) or "-")
+    return table
+
+
+def pair_figures(p: PairComparison, dtype: np.dtype) -> tuple[str, str, str]:
+    """max abs, max rel and max ULP as shown: "nan" where a NaN on one side makes the error
+    infinite, "-" for ULP of integer outputs (their |a - b| is max abs already)."""
+    nan = bool(p.nan_a or p.nan_b)
+
+    def figure(x: float) -> str:
+        return "nan" if nan and not np.isfinite(x) else f"{x:.3g}"
+
+    ulp = "-" if not is_float(dtype) or (nan and not np.isfinite(p.max_abs_err)) else \
+        f"{p.max_ulp:,}"
+    return figure(p.max_abs_err), figure(p.max_rel_err), ulp

@@ -12,11 +12,25 @@ and, unless given, `atol = rtol * max|b|`: rounding error scales with the magnit
 values summed, so near-zero entries of a large output are judged on the output's scale.
 Override either with `compare(..., rtol=..., atol=...)` (or `--rtol/--atol` on the CLI).
 
-ULP distance counts representable floats between the two values (integers: |a - b|).
+ULP distance counts representable floats between the two values (integers: |a - b|); max
+rel is taken over the elements with |b| > atol only (see `pallaslab.execute.pair`).
 
-Honest verdicts: each executor's status (ran / unavailable / failed / timed-out) is kept;
-only executors that ran are compared; a comparison where fewer than two ran is *incomplete*
-(`complete` False, `allclose` False), never a pass.
+Honest verdicts (`outcome`): each executor's status (ran / unavailable / failed / timed-out) is
+kept and only executors that ran are compared.
+
+- "mismatch": a pair of executors that ran disagrees;
+- "errors": the kernel was found wrong without a mismatch: a run reported an error finding
+  about the kernel (a deadlock, an out-of-bounds read, a race, unwritten output, ...), even
+  one that stopped the run, or the static analysis found an error the interpreters cannot
+  show (`pallaslab.execute.static_checks`, e.g. `block-out-of-bounds`);
+- "incomplete": fewer than two executors ran, or an executor the caller named (or the
+  reference, whenever `reference=` is given) did not run for a reason that is not the
+  kernel's (unavailable here, the executor failed, the reference raised or returned other
+  dtypes, the time limit): the comparison asked for was not made;
+- "pass": complete, all close and nothing found.
+
+Warnings that do not fail the comparison (`warnings`): an error far beyond the rounding of a
+16-bit output dtype (`pallaslab.execute.pair.rounding_note`).
 """
 
 from __future__ import annotations
@@ -43,54 +57,23 @@ from pallaslab.execute.executors import (
 )
 from pallaslab.execute.isolation import time_limit
 from pallaslab.execute.mesh_stepping import core_mismatches
+from pallaslab.execute.pair import (
+    PairComparison,
+    compare_arrays,
+    default_rtol,
+    ulp_distance,
+)
+from pallaslab.execute.reference import located
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
+from pallaslab.execute.static_checks import StaticFinding, hardware_findings, why_the_runs_agree
 from pallaslab.model import Kernel
 
-DEFAULT_RTOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1.6e-2}
-FLOAT8_RTOL = 1.25e-1
+__all__ = ["Comparison", "OutputComparison", "PairComparison", "compare", "compare_arrays",
+           "default_rtol", "ulp_distance"]
 
-
-def default_rtol(dtype: Any) -> float:
-    dt = np.dtype(dtype)
-    if dt.name in DEFAULT_RTOL:
-        return DEFAULT_RTOL[dt.name]
-    if "float8" in dt.name or "float4" in dt.name:
-        return FLOAT8_RTOL
-    if np.issubdtype(dt, np.complexfloating):
-        return DEFAULT_RTOL["float64" if dt.itemsize == 16 else "float32"]
-    return 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class PairComparison:
-    """Executor `a` against executor `b` on one output."""
-
-    a: str
-    b: str
-    max_abs_err: float
-    max_rel_err: float
-    max_ulp: int
-    mismatched_elements: int
-    allclose: bool
-    rtol: float
-    atol: float
-    abs_err: np.ndarray  # |a - b| (float64; inf where exactly one side is NaN)
-    mismatch: np.ndarray  # bool mask, the output's shape
-    mismatched_blocks: tuple[tuple[int, ...], ...]  # output block indices with a mismatch
-    programs: tuple[tuple[int, ...], ...]  # grid programs that wrote those blocks
-    error: str | None = None  # one side did not run
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "a": self.a, "b": self.b, "max_abs_err": _finite(self.max_abs_err),
-            "max_rel_err": _finite(self.max_rel_err), "max_ulp": int(self.max_ulp),
-            "mismatched_elements": int(self.mismatched_elements),
-            "allclose": bool(self.allclose), "rtol": self.rtol, "atol": self.atol,
-            "mismatched_blocks": [list(b) for b in self.mismatched_blocks],
-            "programs": [list(p) for p in self.programs],
-            "error": self.error,
-        }
-
+# Error findings that stop a run without saying the kernel is wrong (an interpreter's own
+# failure, or the user's interrupt): every other error finding is about the kernel.
+NOT_THE_KERNELS = ("interpret-error", "interrupted")
 
 @dataclasses.dataclass(frozen=True)
 class OutputComparison:
@@ -124,6 +107,11 @@ class Comparison:
     outputs: tuple[OutputComparison, ...]
     kernels: tuple[Kernel, ...] = dataclasses.field(default=(), repr=False)
     notes: tuple[str, ...] = ()  # e.g. which executors were chosen by default, and why
+    # Executors that must run for the comparison to be complete: those the caller named, and
+    # the reference whenever one was given. () (a comparison made by hand): two that ran.
+    required: tuple[str, ...] = ()
+    # The kernels' static error findings an interpreted run cannot show (`static_checks`).
+    static_findings: tuple[StaticFinding, ...] = ()
 
     @property
     def statuses(self) -> dict[str, ExecutorStatus]:
@@ -134,37 +122,98 @@ class Comparison:
         return tuple(r.executor for r in self.results if r.status == "ran")
 
     @property
+    def missing(self) -> tuple[RunResult, ...]:
+        """Runs that make the comparison incomplete: required executors that did not run and
+        did not find the kernel's error either (else every run, when fewer than two ran)."""
+        if len(self.ran) < 2:
+            return tuple(r for r in self.results if r.status != "ran")
+        return tuple(r for r in self.results if r.executor in self.required
+                     and r.status != "ran" and not _kernel_errors(r.findings))
+
+    @property
     def complete(self) -> bool:
-        """At least two executors ran, so there was something to compare."""
-        return len(self.ran) >= 2
+        """At least two executors ran, and every required one ran (or found the kernel's
+        error): the comparison asked for was made."""
+        return len(self.ran) >= 2 and not self.missing
 
     @property
     def allclose(self) -> bool:
         """Complete, and every pair of executors that ran agrees on every output."""
-        return self.complete and all(p.allclose for o in self.outputs for p in o.pairs)
+        return self.complete and not self._mismatch
+
+    @property
+    def _mismatch(self) -> bool:
+        return any(not p.allclose for o in self.outputs for p in o.pairs)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        return tuple(f for r in self.results for f in r.findings)
+        """What the runs found, then the static analysis's error findings (see
+        `static_findings`)."""
+        return (*(f for r in self.results for f in r.findings),
+                *(s.finding for s in self.static_findings))
+
+    @property
+    def kernel_errors(self) -> tuple[Finding, ...]:
+        """Error findings that say the kernel is wrong (not an interpreter's own failure)."""
+        return _kernel_errors(self.findings)
 
     @property
     def passed(self) -> bool:
-        """All close, and no run reported an error (a race, unwritten output, ...)."""
+        """All close, and no run (nor the static analysis) reported an error."""
         return self.allclose and not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def outcome(self) -> str:
+        """"mismatch", "errors" (the kernel's, found without a mismatch), "incomplete" or
+        "pass" (see the module's docstring)."""
+        if self._mismatch:
+            return "mismatch"
+        if self.kernel_errors:
+            return "errors"
+        if not self.complete:
+            return "incomplete"
+        return "pass" if self.passed else "errors"
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What looks wrong without failing the comparison (an error far beyond rounding)."""
+        return tuple(f"{o.origin}: {p.a} vs {p.b}: {p.rounding_note}" for o in self.outputs
+                     for p in o.pairs if p.rounding_note)
 
     def verdict(self) -> str:
         """One line: pass, mismatch, errors found, or why the comparison is incomplete."""
-        if not self.complete:
-            missing = "; ".join(f"{name}: {s.status} ({s.reason})"
-                                for name, s in self.statuses.items() if s.status != "ran")
-            return (f"INCOMPLETE: only {len(self.ran)} of {len(self.results)} executor(s) ran, "
-                    f"nothing was compared with two: {missing}")
-        if not self.allclose:
-            return "MISMATCH"
-        if not self.passed:
-            codes = sorted({f.code for f in self.findings if f.severity == "error"})
-            return f"all close, but the runs found errors: {', '.join(codes)}"
-        return "all close"
+        kind = self.outcome
+        if kind == "pass":
+            return "all close"
+        if kind == "incomplete":
+            return f"INCOMPLETE: {self._incomplete()}"
+        if kind == "mismatch":
+            return "MISMATCH" if self.complete else f"MISMATCH; and {self._incomplete()}"
+        found = self._errors_found()
+        if self.complete:
+            return f"all close, but {found}"
+        return f"KERNEL ERROR: {found}; {self._incomplete()}"
+
+    def _errors_found(self) -> str:
+        """"the runs found errors: a, b; static analysis found errors: c"."""
+        ran = sorted({f.code for r in self.results for f in r.findings if f.severity == "error"})
+        static = sorted({s.finding.code for s in self.static_findings})
+        parts = ([f"the runs found errors: {', '.join(ran)}"] if ran else []) + (
+            [f"static analysis found errors: {', '.join(static)}"] if static else [])
+        return "; ".join(parts)
+
+    def _incomplete(self) -> str:
+        """Which executors did not run and why, and what that left uncompared."""
+        why = "; ".join(_why_not_run(r) for r in self.missing)
+        if len(self.ran) < 2:
+            return (f"only {len(self.ran)} of {len(self.results)} executor(s) ran, nothing "
+                    f"was compared with two: {why}")
+        names = [r.executor for r in self.missing]
+        against = "its reference" if names == ["reference"] else (
+            "them" if len(names) > 1 else "it")
+        agree = " and ".join(self.ran) if len(self.ran) == 2 else ", ".join(self.ran)
+        return (f"{', '.join(names)} did not run, so the kernel was not checked against "
+                f"{against}: {why}; only {agree} were compared")
 
     def result(self, executor: str) -> RunResult:
         for r in self.results:
@@ -186,7 +235,9 @@ class Comparison:
             "executors": list(self.executors),
             "executors_status": {k: v.to_json() for k, v in self.statuses.items()},
             "complete": self.complete, "allclose": self.allclose, "passed": self.passed,
-            "verdict": self.verdict(), "notes": list(self.notes),
+            "outcome": self.outcome, "verdict": self.verdict(), "notes": list(self.notes),
+            "warnings": list(self.warnings), "required": list(self.required),
+            "static_findings": [s.to_json() for s in self.static_findings],
             "outputs": [o.to_json() for o in self.outputs],
             "runs": [{"executor": r.executor, "ok": r.ok, "status": r.status,
                       "wall_time": r.wall_time, "compile_time": r.compile_time,
@@ -194,6 +245,18 @@ class Comparison:
                       "timed_out": r.timed_out, "notes": list(r.notes),
                       "findings": [f.to_json() for f in r.findings]} for r in self.results],
         }
+
+
+def _why_not_run(r: RunResult) -> str:
+    """"name: status (reason)"; a run the kernel's error stopped names the error only (its
+    finding says the rest)."""
+    if r.status == "failed" and (codes := sorted({f.code for f in _kernel_errors(r.findings)})):
+        return f"{r.executor}: stopped by the kernel's {', '.join(codes)}"
+    return f"{r.executor}: {r.status} ({r.reason})"
+
+
+def _kernel_errors(findings: Sequence[Finding]) -> tuple[Finding, ...]:
+    return tuple(f for f in findings if f.severity == "error" and f.code not in NOT_THE_KERNELS)
 
 
 def compare(fn: Callable[..., Any] | Kernel, *args: Any,
@@ -206,19 +269,26 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     `executors` is a sequence of names (or one comma-separated string, "interpret,reference").
     None chooses (see `default_executors`): an interpreter that can run the kernels against
     the reference, or against TPU interpret mode; the comparison's notes say which.
-    Each run has a time limit of `timeout` seconds (see `pallaslab.execute.isolation`). An
-    executor that cannot run here (e.g. `device` without a TPU/GPU), fails or runs out of
-    time is reported in `statuses` and the others are still compared; with fewer than two
-    runs the comparison is incomplete (`complete` False), never a pass.
+    `reference=` is always compared with: when `executors` lacks "reference", it is added
+    (and a note says so). Each run has a time limit of `timeout` seconds (see
+    `pallaslab.execute.isolation`). An executor that cannot run here (e.g. `device` without a
+    TPU/GPU), fails or runs out of time is reported in `statuses`; the comparison is then
+    incomplete (`complete` False), never a pass, unless its failure was the kernel's error
+    (a deadlock, an out-of-bounds read: `outcome` "errors").
     `devices=N` runs every executor (the reference too) on N simulated CPU devices, in a worker
     process (see `pallaslab.execute.executors.check_devices`).
     """
     _check_tolerance("rtol", rtol)
     _check_tolerance("atol", atol)
-    runners = None if executors is None else _runners(check_executors(executors), reference)
+    notes: tuple[str, ...] = ()
+    named = None
+    if executors is not None:
+        named, added = _with_reference(executors, reference)
+        named = check_executors(named)
+        notes = (added,) if added else ()
+    runners = None if named is None else _runners(named, reference)
     time_limit(timeout)  # a bad limit is an error before anything runs
     prepared = prepare(fn, args, kwargs, seed=seed, devices=devices)
-    notes: tuple[str, ...] = ()
     if runners is None:
         from pallaslab.execute.auto import default_executors
 
@@ -226,10 +296,28 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
         runners, notes = _runners(list(names), reference), (note,)
     results = tuple(execute(r, prepared, timeout=timeout) for r in runners)
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    required = tuple(r.name for r in runners) if named is not None else (
+        ("reference",) if reference is not None else ())
     if on_devices := devices_note(prepared):
         notes = (*notes, on_devices)
-    notes = (*notes, *device_mismatches(compared), *core_mismatches(compared))
-    return dataclasses.replace(compared, notes=notes) if notes else compared
+    notes = (*notes, *device_mismatches(compared), *core_mismatches(compared),
+             *why_the_runs_agree(compared.static_findings))
+    return dataclasses.replace(compared, notes=notes, required=required)
+
+
+def _with_reference(executors: Sequence[str | Executor] | str,
+                    reference: Callable[..., Any] | None
+                    ) -> tuple[Sequence[str | Executor] | str, str | None]:
+    """The executors, with "reference" added when `reference` is given but not listed (the
+    caller gave a reference to check the kernel against), and the note saying so."""
+    listed = [e.strip() for e in executors.split(",") if e.strip()] \
+        if isinstance(executors, str) else list(executors)
+    labels = [e if isinstance(e, str) else e.name for e in listed]
+    if reference is None or "reference" in labels:
+        return executors, None
+    return [*listed, "reference"], (
+        f"reference added to the executors ({', '.join(labels) or 'none'}): a reference "
+        "function was given, so the kernel is checked against it")
 
 
 def device_mismatches(comparison: Comparison) -> list[str]:
@@ -284,7 +372,8 @@ def devices_note(prepared: Prepared) -> str | None:
 
 def _runners(names: Sequence[str | Executor], reference: Callable[..., Any] | None
              ) -> list[Executor]:
-    runners = [get_executor(e, reference=reference) for e in names]
+    checked = located(reference) if reference is not None else None
+    runners = [get_executor(e, reference=checked) for e in names]
     if reference is None and any(r.name == "reference" for r in runners):
         raise ExecutorError("the reference executor needs a reference function: pass "
                             "reference=my_ref (same signature as the kernel function)")
@@ -336,7 +425,18 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
             origin=info.name, kernel=info.kernel, shape=shape, dtype=dtype,
             block_shape=tuple(ot.extent) if ot is not None else None, pairs=pairs))
     return Comparison(tuple(r.executor for r in results), tuple(results), tuple(outputs),
-                      tuple(prepared.capture))
+                      tuple(prepared.capture),
+                      static_findings=_static_findings(prepared, tilings, results))
+
+
+def _static_findings(prepared: Prepared, tilings: dict[int, Tiling | None],
+                     results: Sequence[RunResult]) -> tuple[StaticFinding, ...]:
+    """The kernels' static error findings no run already reported (tpu-interpret reports an
+    output revisit itself), from the tilings the comparison made."""
+    reported = {(f.code, f.operand) for r in results for f in r.findings}
+    return tuple(s for k in prepared.capture if k.index in tilings
+                 for s in hardware_findings(k, tilings[k.index])
+                 if (s.finding.code, s.finding.operand) not in reported)
 
 
 def _shape_dtype(results: Sequence[RunResult], i: int, prepared: Prepared
@@ -369,110 +469,3 @@ def _pair(ra: RunResult, rb: RunResult, i: int, ot: OperandTiling | None,
                           equal_nan=equal_nan)
 
 
-def compare_arrays(a: np.ndarray, b: np.ndarray, name_a: str = "a", name_b: str = "b",
-                   ot: OperandTiling | None = None, tiling: Tiling | None = None, *,
-                   rtol: float | None = None, atol: float | None = None,
-                   equal_nan: bool = False) -> PairComparison:
-    """Compare two arrays; with an output tiling, name the mismatched blocks and programs.
-    NaN equals NaN only with `equal_nan`."""
-    a, b = np.asarray(a), np.asarray(b)
-    wide_a, wide_b = _wide(a), _wide(b)
-    rtol = default_rtol(b.dtype) if rtol is None else float(rtol)
-    finite_b = np.abs(wide_b[np.isfinite(wide_b)]) if wide_b.size else np.zeros(0)
-    scale = float(finite_b.max()) if finite_b.size else 0.0
-    atol = rtol * scale if atol is None else float(atol)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(wide_a - wide_b)
-        both_nan = np.isnan(wide_a) & np.isnan(wide_b) if equal_nan else \
-            np.zeros(diff.shape, bool)
-        same_inf = np.isinf(wide_a) & (wide_a == wide_b)
-        diff = np.where(both_nan | same_inf, 0.0, diff)
-        diff = np.where((np.isnan(wide_a) | np.isnan(wide_b)) & ~both_nan, np.inf, diff)
-        close = (diff <= atol + rtol * np.abs(wide_b)) | both_nan | same_inf
-        rel = diff / np.maximum(np.abs(wide_b), np.finfo(np.float64).tiny)
-    mismatch = ~close
-    mismatched_blocks, programs = _blocks_and_programs(mismatch, ot, tiling)
-    return PairComparison(
-        a=name_a, b=name_b,
-        max_abs_err=_max(diff), max_rel_err=_max(np.where(diff == 0, 0.0, rel)),
-        max_ulp=ulp_distance(a, b),
-        mismatched_elements=int(mismatch.sum()), allclose=not mismatch.any(),
-        rtol=rtol, atol=atol, abs_err=diff, mismatch=mismatch,
-        mismatched_blocks=mismatched_blocks, programs=programs,
-    )
-
-
-def _wide(x: np.ndarray) -> np.ndarray:
-    if np.issubdtype(x.dtype, np.complexfloating):
-        return x.astype(np.complex128)
-    return x.astype(np.float64)
-
-
-def _max(x: np.ndarray) -> float:
-    return float(np.nanmax(x)) if x.size and not np.all(np.isnan(x)) else (
-        float("nan") if x.size else 0.0)
-
-
-def _finite(x: float) -> float | None:
-    # JSON has no NaN or infinity: null (a NaN on one side only gives an infinite error).
-    return float(x) if np.isfinite(x) else None
-
-
-def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:
-    """Largest number of representable values between corresponding elements (NaN pairs
-    where only one side is NaN count as the dtype's whole range)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.size == 0:
-        return 0
-    if not _is_float(a.dtype) or a.dtype != b.dtype:
-        if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
-            return int(np.max(np.abs(a.astype(np.int64) - b.astype(np.int64))))
-        return 0
-    bits: Any = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
-    ia = _ordered(a.view(bits))
-    ib = _ordered(b.view(bits))
-    dist = np.abs(ia - ib)
-    nan_a, nan_b = np.isnan(a.astype(np.float64)), np.isnan(b.astype(np.float64))
-    dist = np.where(nan_a & nan_b, 0, dist)
-    dist = np.where(nan_a ^ nan_b, np.iinfo(bits).max, dist)
-    return int(dist.max())
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    return np.issubdtype(dtype, np.floating) or "float" in np.dtype(dtype).name
-
-
-def _ordered(i: np.ndarray) -> np.ndarray:
-    """Float bit patterns (sign-magnitude) as integers in the floats' order."""
-    wide = i.astype(np.int64)
-    low = np.iinfo(i.dtype).min
-    return np.where(wide < 0, low - wide, wide)
-
-
-def _blocks_and_programs(mismatch: np.ndarray, ot: OperandTiling | None,
-                         tiling: Tiling | None
-                         ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
-    if ot is None or tiling is None or not mismatch.any():
-        return (), ()
-    blocks: list[tuple[int, ...]] = []
-    uniq, first = np.unique(ot.block_indices, axis=0, return_index=True)
-    shape = np.asarray(ot.shape, np.int64)
-    covered = np.zeros(mismatch.shape, bool)
-    for row in np.argsort(first):
-        start = ot.starts[first[row]]
-        lo = np.clip(start, 0, shape)
-        hi = np.clip(start + np.asarray(ot.extent, np.int64), 0, shape)
-        region = tuple(slice(int(x), int(y)) for x, y in zip(lo, hi, strict=True))
-        covered[region] = True
-        if mismatch[region].any():
-            blocks.append(tuple(int(v) for v in uniq[row]))
-    # Mismatches no program's block covers (never written): their blocks, no programs.
-    stray = np.argwhere(mismatch & ~covered)
-    if len(stray):
-        extent = np.maximum(np.asarray(ot.extent, np.int64), 1)
-        blocks += [tuple(int(v) for v in b) for b in np.unique(stray // extent, axis=0)]
-    steps = np.concatenate([ot.steps_with_block(b) for b in blocks]) if blocks else \
-        np.zeros(0, np.int64)
-    steps = steps.astype(np.int64)
-    steps = np.unique(steps)
-    return tuple(blocks), tuple(tiling.programs_at(steps))

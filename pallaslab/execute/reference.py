@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import traceback
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,3 +44,33 @@ def _typed(dtype: Any, shape: Sequence[int]) -> str:
             name = abbr + name[len(long):]
             break
     return f"{name}[{','.join(str(d) for d in shape)}]"
+
+
+def located(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """`reference`, whose exceptions without a message (`raise NotImplementedError`) say where
+    they were raised, so that "the reference ref raised NotImplementedError" names a line."""
+    # Sent to a worker by value (a case file, a notebook), its code is "<dynamic-code>" there:
+    # name its file as this process knows it.
+    home = getattr(getattr(reference, "__code__", None), "co_filename", None)
+
+    @functools.wraps(reference)
+    def checked_reference(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return reference(*args, **kwargs)
+        except Exception as err:
+            if not str(err).strip() and (where := raised_at(err, home)):
+                err.args = (f"(no message) raised at {where}",)
+            raise
+
+    return checked_reference
+
+
+def raised_at(err: BaseException, home: str | None = None) -> str | None:
+    """file:line (function) of the frame that raised `err` (None: no traceback); a file
+    cloudpickle rebuilt ("<dynamic-code>") is named `home` when given."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return None
+    last = frames[-1]
+    file = home if home and last.filename == "<dynamic-code>" else last.filename
+    return f"{file}:{last.lineno} ({last.name})"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pallaslab.execute.pair import is_float
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc
@@ -28,11 +29,11 @@ from pallaslab.views.base import InteractiveView, View
 from pallaslab.views.compare_payload import (
     ComparePayload,
     compare_payload,
-    err_text,
-    finite_or_none,
+    labelled_findings,
     last_two,
     last_two_dims,
     outcome,
+    pair_cells,
     run_status,
 )
 from pallaslab.views.context import KernelContext
@@ -210,11 +211,12 @@ class CompareView(InteractiveView):
             lines += [f"      note: {n}" for n in r.notes]
         if c.findings:
             lines.append("  findings of the runs:")
-            lines += [f"    {r.executor}: {f.severity} {f.code}"
+            lines += [f"    {who}: {f.severity} {f.code}"
                       + (f" ({f.operand})" if f.operand else "") + f": {f.message}"
-                      for r in c.results for f in r.findings]
-        if not c.complete:
-            lines.append("  nothing compared: fewer than two executors ran")
+                      for who, f in labelled_findings(c)]
+        lines += [f"  warning: {w}" for w in c.warnings]
+        if incomplete := _incomplete_line(c):
+            lines.append(f"  {incomplete[0].lower()}{incomplete[1:]}")
         for out in c.outputs:
             lines.append(f"  {out.origin} {out.dtype}{list(out.shape)}"
                          + (f" blocks {list(out.block_shape)}" if out.block_shape else ""))
@@ -222,10 +224,11 @@ class CompareView(InteractiveView):
                 if p.error is not None:
                     lines.append(f"    {p.a} vs {p.b}: {p.error}")
                     continue
+                abs_err, rel_err, ulp, nans = pair_cells(p, is_float(out.dtype))
                 lines.append(
-                    f"    {p.a} vs {p.b}: max abs {err_text(finite_or_none(p.max_abs_err))}, "
-                    f"max rel {err_text(finite_or_none(p.max_rel_err))}, {p.max_ulp:,} ULP, "
-                    f"{p.mismatched_elements:,} mismatched, "
+                    f"    {p.a} vs {p.b}: max abs {abs_err}, max rel {rel_err}, {ulp} ULP, "
+                    + (f"NaN (a / b) {nans}, " if nans != "-" else "")
+                    + f"{p.mismatched_elements:,} mismatched, "
                     f"{'allclose' if p.allclose else 'NOT allclose'} (rtol {p.rtol:.3g}, "
                     f"atol {p.atol:.3g})")
                 for b, progs in _block_rows(c, out, p, self.ctx)[:16]:
@@ -250,31 +253,41 @@ class CompareView(InteractiveView):
                          + "".join(
                              f'<li class="pl-finding pl-{esc(f.severity)}"><span class="pl-badge">'
                              f'{esc(f.severity)}</span> <code>{esc(f.code)}</code> '
-                             f'<span class="pl-dim">{esc(r.executor)}</span> {esc(f.message)}</li>'
-                             for r in c.results for f in r.findings) + "</ul>")
-        if not c.complete:
-            parts.append('<p class="pl-finding pl-warning">Nothing compared: fewer than two '
-                         "executors ran.</p>")
+                             f'<span class="pl-dim">{esc(who)}</span> {esc(f.message)}</li>'
+                             for who, f in labelled_findings(c)) + "</ul>")
+        parts += [f'<p class="pl-finding pl-warning pl-cmp-warning">{esc(w)}</p>'
+                  for w in c.warnings]
+        if incomplete := _incomplete_line(c):
+            parts.append(f'<p class="pl-finding pl-warning">{esc(incomplete)}</p>')
         rows = []
         blocks = []
         for out in c.outputs:
             for p in out.pairs:
-                rows.append((out.origin, f"{p.a} vs {p.b}",
-                             "-" if p.error else err_text(finite_or_none(p.max_abs_err)),
-                             "-" if p.error else err_text(finite_or_none(p.max_rel_err)),
-                             "-" if p.error else f"{p.max_ulp:,}",
+                abs_err, rel_err, ulp, nans = pair_cells(p, is_float(out.dtype))
+                rows.append((out.origin, f"{p.a} vs {p.b}", abs_err, rel_err, ulp,
                              f"{p.mismatched_elements:,}",
-                             p.error or ("yes" if p.allclose else "no")))
+                             p.error or ("yes" if p.allclose else "no"), nans))
                 blocks += [(out.origin, f"{p.a} vs {p.b}", b, progs)
                            for b, progs in _block_rows(c, out, p, self.ctx)]
         parts.append(_html.table(("output", "pair", "max abs err", "max rel err", "ULP",
-                                  "mismatched", "allclose"), rows, numeric=(2, 3, 4, 5)))
+                                  "mismatched", "allclose", "NaN (a / b)"), rows,
+                                 numeric=(2, 3, 4, 5, 7)))
         if blocks:
             parts.append('<h4 class="pl-cmp-h">Mismatched blocks and the programs that wrote '
                          "them</h4>")
             parts.append(_html.table(("output", "pair", "block", "programs"), blocks[:200]))
             parts += _static_maps(c, self.ctx)
         return '<div class="pl-compare-static">' + "".join(parts) + "</div>"
+
+
+def _incomplete_line(c: Comparison) -> str | None:
+    """What was not compared (None: the comparison is complete)."""
+    if len(c.ran) < 2:
+        return "Nothing compared: fewer than two executors ran."
+    if not c.complete:
+        names = ", ".join(r.executor for r in c.missing)
+        return f"Incomplete: {names} did not run; only {', '.join(c.ran)} were compared."
+    return None
 
 
 def _block_rows(c: Comparison, out: OutputComparison, p: PairComparison, ctx: KernelContext

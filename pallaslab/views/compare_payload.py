@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
+from pallaslab.execute.pair import is_float
 from pallaslab.views._html import visible_payload
 from pallaslab.views.arrays import downsample, to_2d
 
@@ -50,6 +52,9 @@ class ComparePair(TypedDict):
     rtol: float
     atol: float
     error: str | None  # one side did not run
+    nan_a: int  # NaN elements of a (a NaN on one side makes max abs/rel infinite: None)
+    nan_b: int
+    rounding_note: str | None  # the error is far beyond the output dtype's rounding
     heat: int | None  # table index: float32 rows*cols, max |a - b| per cell (inf kept)
     mask: int | None  # table index: uint8 rows*cols, 1 where a cell holds a mismatch
     blocks: list[MismatchedBlock]
@@ -61,6 +66,7 @@ class CompareOutput(TypedDict):
     kernel: int | None
     shape: list[int]
     dtype: str
+    floating: bool  # a float output (integers: no ULP column; their |a - b| is max abs)
     block: list[int] | None  # block extent in the heatmap's two dims (rows, cols)
     rows: int  # heatmap cells
     cols: int
@@ -100,11 +106,14 @@ class ComparePayload(TypedDict):
     executors: list[str]
     runs: list[CompareRun]
     allclose: bool  # complete and every pair agrees (False when incomplete)
-    complete: bool  # at least two executors ran
-    passed: bool  # all close and no run reported an error finding
+    complete: bool  # at least two executors ran, and every one named (and the reference)
+    passed: bool  # all close and no run (nor the static analysis) reported an error finding
     outcome: str  # "pass", "mismatch", "errors" or "incomplete"
     verdict: str  # Comparison.verdict(): one line, why when not a pass
-    findings: list[CompareFinding]  # what the runs found (races, unwritten output, ...)
+    # what the runs found (races, unwritten output, ...), then the static analysis's errors
+    # that a run cannot show (executor STATIC: "static analysis")
+    findings: list[CompareFinding]
+    warnings: list[str]  # Comparison.warnings: not failures (an error beyond rounding)
     outputs: list[CompareOutput]
     selected: list[int]  # [output, pair] shown first: the first pair with a mismatch
     opened: list[int] | None  # the program last opened in the stepper
@@ -142,10 +151,8 @@ def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | Non
               for r in comparison.results],
         allclose=comparison.allclose, complete=comparison.complete, passed=comparison.passed,
         outcome=outcome(comparison), verdict=comparison.verdict(),
-        findings=[CompareFinding(executor=r.executor, code=f.code, severity=f.severity,
-                                 message=f.message, operand=f.operand,
-                                 programs=[list(q) for q in f.programs])
-                  for r in comparison.results for f in r.findings],
+        findings=[_finding(who, f) for who, f in labelled_findings(comparison)],
+        warnings=list(comparison.warnings),
         outputs=outputs, selected=selected or [0, 0],
         opened=list(opened) if opened is not None else None, opened_note=opened_note,
         interactive=interactive,
@@ -153,13 +160,24 @@ def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | Non
 
 
 def outcome(comparison: Comparison) -> str:
-    """The verdict's kind: "incomplete" (fewer than two executors ran), "mismatch", "errors"
-    (all close, but a run found an error such as a race or unwritten output) or "pass"."""
-    if not comparison.complete:
-        return "incomplete"
-    if not comparison.allclose:
-        return "mismatch"
-    return "pass" if comparison.passed else "errors"
+    """The verdict's kind (`Comparison.outcome`): "mismatch", "errors" (the kernel's: a run or
+    the static analysis found an error, e.g. a race, unwritten output, a deadlock),
+    "incomplete" (an executor needed did not run) or "pass"."""
+    return comparison.outcome
+
+
+STATIC = "static analysis"  # the "executor" of the static analysis's findings
+
+
+def labelled_findings(comparison: Comparison) -> list[tuple[str, Finding]]:
+    """(who found it, finding): each run's, then the static analysis's."""
+    return [*((r.executor, f) for r in comparison.results for f in r.findings),
+            *((STATIC, s.finding) for s in comparison.static_findings)]
+
+
+def _finding(who: str, f: Finding) -> CompareFinding:
+    return CompareFinding(executor=who, code=f.code, severity=f.severity, message=f.message,
+                          operand=f.operand, programs=[list(q) for q in f.programs])
 
 
 def run_status(r: Any) -> str:
@@ -197,8 +215,8 @@ def _output(out: OutputComparison, ot: OperandTiling | None, tiling: Tiling | No
     extent = out.block_shape
     return CompareOutput(
         origin=out.origin, kernel=out.kernel, shape=list(out.shape), dtype=str(out.dtype),
-        block=list(last_two(extent)) if extent else None, rows=rows, cols=cols,
-        shape2=list(shape2), factor=factor, note=note, pairs=pairs)
+        floating=is_float(out.dtype), block=list(last_two(extent)) if extent else None,
+        rows=rows, cols=cols, shape2=list(shape2), factor=factor, note=note, pairs=pairs)
 
 
 def _pair(p: PairComparison, out: OutputComparison, ot: OperandTiling | None,
@@ -222,7 +240,8 @@ def _pair(p: PairComparison, out: OutputComparison, ot: OperandTiling | None,
         max_rel_err=finite_or_none(p.max_rel_err),
         max_ulp=int(p.max_ulp), mismatched_elements=int(p.mismatched_elements),
         allclose=bool(p.allclose), rtol=float(p.rtol), atol=float(p.atol), error=p.error,
-        heat=heat, mask=mask, blocks=blocks,
+        nan_a=int(p.nan_a), nan_b=int(p.nan_b), rounding_note=p.rounding_note, heat=heat,
+        mask=mask, blocks=blocks,
         more_blocks=max(0, len(p.mismatched_blocks) - MAX_BLOCKS)), dims
 
 
@@ -262,6 +281,18 @@ def finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def err_text(x: float | None) -> str:
-    """An error figure as text (None: inf or NaN)."""
-    return "inf/NaN" if x is None else f"{x:.4g}"
+def err_text(x: float | None, nan: bool = False) -> str:
+    """An error figure as text (None: inf or NaN; "nan" when NaNs made it infinite)."""
+    return ("nan" if nan else "inf/NaN") if x is None else f"{x:.4g}"
+
+
+def pair_cells(p: PairComparison, floating: bool) -> tuple[str, str, str, str]:
+    """max abs, max rel, ULP and NaN counts of a pair as the text and HTML tables show them:
+    "nan" where a NaN made the error infinite, "-" for ULP of integers (or of a NaN)."""
+    if p.error:
+        return "-", "-", "-", "-"
+    nan = bool(p.nan_a or p.nan_b)
+    abs_err = finite_or_none(p.max_abs_err)
+    ulp = "-" if not floating or (nan and abs_err is None) else f"{p.max_ulp:,}"
+    return (err_text(abs_err, nan), err_text(finite_or_none(p.max_rel_err), nan), ulp,
+            f"{p.nan_a:,} / {p.nan_b:,}" if nan else "-")

@@ -4,7 +4,7 @@
  * (log colour scale; mismatched cells in the error colour), block boundaries, mismatched blocks
  * outlined; click a block to see the programs that wrote it and open one in the stepper (the
  * widget sets `selection = {action: "open", program, nonce}`; Python runs the stepper to it,
- * switches the workbench to the Step tab, selects it in the Grid tab and says which happened). A table gives max abs/rel error, ULP and allclose per pair.
+ * switches the workbench to the Step tab, selects it in the Grid tab and says which happened). A table gives max abs/rel error, ULP, NaN counts and allclose per pair.
  * The verdict is the comparison's own (pass / MISMATCH / errors found / INCOMPLETE when fewer
  * than two executors ran), with each executor's status (ran / unavailable / failed /
  * timed-out, and why) and what the runs found (unwritten output, races, ...).
@@ -20,9 +20,9 @@ export { tuple, rgb } from "./prelude.js";
  * @typedef {{a: string, b: string, max_abs_err: number | null, max_rel_err: number | null,
  *   max_ulp: number, mismatched_elements: number, allclose: boolean, rtol: number, atol: number,
  *   error: string | null, heat: number | null, mask: number | null, blocks: MismatchedBlock[],
- *   more_blocks: number}} ComparePair
+ *   more_blocks: number, nan_a?: number, nan_b?: number, rounding_note?: string | null}} ComparePair
  * @typedef {{origin: string, kernel: number | null, shape: number[], dtype: string,
- *   block: number[] | null, rows: number, cols: number, shape2: number[], factor: number[],
+ *   floating?: boolean, block: number[] | null, rows: number, cols: number, shape2: number[], factor: number[],
  *   note: string | null, pairs: ComparePair[]}} CompareOutput
  * @typedef {{executor: string, ok: boolean, wall_time: number, error: string | null,
  *   unavailable: string | null, status?: string, reason?: string | null,
@@ -32,7 +32,7 @@ export { tuple, rgb } from "./prelude.js";
  * @typedef {{version: number, kernel: string, index: number, grid: number[], programs: number,
  *   executors: string[], runs: CompareRun[], allclose: boolean, complete?: boolean,
  *   passed?: boolean, outcome?: string, verdict?: string, findings?: CompareFinding[],
- *   outputs: CompareOutput[],
+ *   warnings?: string[], outputs: CompareOutput[],
  *   selected: number[], opened: number[] | null, opened_note?: string | null,
  *   interactive: boolean, revision: number,
  *   error: string | null, tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} ComparePayload
@@ -43,6 +43,22 @@ const MAX_W = 520;  // heatmap canvas size (CSS pixels)
 const MAX_H = 420;
 const MAX_CELL = 24;
 
+
+/**
+ * max abs, max rel, ULP and NaN counts as shown: "nan" where a NaN made the error infinite,
+ * "-" for the ULP of integers (their |a - b| is max abs) or of a NaN.
+ * @param {CompareOutput} out @param {ComparePair} pr
+ * @returns {string[]}
+ */
+export function pairCells(out, pr) {
+  if (pr.error) return ["-", "-", "-", "-"];
+  const nan = Boolean(pr.nan_a || pr.nan_b);
+  /** @param {number | null} x */
+  const fig = (x) => (x === null && nan ? "nan" : sci(x));
+  const ulp = out.floating === false || (nan && pr.max_abs_err === null) ? "-" : pr.max_ulp.toLocaleString("en-US");
+  const nans = nan ? `${(pr.nan_a || 0).toLocaleString("en-US")} / ${(pr.nan_b || 0).toLocaleString("en-US")}` : "-";
+  return [fig(pr.max_abs_err), fig(pr.max_rel_err), ulp, nans];
+}
 
 /** @param {number | null} x */
 const sci = (x) => (x === null ? "inf/NaN" : x === 0 ? "0" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e5 ? x.toPrecision(4) : x.toExponential(3));
@@ -110,22 +126,24 @@ function render({ model, el }) {
     root.dataset.outcome = outcome;
     root.append(runsTable(p));
     if (p.findings && p.findings.length) root.append(runFindingsList(p.findings));
+    for (const w of p.warnings || []) root.append(h("p", "pl-finding pl-warning pl-cmp-warning", w));
     if (p.complete === false) root.append(h("p", "pl-finding pl-warning pl-cmp-incomplete", "Nothing compared: fewer than two executors ran."));
     if (p.error) root.append(h("p", "pl-finding pl-error", p.error));
 
     // ---- the table of pairs ----
     const table = h("table", "pl-table pl-cmp-table");
     const hr = h("tr");
-    ["output", "pair", "max abs err", "max rel err", "ULP", "mismatched", "allclose"].forEach((c, i) => hr.append(h("th", i >= 2 && i <= 5 ? "num" : "", c)));
+    // (NaN counts last: the columns before keep their places)
+    ["output", "pair", "max abs err", "max rel err", "ULP", "mismatched", "allclose", "NaN (a / b)"].forEach((c, i) => hr.append(h("th", i >= 2 && i !== 6 ? "num" : "", c)));
     table.append(hr);
     p.outputs.forEach((out, i) => out.pairs.forEach((pr, j) => {
       const tr = h("tr", "pl-cmp-row");
       tr.dataset.output = String(i); tr.dataset.pair = String(j);
       if (i === state.output && j === state.pair) tr.classList.add("pl-selected");
-      const cells = [out.origin, `${pr.a} vs ${pr.b}`, pr.error ? "-" : sci(pr.max_abs_err),
-        pr.error ? "-" : sci(pr.max_rel_err), pr.error ? "-" : pr.max_ulp.toLocaleString("en-US"),
-        pr.mismatched_elements.toLocaleString("en-US"), pr.error ? pr.error : pr.allclose ? "yes" : "no"];
-      cells.forEach((c, k) => tr.append(h("td", k >= 2 && k <= 5 ? "num" : k === 6 ? (pr.allclose ? "pl-ok" : "pl-cmp-bad") : "", String(c))));
+      const [abs, rel, ulp, nans] = pairCells(out, pr);
+      const cells = [out.origin, `${pr.a} vs ${pr.b}`, abs, rel, ulp,
+        pr.mismatched_elements.toLocaleString("en-US"), pr.error ? pr.error : pr.allclose ? "yes" : "no", nans];
+      cells.forEach((c, k) => tr.append(h("td", k >= 2 && k !== 6 ? "num" : k === 6 ? (pr.allclose ? "pl-ok" : "pl-cmp-bad") : "", String(c))));
       tr.title = `allclose: |a - b| <= atol + rtol·|b| with rtol ${sci(pr.rtol)}, atol ${sci(pr.atol)}`;
       tr.addEventListener("click", () => { state.output = i; state.pair = j; state.picked = null; draw(); });
       table.append(tr);
