@@ -36,6 +36,7 @@ CODES = (
     "uncovered-output",
     "output-revisit",
     "parallel-write-conflict",
+    "out-of-bounds-access",
     "vmem-overflow",
     "vmem-spill-risk",
     "vmem-limit-above-chip",
@@ -374,7 +375,16 @@ def revisited_runs(keys: np.ndarray, nkeys: int, fetch_mask: np.ndarray
 
 
 def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
-    """Programs that may run concurrently writing the same output block."""
+    """Programs that may run concurrently writing the same output block. A GPU kernel on
+    whole-array refs is judged by the elements its loads and stores reach (`gpu_stores`:
+    write conflicts, accesses outside the arrays, output no program stores), whatever its
+    grid, one program included."""
+    if rules.gpu:
+        from pallaslab.analysis import gpu_stores
+
+        if gpu_stores.decides_by_stores(kernel):
+            yield from gpu_stores.store_findings(kernel, tiling)
+            return
     concurrent = concurrent_dims(kernel, len(tiling.grid), rules)
     if rules.gpu:
         why = "on GPU every program may run concurrently"
@@ -383,13 +393,6 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             ", ".join(str(d) for d in concurrent))
     if not concurrent:
         return
-    if rules.gpu:
-        from pallaslab.analysis import gpu_stores
-
-        if gpu_stores.decides_by_stores(kernel):  # whole-array refs: the stores decide
-            if _window_conflict(tiling, concurrent):
-                yield from gpu_stores.store_conflicts(kernel, tiling)
-            return
     for ot in tiling.operands.values():
         # An output left in HBM/ANY is written by the body's own DMAs (or nested pipelines),
         # not through its window: the window says nothing of which elements a program writes
@@ -409,11 +412,6 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             "reduction dimensions \"arbitrary\").",
             operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
         )
-
-
-def _window_conflict(tiling: Tiling, concurrent: list[int]) -> bool:
-    return any(_conflicting_steps(*ot.block_key(), tiling.grid, concurrent) is not None
-               for ot in tiling.operands.values() if ot.role == "output")
 
 
 def concurrent_dims(kernel: Kernel, rank: int, rules: Rules) -> list[int]:

@@ -1,24 +1,32 @@
-"""GPU write conflicts decided from the elements programs really store.
+"""GPU findings decided from the elements programs really load and store.
 
-Triton kernels usually take whole-array refs and store through masked `pl.ds` windows, so
-every program's BlockSpec window is the whole output and the window rule would call every
-such kernel racy. For those kernels each program's stores are evaluated (masks included; the
-scalar-prefetch values captured, other inputs seeded) and only elements stored by two
-programs are a conflict. Atomics (`pl.atomic_add`, ...) are never conflicts.
+Triton kernels usually take whole-array refs and load and store through masked `pl.ds`
+windows, so every program's BlockSpec window is the whole array: the window rules would call
+every such kernel racy, and can see neither a missing mask nor an unwritten element. For those
+kernels each program's loads and stores are evaluated (masks included; the scalar-prefetch
+values captured, other inputs seeded), giving
+
+- `out-of-bounds-access`: unmasked lanes reaching outside their array (JAX's interpreters
+  clamp them, so outputs can look right; on a GPU they are illegal addresses);
+- `parallel-write-conflict`: elements stored by two programs (atomics are never conflicts);
+- `uncovered-output`: output elements no program stores (outputs aliased to an input keep
+  its values, and are left out).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.tiling import Tiling
-from pallaslab.model import Kernel
+from pallaslab.model import Kernel, Operand
 from pallaslab.model._jax import stores
 
 MAX_EXAMPLES = 8
+EVALUATED = ("were evaluated per program on the captured scalar-prefetch values and seeded "
+             "inputs.")
 
 
 def decides_by_stores(kernel: Kernel) -> bool:
@@ -27,25 +35,75 @@ def decides_by_stores(kernel: Kernel) -> bool:
     return kernel.kind == "pallas_call" and eqn is not None and stores.whole_array_kernel(eqn)
 
 
-def store_conflicts(kernel: Kernel, tiling: Tiling) -> Iterator[Finding]:
+def store_findings(kernel: Kernel, tiling: Tiling) -> Iterator[Finding]:
+    """Out-of-bounds accesses, write conflicts and unwritten output of a whole-array kernel."""
+    if kernel.programs == 0:  # nothing runs: `empty-grid` and the window rules say so
+        return
     eqn = kernel.handle.eqn
     prefetch = [v for v in kernel.prefetch_values if v is not None]
     try:
-        stored = stores.stored_elements(eqn, stores.sample_operands(eqn, prefetch))
+        accesses = stores.evaluate_accesses(eqn, stores.sample_operands(eqn, prefetch))
     except Exception as err:  # the evaluation failed: say so, never a silent pass
-        line = (str(err).strip().splitlines() or [""])[0][:200]
-        yield Finding(
-            "parallel-write-conflict", "warning",
-            f"{kernel.name}: every program's window is the whole output, and its stores could "
-            f"not be evaluated to tell which elements each program writes "
-            f"({type(err).__name__}: {line}): a race between programs is not ruled out.")
+        yield _not_analysed(kernel, err)
         return
+    yield from _out_of_bounds(kernel, tiling, accesses.out_of_bounds)
+    yield from _conflicts(kernel, tiling, accesses.stored)
+    yield from _uncovered(kernel, accesses.stored)
+
+
+
+
+def _not_analysed(kernel: Kernel, err: Exception) -> Finding:
+    if isinstance(err, stores.NotAnalysable):
+        why = f": {err}"
+    else:  # JAX's own words, kept last as a detail for a bug report
+        line = (str(err).strip().splitlines() or [""])[0][:200]
+        why = f" (evaluator error: {type(err).__name__}: {line})"
+    return Finding(
+        "parallel-write-conflict", "warning",
+        f"{kernel.name}: every program's window is the whole output, and pallaslab could not "
+        f"analyse the kernel's loads and stores to tell which elements each program writes"
+        f"{why}. A race between programs, an access outside an array and unwritten output "
+        "are not ruled out.")
+
+
+def _named(op: Operand) -> str:
+    return f"{op.origin} ({op.param})" if op.param else op.origin
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _out_of_bounds(kernel: Kernel, tiling: Tiling,
+                   found: Sequence[stores.OutOfBounds]) -> Iterator[Finding]:
+    for oob in found:
+        op = kernel.operands[oob.operand]
+        programs = tuple(tiling.program_at(s) for s in oob.steps)
+        where = "" if oob.source is None else f" at {_short(oob.source)}"
+        span = (f"element {oob.first}" if oob.elements == 1
+                else f"from element {oob.first} to {oob.last}")
+        verb = {"load": "loads", "store": "stores"}.get(oob.access, "atomically updates")
+        yield Finding(
+            "out-of-bounds-access", "error",
+            f"{_named(op)}: the {oob.access}{where} reaches outside the array {op.shape}: "
+            f"program {programs[0]} {verb} {_plural(oob.elements, 'element')} outside it, "
+            f"{span} ({_plural(oob.programs, 'program')} in all). JAX's interpreters clamp "
+            "or drop such indices, so the outputs can look right on a CPU; on a GPU they are "
+            "illegal memory accesses. Rule: every lane a load or store does not mask off must "
+            "index inside its array (mask the ragged last block, e.g. mask=idx < n). Loads and "
+            "stores " + EVALUATED,
+            operand=op.origin, programs=programs,
+            blocks=(oob.first,) if oob.first == oob.last else (oob.first, oob.last))
+
+
+def _conflicts(kernel: Kernel, tiling: Tiling,
+               stored: Sequence[stores.StoredElements]) -> Iterator[Finding]:
     for op, elements in zip(kernel.outputs, stored, strict=True):
         shared = np.flatnonzero(elements.count >= 2)
         if not len(shared):
             continue
-        at = [tuple(int(i) for i in np.unravel_index(e, elements.count.shape))
-              for e in shared[:MAX_EXAMPLES]]
+        at = _elements(shared[:MAX_EXAMPLES], elements.count.shape)
         first = tiling.program_at(int(elements.first.flat[shared[0]]))
         last = tiling.program_at(int(elements.last.flat[shared[0]]))
         yield Finding(
@@ -54,7 +112,50 @@ def store_conflicts(kernel: Kernel, tiling: Tiling) -> Iterator[Finding]:
             f"({len(shared):,} element{'s' if len(shared) != 1 else ''} of {op.origin} are "
             f"stored by more than one program), and on GPU every program may run concurrently: "
             "they race. Rule: each element must be stored by one program (mask the stores), "
-            "or combined with atomics (pl.atomic_add, ...). Stores were evaluated per program "
-            "on the captured scalar-prefetch values and seeded inputs.",
+            "or combined with atomics (pl.atomic_add, ...). Stores " + EVALUATED,
             operand=op.origin, programs=(first, last), blocks=tuple(at))
 
+
+def _uncovered(kernel: Kernel, stored: Sequence[stores.StoredElements]) -> Iterator[Finding]:
+    """Output elements no program stores (the window rule's `uncovered-output`, per element)."""
+    for op, elements in zip(kernel.outputs, stored, strict=True):
+        if op.aliased_with is not None:  # unstored elements keep the input's values
+            continue
+        written = elements.written if elements.written is not None else elements.count > 0
+        missing = np.flatnonzero(~written)
+        if not len(missing):
+            continue
+        at = _elements(missing[:MAX_EXAMPLES], elements.count.shape)
+        total = elements.count.size
+        yield Finding(
+            "uncovered-output", "error",
+            f"{op.origin}: {len(missing):,} of {total:,} elements "
+            f"({100 * len(missing) / total:.1f}%) are never {_unwritten(elements, at[0])}. Stores "
+            + EVALUATED,
+            operand=op.origin, blocks=tuple(at))
+
+
+def _unwritten(elements: stores.StoredElements, first: tuple[int, ...]) -> str:
+    """The rest of the `uncovered-output` sentence, naming the stores (and atomics)."""
+    stores_at = ", ".join(_short(s) for s in elements.sources)
+    atomics_at = ", ".join(_short(s) for s in elements.atomic_sources)
+    if atomics_at:
+        return (f"stored by any program, starting at element {first}; they hold whatever was "
+                f"in memory (garbage on TPU/GPU), and the atomics at {atomics_at} add to that. "
+                "Rule: every output element must be stored by some program, or the output "
+                "aliased to an initialised input (input_output_aliases) for atomics to "
+                "accumulate into")
+    check = (f"check the masks of the stores at {stores_at}" if stores_at
+             else "the kernel body never stores into it")
+    return (f"written by any program, starting at element {first}; they hold whatever was in "
+            f"memory (garbage on TPU/GPU). Rule: every output element must be stored by some "
+            f"program ({check})")
+
+
+def _elements(flat: np.ndarray, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    return [tuple(int(i) for i in np.unravel_index(e, shape)) for e in flat]
+
+
+def _short(source: str) -> str:
+    """'/long/path/file.py:12' -> 'file.py:12'."""
+    return source.rsplit("/", 1)[-1]

@@ -7,6 +7,8 @@ executor and the reference) can agree on a kernel that is wrong on a TPU or GPU.
   outside it: the run can look right on every interpreter but tpu-interpret, which stops.
 - `output-revisit` (TPU): the interpreters write outputs in place; on TPU a revisited output
   block is not re-read from HBM, so the later write-back clobbers the earlier result.
+- `out-of-bounds-access` (GPU, whole-array refs): JAX's interpreters clamp a load or store
+  past the array's end, so the run can match the reference where a GPU faults.
 - `parallel-write-conflict`, GPU kernels only: every GPU runs programs concurrently, so
   programs writing the same block race on every GPU, while interpreters run them in turn. On
   TPU the same finding depends on the chip: v5e and v6e have one TensorCore and run
@@ -42,6 +44,8 @@ WHY_THE_RUN_AGREES = {
                       "block back over the earlier result",
     "parallel-write-conflict": "the interpreters run the programs one after the other, where "
                                "a GPU runs them at once",
+    "out-of-bounds-access": "JAX's interpreters clamp a load or store that reaches past its "
+                            "array back inside it, where a GPU faults or corrupts memory",
 }
 
 
@@ -64,8 +68,9 @@ def hardware_findings(kernel: Kernel, tiling: Tiling | None) -> tuple[StaticFind
         return ()
     rules = Rules.for_kernel(kernel)
     found = [*out_of_bounds(kernel, tiling, rules), *output_revisits(kernel, tiling, rules)]
-    if rules.gpu:
-        found += parallel_write_conflicts(kernel, tiling, rules)
+    if rules.gpu:  # (for whole-array refs, the loads and stores: accesses past the arrays too)
+        found += [f for f in parallel_write_conflicts(kernel, tiling, rules)
+                  if f.code in WHY_THE_RUN_AGREES]
     return tuple(StaticFinding(kernel.index, kernel.name, f) for f in found
                  if f.severity == "error")
 
