@@ -320,3 +320,42 @@ def test_the_cli_inspects_a_ring_as_four_devices_run_it(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     (k,) = json.loads(out.stdout)["kernels"]
     assert k["grid"] == [3] and k["device_mesh"]["axes"] == [["x", 4]]
+
+
+SKIPS_ON_ONE_DEVICE = """
+import jax, numpy as np
+from kernels_multi import _right_permute, _right_permute_reference
+
+MESH = jax.sharding.Mesh(np.array(jax.devices()), ("x",))  # Device objects: no pickling
+
+
+def case():
+    x = jax.numpy.arange(4 * 8 * 128, dtype=jax.numpy.float32).reshape(32, 128)
+    # like JAX's all_gather: on one device there is nothing to send, so no kernel
+    return (lambda x: x if MESH.size == 1 else _right_permute(x)), (x,)
+
+
+def reference(x):
+    return _right_permute_reference(x)
+"""
+
+
+def test_the_cli_compares_on_devices_a_case_that_has_no_kernel_on_one(tmp_path):
+    """`compare --devices 4` traces the case as on 4 devices (not on this process's one,
+    where it launches no kernel), and runs it here when it cannot travel to a worker."""
+    case = tmp_path / "skips.py"
+    case.write_text(SKIPS_ON_ONE_DEVICE)
+    root = Path(kernels_multi.__file__).resolve().parent
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PALLASLAB_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": str(root)}
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "pallaslab", "compare", f"{case}:case", "--reference",
+         f"{case}:reference", "--devices", "4", "--json"], cwd=root, env=env,
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["passed"] and result["executors"] == ["tpu-interpret", "reference"]
+    [run] = [r for r in result["runs"] if r["executor"] == "tpu-interpret"]
+    assert any(n.startswith("ran in this process, which has the devices asked for")
+               for n in run["notes"]), run["notes"]

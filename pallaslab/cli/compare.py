@@ -32,6 +32,7 @@ from pallaslab.cli._shared import (
     print_error,
     print_json,
     safe,
+    simulate_cpu_devices,
 )
 from pallaslab.execute import EXECUTOR_NAMES, Comparison, compare
 from pallaslab.execute.comparison import OutputComparison
@@ -83,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("argument --executors: the 'reference' executor needs --reference "
                          "FILE.py:FUNC (a pure-JAX function with the kernel function's "
                          "signature)", prog="pallaslab compare")
+    if args.devices:  # traced here as on N devices too (a case may skip its kernel on one)
+        simulate_cpu_devices(args.devices)
     reference = load_function(args.reference) if args.reference else None
     # Traced here first, so that the user's own tracing errors show their traceback.
     case, _ = load_and_capture(args.case)

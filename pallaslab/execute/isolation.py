@@ -81,6 +81,12 @@ def time_limit(timeout: float | None) -> float:
     return float(timeout)
 
 
+def _own_devices() -> int:
+    import jax
+
+    return jax.device_count()
+
+
 def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunResult:
     """Run in the worker when the work can travel there, else in this process."""
     from pallaslab.execute import capabilities
@@ -95,15 +101,17 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
                                   "devices": devices,
                                   **capabilities.retrace_context(prepared.capture)})
     except Exception as err:
-        if devices is not None:  # this process has its own device count
+        if devices is not None and devices != _own_devices():  # its own count differs
             return RunResult(executor.name, None, prepared.output_info, 0.0, 0.0,
                              inputs=_inputs(prepared), unavailable=(
                                  f"devices={devices} runs the function in a worker process "
                                  f"with {devices} CPU devices, and it cannot be sent there "
                                  f"({why_not_sent(err)})"))
         result = execute_here(executor, prepared, limit)
-        return _with_note(result, f"ran in the notebook's process ({why_not_sent(err)}): the "
-                                  "time limit is checked between programs only")
+        here = "this process, which has the devices asked for" if devices is not None \
+            else "the notebook's process"
+        return _with_note(result, f"ran in {here} ({why_not_sent(err)}): the time limit is "
+                                  "checked between programs only")
     name = executor.name
     kernels = list(prepared.capture)
     total = _total(prepared)
