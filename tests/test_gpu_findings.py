@@ -416,3 +416,22 @@ def test_a_single_program_past_the_end_is_found_and_fails_the_comparison():
                           reference=lambda x, y: x + y)
     assert c.allclose and not c.passed and c.outcome == "errors"
     assert c.verdict() == "all close, but static analysis found errors: out-of-bounds-access"
+
+
+def _rows_one_wrong(x_ref, o_ref):
+    r = pl.program_id(0)
+    scale = jnp.where(r == 2, 3.0, 2.0)  # program (2,) scales its row wrongly
+    plt.store(o_ref.at[r, :], x_ref[r, :] * scale)
+
+
+def test_a_mismatch_names_the_program_that_stored_it_not_every_whole_array_window():
+    """Every program's window is the whole output: the comparison names the program whose
+    stores wrote the mismatched elements (from the evaluated stores), not all 16."""
+    def fn(x):
+        return pl.pallas_call(_rows_one_wrong, out_shape=x, grid=(x.shape[0],),
+                              compiler_params=TRITON)(x)
+
+    c = pallaslab.compare(fn, rand((16, 64)), executors="interpret,reference",
+                          reference=lambda x: x * 2.0)
+    (pair,) = c.outputs[0].pairs
+    assert pair.mismatched_elements == 64 and pair.programs == ((2,),)

@@ -16,6 +16,7 @@ values captured, other inputs seeded), giving
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,10 +40,8 @@ def store_findings(kernel: Kernel, tiling: Tiling) -> Iterator[Finding]:
     """Out-of-bounds accesses, write conflicts and unwritten output of a whole-array kernel."""
     if kernel.programs == 0:  # nothing runs: `empty-grid` and the window rules say so
         return
-    eqn = kernel.handle.eqn
-    prefetch = [v for v in kernel.prefetch_values if v is not None]
     try:
-        accesses = stores.evaluate_accesses(eqn, stores.sample_operands(eqn, prefetch))
+        accesses = kernel_accesses(kernel)
     except Exception as err:  # the evaluation failed: say so, never a silent pass
         yield _not_analysed(kernel, err)
         return
@@ -51,6 +50,34 @@ def store_findings(kernel: Kernel, tiling: Tiling) -> Iterator[Finding]:
     yield from _uncovered(kernel, accesses.stored)
 
 
+_EVALUATED: dict[int, tuple[Any, stores.Accesses]] = {}  # id(eqn) -> (eqn, its accesses)
+
+
+def kernel_accesses(kernel: Kernel) -> stores.Accesses:
+    """The loads and stores of a whole-array kernel's programs, evaluated once per kernel
+    (the findings and a comparison's attribution share them; seconds on large grids)."""
+    eqn = kernel.handle.eqn
+    kept = _EVALUATED.get(id(eqn))
+    if kept is not None and kept[0] is eqn:
+        return kept[1]
+    prefetch = [v for v in kernel.prefetch_values if v is not None]
+    accesses = stores.evaluate_accesses(eqn, stores.sample_operands(eqn, prefetch))
+    while len(_EVALUATED) >= 8:  # the most recent kernels only
+        del _EVALUATED[next(iter(_EVALUATED))]
+    _EVALUATED[id(eqn)] = (eqn, accesses)
+    return accesses
+
+
+def last_writers(kernel: Kernel, origin: str) -> np.ndarray | None:
+    """Per element of output `origin`: the program step (row-major) that stored it last, -1
+    where none did; None when the kernel is not judged by its stores or cannot be."""
+    if not decides_by_stores(kernel) or not kernel.programs:
+        return None
+    outputs = [op.origin for op in kernel.outputs]
+    try:
+        return kernel_accesses(kernel).stored[outputs.index(origin)].last
+    except Exception:  # attribution falls back to the windows; the kernel's findings say
+        return None  # why its stores could not be evaluated
 
 
 def _not_analysed(kernel: Kernel, err: Exception) -> Finding:

@@ -417,8 +417,9 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
     outputs = []
     for i, info in enumerate(prepared.output_info):
         ot = _output_tiling(info, tilings)
+        writers = _writers(prepared, info) if ot is not None and len(usable) >= 2 else None
         pairs = tuple(_pair(a, b, i, ot, tilings.get(info.kernel) if info.kernel is not None
-                            else None, rtol, atol, equal_nan)
+                            else None, rtol, atol, equal_nan, writers)
                       for a, b in itertools.combinations(usable, 2))
         shape, dtype = _shape_dtype(usable, i, prepared)
         outputs.append(OutputComparison(
@@ -455,9 +456,18 @@ def _output_tiling(info: OutputInfo, tilings: dict[int, Tiling | None]) -> Opera
     return t.operands.get(info.origin) if t is not None else None
 
 
+def _writers(prepared: Prepared, info: OutputInfo) -> np.ndarray | None:
+    """For a GPU kernel on whole-array refs (every window the whole output, so the windows
+    cannot say who wrote what): each element's last storing program, from its stores."""
+    from pallaslab.analysis.gpu_stores import last_writers
+
+    kernel = prepared.capture[info.kernel] if info.kernel is not None else None
+    return last_writers(kernel, info.origin) if kernel is not None and info.origin else None
+
+
 def _pair(ra: RunResult, rb: RunResult, i: int, ot: OperandTiling | None,
           tiling: Tiling | None, rtol: float | None, atol: float | None,
-          equal_nan: bool) -> PairComparison:
+          equal_nan: bool, writers: np.ndarray | None = None) -> PairComparison:
     if ra.outputs is None or rb.outputs is None:
         failed = ra if ra.outputs is None else rb
         empty = np.zeros((0,), bool)
@@ -466,6 +476,6 @@ def _pair(ra: RunResult, rb: RunResult, i: int, ot: OperandTiling | None,
                               error=f"{failed.executor} failed: {failed.error}")
     a, b = ra.outputs[i], rb.outputs[i]
     return compare_arrays(a, b, ra.executor, rb.executor, ot, tiling, rtol=rtol, atol=atol,
-                          equal_nan=equal_nan)
+                          equal_nan=equal_nan, writers=writers)
 
 

@@ -84,9 +84,11 @@ class PairComparison:
 def compare_arrays(a: np.ndarray, b: np.ndarray, name_a: str = "a", name_b: str = "b",
                    ot: OperandTiling | None = None, tiling: Tiling | None = None, *,
                    rtol: float | None = None, atol: float | None = None,
-                   equal_nan: bool = False) -> PairComparison:
-    """Compare two arrays; with an output tiling, name the mismatched blocks and programs.
-    NaN equals NaN only with `equal_nan`."""
+                   equal_nan: bool = False, writers: np.ndarray | None = None
+                   ) -> PairComparison:
+    """Compare two arrays; with an output tiling, name the mismatched blocks and programs
+    (with `writers`, each element's last storing program step, -1 for none: those that
+    stored the mismatched elements). NaN equals NaN only with `equal_nan`."""
     a, b = np.asarray(a), np.asarray(b)
     wide_a, wide_b = _wide(a), _wide(b)
     rtol = default_rtol(b.dtype) if rtol is None else float(rtol)
@@ -107,6 +109,9 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, name_a: str = "a", name_b: str 
         rel = np.where(nan_mismatch, np.inf, rel)
     mismatch = ~close
     mismatched_blocks, programs = blocks_and_programs(mismatch, ot, tiling)
+    if writers is not None and tiling is not None and writers.shape == mismatch.shape:
+        steps = np.unique(writers[mismatch & (writers >= 0)]).astype(np.int64)
+        programs = tuple(tiling.programs_at(steps))
     allclose = not mismatch.any()
     return PairComparison(
         a=name_a, b=name_b, max_abs_err=_max(diff), max_rel_err=_max(rel),
