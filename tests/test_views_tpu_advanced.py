@@ -183,7 +183,12 @@ def test_pipeline_shows_the_recorded_run_of_the_manual_dmas():
     assert [o["region"] for o in dmas if o["source"] == "kernels_tpu.py:140"] == [
         "[0:64, 0:128]", "[64:128, 0:128]", "[128:192, 0:128]", "[192:256, 0:128]"]
     assert dmas[1]["src"] == "scratch[1] (vmem #103)" and dmas[1]["dst"] == "outputs (hbm #101)"
+    # semaphores as the kernel names them (sems = scratch[2]); a sync_copy's own has no name
+    signals = [(o["source"], o["semaphore_name"]) for o in recorded["ops"] if o["op"] == "signal"]
+    assert signals[:3] == [("kernels_tpu.py:129", "scratch[2][0]"), ("kernels_tpu.py:140", None),
+                           ("kernels_tpu.py:136", "scratch[2][1]")]
     text = view.to_text()
+    assert "signal semaphore scratch[2][0] (+32768) at kernels_tpu.py:129" in text
     assert "recorded run (tpu-interpret), per line:" in text
     assert "DMA scratch[1] (vmem #103) -> outputs (hbm #101) [64:128, 0:128], 32,768 B at " \
         "kernels_tpu.py:140 (#2 of its line)" in text

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import TypedDict
 
 from pallaslab.model import Kernel
+from pallaslab.model._jax.deadlock import semaphore_names
 from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
 from pallaslab.views import _html
 from pallaslab.views._html import esc
@@ -28,6 +29,7 @@ class RecordedOp(TypedDict):
     region: str | None  # rows/columns of the destination written: "[64:128, 0:128]"
     bytes: int | None  # DMA bytes; signal: the increment; wait: the value waited for
     semaphore: int | None  # the interpreter's semaphore id
+    semaphore_name: str | None  # the kernel's name for it ("scratch[2][0]"), when it has one
     source: str | None  # "file.py:LINE"
     iteration: int | None  # DMAs: how many DMAs this line had started before this one
 
@@ -45,16 +47,19 @@ def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interp
     """The kernel's part of a run's record, in the order it happened."""
     transfers = [_attributed(t, kernel) for t in record.transfers]
     transfers = [t for t in transfers if _belongs(t.source, kernel)]
+    # TPU interpret mode's ids of the kernel's semaphore operands (a sync_copy's own has none)
+    names = semaphore_names(kernel.operands) if executor == "tpu-interpret" else {}
     started: Counter[tuple[int, str | None]] = Counter()  # the lines as attributed here
     ops = []
     for t in transfers:
         ops.append(RecordedOp(seq=t.seq, op="dma", src=t.src_buffer, dst=t.dst_buffer,
                               region=_region_text(t.dst_region), bytes=t.nbytes,
-                              semaphore=None, source=_short(t.source),
+                              semaphore=None, semaphore_name=None, source=_short(t.source),
                               iteration=started[(t.src_device, t.source)]))
         started[(t.src_device, t.source)] += 1
     ops += [RecordedOp(seq=s.seq, op=s.kind, src=None, dst=None, region=None, bytes=s.amount,
-                       semaphore=s.semaphore, source=_short(source), iteration=None)
+                       semaphore=s.semaphore, semaphore_name=names.get(s.semaphore),
+                       source=_short(source), iteration=None)
             for s, source in _semaphore_sources(record, transfers) if _belongs(source, kernel)]
     ops.sort(key=lambda o: (o["seq"], o["op"] != "dma"))
     return RunRecord(executor=executor, ops=ops[:MAX_RECORDED],
@@ -159,7 +164,15 @@ def op_line(o: RecordedOp, barriers: bool = False) -> str:
         done = "completed phase" if o["op"] == "signal" else "waited for phase"
         return f"{o['seq']:>5}  barrier {o['semaphore']} {done} {o['bytes']}{where}"
     amount = "+" if o["op"] == "signal" else "waited for "
-    return f"{o['seq']:>5}  {o['op']} semaphore {o['semaphore']} ({amount}{o['bytes']}){where}"
+    return f"{o['seq']:>5}  {o['op']} semaphore {semaphore_label(o)} ({amount}{o['bytes']})" \
+           f"{where}"
+
+
+def semaphore_label(o: RecordedOp) -> str:
+    """The kernel's name for the semaphore, else the interpreter's id ("#2002")."""
+    if o["semaphore"] is None:
+        return ""
+    return o["semaphore_name"] or f"#{o['semaphore']}"
 
 
 def record_text(rec: RunRecord, limit: int = 40) -> list[str]:
@@ -177,7 +190,7 @@ def record_text(rec: RunRecord, limit: int = 40) -> list[str]:
 def record_html(rec: RunRecord, limit: int = 200) -> str:
     rows = [(str(o["seq"]), o["op"], f"{o['src']} → {o['dst']}" if o["src"] else "",
              o["region"] or "", _html.num(o["bytes"]),
-             "" if o["semaphore"] is None else str(o["semaphore"]), o["source"] or "",
+             semaphore_label(o), o["source"] or "",
              "" if o["iteration"] is None else str(o["iteration"] + 1))
             for o in rec["ops"][:limit]]
     return (f"<h4>Recorded run ({esc(rec['executor'])})</h4>"

@@ -11,7 +11,7 @@ import { h } from "./prelude.js";
 /**
  * @typedef {{seq: number, op: string, src: string | null, dst: string | null,
  *   region: string | null, bytes: number | null, semaphore: number | null,
- *   source: string | null, iteration: number | null}} RecordedOp
+ *   semaphore_name: string | null, source: string | null, iteration: number | null}} RecordedOp
  * @typedef {{executor: string, ops: RecordedOp[], lines: string[], truncated: boolean,
  *   note?: string | null}} RunRecord
  */
@@ -46,7 +46,7 @@ export function recordSection(p) {
     tr.append(h("td", "num", String(o.seq)), h("td", "", names[o.op] || o.op),
       h("td", "", o.src ? `${o.src} → ${o.dst}` : ""), h("td", "pl-mono", o.region || ""),
       h("td", "num", o.bytes === null ? "" : o.bytes.toLocaleString("en-US")),
-      h("td", "", o.semaphore === null ? "" : String(o.semaphore)), h("td", "", o.source || ""),
+      h("td", "", o.semaphore === null ? "" : o.semaphore_name || `#${o.semaphore}`), h("td", "", o.source || ""),
       h("td", "num", o.iteration === null ? "" : String(o.iteration + 1)));
     table.append(tr);
   }
