@@ -61,7 +61,8 @@ def get_target(target: str | Target) -> Target:
         raise UnknownTargetError(
             f"target={target!r}: a target is one of {', '.join(TARGETS)} (a name such as "
             "\"tpu-v5e\" or \"gpu-h100\"), to say which hardware to lower for")
-    name = target if target.startswith(("tpu-", "gpu-")) else _guess_prefix(target)
+    text = target.strip().lower()  # "TPU-V5E" as the magic and the CLI accept it
+    name = text if text.startswith(("tpu-", "gpu-")) else _guess_prefix(text)
     if name in TARGETS:
         return TARGETS[name]
     raise UnknownTargetError(

@@ -325,3 +325,15 @@ def test_no_text_progress_bar_is_written_to_a_log(monkeypatch):
 
     monkeypatch.setattr(sys, "__stderr__", io.StringIO())  # redirected: not a terminal
     assert monitor._progress_bar(100, "interpret") is None
+
+
+def test_an_unknown_chip_to_trace_under_is_an_error_even_when_tracing_does_not_ask():
+    with pytest.raises(ValueError, match=r"unknown TPU chip 'v9' to trace under: known chips "
+                                         r"are v4, v5e, v5p, v6e, 7x"):
+        pallaslab.capture(bk.copy, X, chip="v9")
+
+
+def test_targets_are_named_in_any_case_as_on_the_command_line():
+    from lowering.targets import get_target
+
+    assert get_target("TPU-V5E").name == "tpu-v5e" and get_target(" H100 ").name == "gpu-h100"

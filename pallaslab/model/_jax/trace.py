@@ -54,6 +54,8 @@ def trace(
     (the user's own) propagates unchanged.
     """
     args, kwargs = tuple(args), dict(kwargs)
+    if chip is not None:
+        abstract_tpu_name(chip)  # an unknown chip is an error now, not only if tracing asks
     if force_chip:
         used = abstract_tpu_name(chip or DEFAULT_TRACE_CHIP)
         closed = _make_jaxpr(fn, args, kwargs, used, False)
