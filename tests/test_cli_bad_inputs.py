@@ -404,16 +404,14 @@ def test_an_error_inside_a_library_kernel_shows_the_librarys_line(tmp_path, caps
     the traceback, and the one-line error says where it was raised."""
     case = tmp_path / "lib_case.py"
     case.write_text(
-        "import jax.numpy as jnp\n"
-        "from jax.experimental.pallas.ops.tpu import matmul as mm\n\n"
+        "import jax.numpy as jnp\n\n"
         "def case():\n"
         "    def broken(x):\n"
         "        raise AttributeError\n"
-        "    mm.matmul = broken  # as if the library itself raised\n"
-        "    return mm.matmul, (jnp.ones((8, 128)),)\n")
+        "    return broken, (jnp.ones((8, 128)),)\n")
     assert main(["inspect", f"{case}:case"]) == 2
     err = capsys.readouterr().err
-    assert "raised AttributeError (raised at lib_case.py:6)" in err
+    assert "raised AttributeError (raised at lib_case.py:5)" in err
     from pathlib import Path
 
     import jax

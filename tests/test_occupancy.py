@@ -243,8 +243,8 @@ def test_a_body_value_that_would_overflow_if_spilled_is_a_warning_and_a_cli_note
     assert risk.severity == "warning"
     assert risk.message.startswith(
         "_flash_attention_kernel on TPU v5e: its buffers need 2.00 MiB of the 16.00 MiB "
-        "scoped-VMEM limit, and its body computes a float32[2048, 2048] value (16.00 MiB) that "
-        "the compiler may keep in scoped VMEM too: 18.00 MiB would not fit.")
+        "scoped-VMEM limit, and its body computes a float32[2048, 2048] matrix product "
+        "(16.00 MiB) that the compiler keeps in scoped VMEM too: 18.00 MiB would not fit.")
     small = fa.BlockSizes(block_q=512, block_k_major=512, block_k=512, block_b=1)
     wb = pallaslab.inspect(functools.partial(fa.flash_attention, block_sizes=small), q, q, q)
     assert not [f for f in wb.findings if f.code == "vmem-spill-risk"]

@@ -435,23 +435,36 @@ def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple
             continue
         if occ.limit > occ.effective_limit:
             out.append(limit_above_chip_finding(occ))
-        if occ.large_values and occ.bytes + occ.large_values[0][2] > occ.effective_limit:
-            out.append(spill_risk_finding(occ))
+        product = largest_product(kernel)
+        if product is not None and occ.bytes + product[2] > occ.effective_limit:
+            out.append(spill_risk_finding(occ, product))
     return tuple(out)
 
 
-def spill_risk_finding(occ: Occupancy) -> Finding:
-    shape, dtype, size = occ.large_values[0]
+def largest_product(kernel: Kernel) -> tuple[tuple[int, ...], str, int] | None:
+    """The largest matrix product the body computes (shape, dtype, bytes), if any of at least
+    SPILL_RISK_BYTES: the MXU's result lands in VMEM whole before what uses it (flash
+    attention's scores), where an elementwise value streams into its output (libtpu compiles
+    `o[...] = x[...] * 2` over 64 MiB of buffers with no VMEM for the 16 MiB product)."""
+    products = [(shape, np.dtype(dtype).name, math.prod(shape) * _storage_dtype(dtype).itemsize)
+                for shape, dtype, primitive in _jax.kernel_body_values(kernel)
+                if primitive == "dot_general"]
+    big = [p for p in products if p[2] >= SPILL_RISK_BYTES]
+    return max(big, key=lambda p: p[2]) if big else None
+
+
+def spill_risk_finding(occ: Occupancy, product: tuple[tuple[int, ...], str, int]) -> Finding:
+    shape, dtype, size = product
     return Finding(
         code="vmem-spill-risk", severity="warning",
         message=f"{occ.kernel} on TPU {occ.chip}: its buffers need {_kib(occ.bytes)} of the "
                 f"{_kib(occ.effective_limit)} scoped-VMEM limit, and its body computes a "
-                f"{dtype}{list(shape)} value ({_kib(size)}) that the compiler may keep in "
-                f"scoped VMEM too: {_kib(occ.bytes + size)} would not fit. Rule: in-kernel "
-                "values larger than the vector registers may spill to scoped VMEM (libtpu "
-                "was measured to need up to about twice the largest); shrink the blocks that "
-                "size the value or raise `vmem_limit_bytes`, and compile for the target "
-                "(`pallaslab lower --compile`) to know for sure.",
+                f"{dtype}{list(shape)} matrix product ({_kib(size)}) that the compiler keeps in "
+                f"scoped VMEM too: {_kib(occ.bytes + size)} would not fit. Rule: a matrix "
+                "product larger than the vector registers lands in scoped VMEM (libtpu was "
+                "measured to need up to about twice the largest); shrink the blocks that size "
+                "it or raise `vmem_limit_bytes`, and compile for the target (`pallaslab lower "
+                "--compile`) to know for sure.",
     )
 
 
