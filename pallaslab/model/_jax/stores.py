@@ -30,7 +30,6 @@ import numpy as np
 from jax import lax
 from jax._src import core as jax_core
 from jax._src import linear_util as lu
-from jax._src import source_info_util
 from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import primitives as pallas_primitives
 from jax._src.state import discharge as state_discharge
@@ -39,7 +38,7 @@ from jax._src.state.types import AbstractRef
 from pallaslab.model._jax import access_bounds
 from pallaslab.model._jax.access_bounds import ACCESSES
 from pallaslab.model._jax.kernels import _call_site
-from pallaslab.model._jax.rewrite import contains
+from pallaslab.model._jax.rewrite import contains, eval_replacing
 from pallaslab.model._jax.trace import _bind
 
 STORES = ("masked_swap", "swap", "addupdate")  # pl.store / ref[...] = x / ref[...] += x
@@ -298,22 +297,8 @@ class _Program:
     recorder: _Recorder
 
     def run(self, jaxpr: Any, consts: Any, args: Sequence[Any]) -> list[Any]:
-        env: dict[Any, Any] = {}
-
-        def read(v: Any) -> Any:
-            return v.val if isinstance(v, jax_core.Literal) else env[v]
-
-        env.update(zip(jaxpr.constvars, consts, strict=True))
-        env.update(zip(jaxpr.invars, args, strict=True))
-        for eqn in jaxpr.eqns:
-            invals = [read(v) for v in eqn.invars]
-            with source_info_util.user_context(eqn.source_info.traceback,
-                                               name_stack=eqn.source_info.name_stack):
-                outs = self.equation(eqn, invals)
-            for v, x in zip(eqn.outvars, outs, strict=True):
-                if not isinstance(v, jax_core.DropVar):
-                    env[v] = x
-        return [read(v) for v in jaxpr.outvars]
+        """Evaluate `jaxpr`, every equation through `equation` (the user's lines kept)."""
+        return eval_replacing(jaxpr, consts, args, lambda eqn: True, self.equation)
 
     def equation(self, eqn: Any, invals: list[Any]) -> list[Any]:
         name = eqn.primitive.name
