@@ -173,3 +173,49 @@ def test_the_pipeline_view_shows_the_recorded_tma_copies_and_barriers():
     assert [(o["op"], o["source"]) for o in recorded["ops"]][:3] == [
         ("dma", copy), ("signal", copy), ("signal", arrive)]
     assert f"TMA copy args[0] (gmem) -> scoped[0] (smem), 1,024 B at {copy}" in view.to_text()
+
+
+def _consumer_skips_the_wait(x_gmem, o_gmem, x_smem, loaded, ready):
+    import jax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    wg = jax.lax.axis_index("wg")
+
+    @pl.when(wg == 0)
+    def _producer():
+        plgpu.copy_gmem_to_smem(x_gmem, x_smem, loaded)
+        plgpu.barrier_wait(loaded)
+        x_smem[...] = x_smem[...] * 3.0  # WRITES-SMEM
+        plgpu.barrier_arrive(ready)
+
+    @pl.when(wg == 1)
+    def _consumer():
+        o_gmem[...] = x_smem[...] + 1.0  # READS-SMEM (no barrier_wait(ready) first)
+
+
+def test_warpgroups_racing_on_smem_are_a_data_race_every_time():
+    """The consumer skips its barrier_wait: its output depends on the threads' timing (it
+    may even match the reference), but the race is found by vector clocks, every run."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from kernels import rand
+
+    fn = plgpu.kernel(_consumer_skips_the_wait, out_type=jax.ShapeDtypeStruct((256,), jnp.float32),
+                      num_threads=2, thread_name="wg",
+                      scratch_types=[plgpu.SMEM((256,), jnp.float32), plgpu.Barrier(),
+                                     plgpu.Barrier()])
+    here = Path(__file__).name
+    lines = {m: catalog_line(f"# {m}", here) for m in ("WRITES-SMEM", "READS-SMEM")}
+    for _ in range(2):
+        result = pallaslab.run(fn, rand((256,)), timeout=120)
+        assert result.executor == "gpu-interpret"
+        races = [f for f in result.findings if f.code == "data-race"]
+        assert races and all(f.severity == "error" for f in races)
+        assert any(f.message.startswith(
+            f"_consumer_skips_the_wait: data race in block 0: the read at "
+            f"{lines['READS-SMEM']} by warpgroup 1 and the write at {lines['WRITES-SMEM']} "
+            "by warpgroup 0 are not ordered. Rule: a warpgroup may touch SMEM another "
+            "warpgroup writes") for f in races), [f.message for f in races]

@@ -248,3 +248,73 @@ def short_error(message: str) -> str:
         if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", line):
             return line
     return lines[-1] if lines else message
+
+
+# --- GPU interpret mode's races (warpgroups of a block sharing SMEM) ------------------------
+
+_GPU_SIDE = (r"(?P<op{n}>write|read) of .*? from Warpgroup\(device_id=\d+, cluster_id=\d+, "
+             r"block_id=(?P<block{n}>\d+), warpgroup_id=(?P<wg{n}>\d+)\),[ ]?"
+             r"(?:(?P<where{n}>[^\s,]+?):(?P<line{n}>\d+):\d+)?")
+_GPU_RACE = re.compile(_GPU_SIDE.format(n=1) + r".*?\n\s+" + _GPU_SIDE.format(n=2), re.S)
+_GPU_RULE = ("Rule: a warpgroup may touch SMEM another warpgroup writes (or reads) only after "
+             "waiting on a barrier that the other arrives on (plgpu.barrier_arrive / "
+             "barrier_wait), or that its TMA copy completes.")
+
+
+class GpuRaceLog(logging.Handler):
+    """Collects GPU interpret mode's race reports (logged as warnings with `on_race="warn"`):
+    unordered accesses by two warpgroups (or TMA copies) of a block."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "RACE DETECTED" in (message := record.getMessage()):
+            self.messages.append(message)
+
+    def __enter__(self) -> GpuRaceLog:
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger().removeHandler(self)
+
+
+GPU_SAME_WARPGROUP_NOTE = (
+    "races GPU interpret mode reported within one warpgroup (a TMA copy against that "
+    "warpgroup's own access) are not findings: JAX 0.12's detector does not order a TMA "
+    "copy before the barrier wait that completes it, and reports them even for JAX's own "
+    "plgpu.emit_pipeline")
+
+
+def gpu_race_findings(messages: list[str], kernels: list[Kernel]
+                      ) -> tuple[tuple[Finding, ...], bool]:
+    """One `data-race` finding per distinct race between two warpgroups, as the user reads
+    it (block, warpgroups, lines); and whether races within one warpgroup were left out
+    (`GPU_SAME_WARPGROUP_NOTE`)."""
+    name = f"{kernels[0].name}: " if len(kernels) == 1 else ""
+    found: dict[str, Finding] = {}
+    left_out = False
+    for message in messages:
+        m = _GPU_RACE.search(message)
+        if m is not None and m["wg1"] == m["wg2"]:
+            left_out = True
+            continue
+        if m is None:  # a form this parser does not know: JAX's own first line
+            lines = [line.strip() for line in message.splitlines() if line.strip()]
+            text = f"{name}data race: {lines[1] if len(lines) > 1 else lines[0]}. {_GPU_RULE}"
+        else:
+            kernel = kernels[0] if len(kernels) == 1 else None
+            sides = sorted(_gpu_side(m, n, kernel) for n in (1, 2))  # either comes first
+            text = (f"{name}data race in block {m['block1']}: {sides[0]} and {sides[1]} are "
+                    f"not ordered. {_GPU_RULE}")
+        found.setdefault(text, Finding("data-race", "error", text))
+    return tuple(found.values()), left_out
+
+
+def _gpu_side(m: re.Match[str], n: int, kernel: Kernel | None) -> str:
+    """"the read at f.py:12 by warpgroup 1" (a TMA copy has no line: "at ?")."""
+    where = m[f"where{n}"]
+    at = _frame(f"{where}:{m[f'line{n}']}", kernel) if where else None
+    return f"the {m[f'op{n}']} at {at or '?'} by warpgroup {m[f'wg{n}']}"

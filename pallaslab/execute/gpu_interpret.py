@@ -51,8 +51,10 @@ class GpuInterpretExecutor:
         # copy or synchronise (the Pipeline view's recorded run).
         recorder = _jax.BarrierRecorder() if any(k.dmas or k.semaphore_ops for k in kernels) \
             else None
-        params = plgpu.InterpretGPUParams(logging_mode=_jax.barrier_logging_mode()) \
-            if recorder is not None else plgpu.InterpretGPUParams()
+        # Races between a block's warpgroups are found by vector clocks (whatever the threads'
+        # order), reported as warnings: the run goes on and each race is a finding.
+        logging = {"logging_mode": _jax.barrier_logging_mode()} if recorder is not None else {}
+        params = plgpu.InterpretGPUParams(detect_races=True, on_race="warn", **logging)
         t0 = time.perf_counter()
         with plgpu.force_gpu_interpret_mode(params):
             compiled = jax.jit(prepared.fn).lower(*prepared.args, **prepared.kwargs).compile()
@@ -60,7 +62,8 @@ class GpuInterpretExecutor:
         t1 = time.perf_counter()
         outputs: tuple[np.ndarray, ...] | None = None
         error, unavailable, findings = None, None, []
-        with monitor.watching(), recorder or contextlib.nullcontext():
+        races = diagnostics.GpuRaceLog()
+        with monitor.watching(), recorder or contextlib.nullcontext(), races:
             try:
                 outs = compiled(*prepared.args, **prepared.kwargs)
                 jax.block_until_ready(outs)
@@ -73,9 +76,12 @@ class GpuInterpretExecutor:
                 if unavailable is None:
                     error = diagnostics.short_error(str(err))
                     findings.append(Finding("interpret-error", "error", error))
+        raced, left_out = diagnostics.gpu_race_findings(races.messages, kernels)
+        findings += raced
         return RunResult(self.name, outputs, prepared.output_info, time.perf_counter() - t1,
                          compile_time, prints=monitor.prints, findings=tuple(findings),
                          error=error, unavailable=unavailable,
+                         notes=(diagnostics.GPU_SAME_WARPGROUP_NOTE,) if left_out else (),
                          inputs=_numpy(prepared.flat_args),
                          device_record=None if recorder is None else _barrier_record(
                              recorder, kernels))
