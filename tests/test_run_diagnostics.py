@@ -316,3 +316,13 @@ def test_a_body_structure_pallaslab_cannot_read_is_a_warning_not_a_lost_capture(
         "is not described (reading it failed: TypeError: a form of DMA this walk does not "
         "know): the analysis and the views leave it out (a gap of pallaslab's, not of the "
         "kernel)")
+
+
+def test_stepping_a_kernel_with_dmas_says_waits_do_not_block_there():
+    fn, args = CATALOG["manual_dma_double_buffer"].case()
+    [note] = pallaslab.step(fn, *args).notes
+    assert note.startswith("stepping runs each program with interpret mode's semantics: every "
+                           "DMA lands as it starts and no semaphore wait blocks")
+    assert note.endswith("pallaslab.run and compare use TPU interpret mode, which finds them")
+    fn, args = CATALOG["matmul_f32"].case()
+    assert pallaslab.step(fn, *args).notes == []

@@ -43,6 +43,7 @@ import numpy as np
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute import capabilities, isolation
+from pallaslab.execute.auto import needs_tpu_semantics
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import Prepared, prepare
 from pallaslab.execute.mesh_stepping import (
@@ -126,6 +127,12 @@ class Stepper:
         self._runner = runner or _jax.program_runner(self.kernel)
         if self._per_core:
             self.notes.append(mesh_note(self.kernel))
+        if (why := needs_tpu_semantics([self.kernel])) is not None:
+            self.notes.append(
+                f"stepping runs each program with interpret mode's semantics: every DMA lands "
+                f"as it starts and no semaphore wait blocks, so a missing wait or signal, or a "
+                f"read before its wait, steps cleanly here ({why.split(': ')[0]}); "
+                f"pallaslab.run and compare use TPU interpret mode, which finds them")
         self._remote = self._remote_runner(prepared)
         self._ids = self.tiling.program_ids()
         self._init_state(operands)

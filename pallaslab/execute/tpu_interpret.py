@@ -136,10 +136,12 @@ def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> 
     "deadlock"; the run's error says it in words)."""
     if found is None:
         return result
+    # The blocked waits name their own lines when the log gives them; else the kernel's waits
     waits = sorted({op.source for k in kernels for op in k.semaphore_ops
                     if op.kind in ("wait", "dma_wait") and op.source})
+    located = all(w.source for w in found.waits)
     where = f" (the kernel waits at {', '.join(w.rsplit('/', 1)[-1] for w in waits)})" \
-        if waits else ""
+        if waits and not located else ""
     kernel = kernels[0] if len(kernels) == 1 else None  # ids are per launch: one kernel's
     names = deadlock.semaphore_names(kernel.operands) if kernel is not None else {}
     several = kernel is None or kernel.kind != "pallas_call" or \
