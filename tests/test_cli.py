@@ -190,3 +190,14 @@ def test_the_buffers_column_is_what_the_kernel_gets():
     ops = {op["origin"]: op for op in kernel_json(insp)["operands"]}
     assert [(ops[o]["buffer_count"], ops[o]["buffers"]) for o in ("args[0]", "args[1]")] == \
         [(2, 2), (2, 1)]
+
+
+def test_lower_prints_whole_ir_lines_when_piped(capsys):
+    """Piped (not a terminal), the IR is printed as it is: the func.func line keeps its
+    attributes, however long, and no line is padded."""
+    assert main(["lower", "tests/kernels.py:matmul_f32", "--target", "tpu-v5e",
+                 "--stage", "mosaic"]) == 0
+    out = capsys.readouterr().out
+    func = next(line for line in out.splitlines() if "func.func @" in line)
+    assert len(func) > 200 and "dimension_semantics" in func and "window_params" in func
+    assert not any(line.endswith(" ") for line in out.splitlines() if "func." in line)

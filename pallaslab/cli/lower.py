@@ -106,6 +106,9 @@ def render(kernel, target: str, stages: list[str] | None, out) -> None:
               if stages and ("all" in stages or s.name in stages)]
     for s in wanted:
         out.print(f"\n[bold]--- {safe(s.name)} ---[/]")
-        out.print(Syntax(visible(s.text), LEXERS.get(s.name, "text"), line_numbers=True,
-                         word_wrap=False))
+        if out.is_terminal:  # highlighted, long lines wrapped (never cut)
+            out.print(Syntax(visible(s.text), LEXERS.get(s.name, "text"), line_numbers=True,
+                             word_wrap=True))
+        else:  # piped or redirected: the IR as it is, whole lines, no padding
+            out.print(visible(s.text), markup=False, highlight=False, soft_wrap=True)
     out.print()
