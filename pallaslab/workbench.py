@@ -35,9 +35,17 @@ def inspect(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Workbench:
     """Capture every Pallas kernel `fn(*args, **kwargs)` launches and open a workbench on them.
 
     Nothing runs: the call is traced. Display the result in Jupyter, or use `wb.grid()`,
-    `wb.overview()`, `wb.findings`, `wb.to_text()`.
+    `wb.overview()`, `wb.findings`, `wb.to_text()`. The Compare and Step tabs re-run this
+    call (in the killable worker, so their time limits hold).
     """
-    return Workbench(capture(fn, *args, **kwargs))
+    from pallaslab.views.compare import user_call
+    from pallaslab.views.session import attach_workbench
+
+    wb = Workbench(capture(fn, *args, **kwargs))
+    own = {k: v for k, v in kwargs.items() if k != "chip"}  # `chip` is capture's
+    if (call := user_call(fn, args, own)) is not None:
+        attach_workbench(wb).call = call
+    return wb
 
 
 class Workbench:
