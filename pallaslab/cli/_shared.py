@@ -28,8 +28,9 @@ EXIT_FAILED = 1  # error findings, a mismatch, a kernel that failed to lower or 
 EXIT_ERROR = 2  # usage, a case that cannot be loaded, a tool error, incomplete, time limit
 
 EXIT_STATUS_HELP = """exit status:
-  0  clean
-  1  error findings, a mismatch, or a kernel that failed to lower or compile
+  0  clean (inspect and report: whatever they found; check gates on findings)
+  1  error findings (check, compare), a mismatch, or a kernel that failed to
+     lower or compile
   2  usage error, a case that cannot be loaded, a tool error (e.g. a missing
      compiler), an incomplete comparison or a time limit
 with --json, stdout is always one JSON object; on failure
