@@ -65,7 +65,9 @@ class Stage:
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
-    vmem_bytes: int | None = None  # scoped VMEM the compiler needs (TPU, --vmem-exact)
+    # TPU scoped VMEM: the compiler's need with --vmem-exact (or from its OOM error), else the
+    # buffers the compiled module declares (`tpu_compile.Buffers`: not the need)
+    vmem_bytes: int | None = None
     smem_bytes: int | None = None  # shared memory per block (GPU)
     registers: int | None = None  # registers per thread (GPU, ptxas)
     spills: int | None = None  # spill stores + loads in bytes (GPU, ptxas)

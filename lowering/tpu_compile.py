@@ -182,8 +182,9 @@ _VMEM_ALLOCA_UNIT = 512
 class Buffers:
     """The kernel's VMEM/SMEM buffers as the compiled module declares them (bytes, in the
     compiler's tiled layout): pipelined blocks twice (double-buffered), scratch and scalar
-    prefetch once. The compiler's own internal scratch is not declared there, so VMEM is a
-    lower bound of what `vmem_exact` measures."""
+    prefetch once. Not the compiler's need, which `vmem_exact` measures: the compiler's own
+    scratch is not declared (the need can be more), and windows libtpu shares or drops are
+    (narrow or aliased windows: the need can be less, 128 KiB where 192 KiB are declared)."""
 
     vmem_bytes: int | None
     smem_bytes: int | None

@@ -392,9 +392,10 @@ def test_libtpu_compile_fills_vmem_and_smem_and_says_where_from():
     assert low["compiled"] and low["ok"]
     assert low["resources"]["vmem_bytes"] == 448 * 1024
     assert low["resources"]["smem_bytes"] == 0
-    assert low["resource_notes"]["vmem_bytes"].startswith("libtpu: buffers of the compiled")
+    assert low["resource_notes"]["vmem_bytes"].startswith(
+        "libtpu: buffers the compiled module declares (blocks double-buffered), not its need")
     assert "VMEM 448.0 KiB (libtpu: buffers" in view.to_text()
-    assert "libtpu: buffers of the compiled module" in view.to_html()
+    assert "--vmem-exact measures the need" in view.to_html()
     # scalar prefetch lives in SMEM: 6 int32 indices in the compiler's 128-wide tiling
     fn, args = CATALOG["scalar_prefetch_gather"].case()[:2]
     (k,) = lowering.lower(fn, *args, target="tpu-v5e", compile=True).kernels

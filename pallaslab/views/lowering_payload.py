@@ -207,8 +207,9 @@ def resource_figures(kernel: Kernel | None, target: str, r: KernelLowering
         notes["vmem_bytes"] = (
             "measured: the smallest vmem_limit_bytes libtpu accepts" if "vmem-exact" in codes
             else "libtpu: needed, from its VMEM OOM error" if not r.ok
-            else "libtpu: buffers of the compiled module (blocks double-buffered, without "
-                 "compiler scratch)")
+            else "libtpu: buffers the compiled module declares (blocks double-buffered), not "
+                 "its need: the compiler may add scratch or share windows; --vmem-exact "
+                 "measures the need")
     elif kernel is not None:
         from lowering import TARGETS
         from pallaslab.analysis.occupancy import applies, occupancy
