@@ -105,11 +105,14 @@ CATALOG: dict[str, Bad] = {
     "lower-unknown-stage": bad("lower", f"{K}:vector_add", "--stage", "foo",
                                message="argument --stage: unknown stage 'foo'; valid stages: "
                                        "all, jaxpr, mosaic"),
+    # (a GPU stage for a TPU target: no hint to --compile, which would not make it either)
     "lower-stage-not-produced": bad("lower", f"{K}:vector_add", "--stage", "ptx",
-                                    json=False,  # --json prints every stage
                                     message="lowering for tpu-v5e produced no stage 'ptx'; it "
-                                            "produced: jaxpr, mosaic (compiler stages need "
-                                            "--compile)"),
+                                            "produced: jaxpr, mosaic"),
+    "lower-compiler-stage-needs-compile": bad(
+        "lower", f"{K}:vector_add", "--stage", "mosaic:post-finalize-llo",
+        message="lowering for tpu-v5e produced no stage 'mosaic:post-finalize-llo'; it "
+                "produced: jaxpr, mosaic (compiler stages need --compile)"),
     "lower-case-raises": bad("lower", f"{BAD}:raises_in_case", error_type=CODE_ERR,
                              message="ValueError: the case itself is broken"),
     # -- compare ----------------------------------------------------------------------------

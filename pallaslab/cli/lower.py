@@ -65,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
     result = lower(cap, target=args.target, compile=args.compile,
                    vmem_exact=args.vmem_exact, use_cache=not args.no_cache,
                    devices=args.devices)
+    _require_stages(args.stage or [], result)  # (--json holds every stage)
     if args.json:
         print_json(result.to_json())
     else:
-        _require_stages(args.stage or [], result)
         out = console()
         for kernel in result.kernels:
             render(kernel, result.target, args.stage, out)
@@ -84,9 +84,17 @@ def _require_stages(wanted: list[str], result) -> None:
             f"argument --stage: lowering for {result.target} produced no stage "
             f"{', '.join(repr(s) for s in missing)}; it produced: "
             f"{', '.join(sorted(produced)) or 'none'}"
-            + ("" if any(k.compiled for k in result.kernels)
-               else " (compiler stages need --compile)"),
+            + (" (compiler stages need --compile)" if not any(k.compiled for k in result.kernels)
+               and all(_compiler_stage(s, result.target) for s in missing) else ""),
             prog="pallaslab lower")
+
+
+def _compiler_stage(stage: str, target: str) -> bool:
+    """Is `stage` one the target's compiler makes with --compile (libtpu's passes; Triton's
+    and ptxas's GPU stages)?"""
+    if target.startswith("tpu-"):
+        return stage.startswith("mosaic:")
+    return stage in ("ttgir", "llir", "ptx", "sass")
 
 
 def render(kernel, target: str, stages: list[str] | None, out) -> None:
