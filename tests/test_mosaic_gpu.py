@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import kernels_mgpu
 import numpy as np
 import pytest
-from catalog import catalog_line
+from catalog import catalog_line, rand
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
 from kernels import CATALOG
 
 import pallaslab
@@ -176,10 +180,6 @@ def test_the_pipeline_view_shows_the_recorded_tma_copies_and_barriers():
 
 
 def _consumer_skips_the_wait(x_gmem, o_gmem, x_smem, loaded, ready):
-    import jax
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
     wg = jax.lax.axis_index("wg")
 
     @pl.when(wg == 0)
@@ -197,13 +197,8 @@ def _consumer_skips_the_wait(x_gmem, o_gmem, x_smem, loaded, ready):
 def test_warpgroups_racing_on_smem_are_a_data_race_every_time():
     """The consumer skips its barrier_wait: its output depends on the threads' timing (it
     may even match the reference), but the race is found by vector clocks, every run."""
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    from kernels import rand
-
-    fn = plgpu.kernel(_consumer_skips_the_wait, out_type=jax.ShapeDtypeStruct((256,), jnp.float32),
+    fn = plgpu.kernel(_consumer_skips_the_wait,
+                      out_type=jax.ShapeDtypeStruct((256,), jnp.float32),
                       num_threads=2, thread_name="wg",
                       scratch_types=[plgpu.SMEM((256,), jnp.float32), plgpu.Barrier(),
                                      plgpu.Barrier()])
