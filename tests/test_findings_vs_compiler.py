@@ -15,7 +15,7 @@ from kernels import CATALOG
 
 import pallaslab
 from pallaslab.analysis.findings import find
-from pallaslab.analysis.occupancy import vmem_findings
+from pallaslab.analysis.vmem_findings import vmem_findings
 
 CHIPS = ("v5e", "v6e")
 # Finding code -> the lowering diagnostic code the compiler's refusal is reported as.

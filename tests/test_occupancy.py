@@ -11,13 +11,9 @@ from kernels import CATALOG, matmul
 
 import pallaslab
 from pallaslab.analysis.chips import chip
-from pallaslab.analysis.occupancy import (
-    occupancy,
-    padded_shape,
-    vmem_findings,
-    vmem_section,
-)
+from pallaslab.analysis.occupancy import occupancy, padded_shape, vmem_section
 from pallaslab.analysis.occupancy_gpu import gpu_occupancy
+from pallaslab.analysis.vmem_findings import vmem_findings
 
 S = jax.ShapeDtypeStruct
 KiB = 1024

@@ -9,7 +9,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import pallaslab
-from pallaslab.analysis.occupancy import occupancy, overflow_finding
+from pallaslab.analysis.occupancy import occupancy
+from pallaslab.analysis.vmem_findings import overflow_finding
 
 S = jax.ShapeDtypeStruct
 

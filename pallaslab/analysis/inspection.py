@@ -13,10 +13,10 @@ from pallaslab.analysis.occupancy import (
     DEFAULT_CHIPS,
     allocated_buffers,
     applies,
-    vmem_findings,
     vmem_section,
 )
 from pallaslab.analysis.tiling import Tiling, tile
+from pallaslab.analysis.vmem_findings import vmem_findings
 from pallaslab.model import Capture, DmaCopy, Kernel, MeshInfo
 
 SCHEMA_VERSION = 1

@@ -33,7 +33,6 @@ import numpy as np
 
 from pallaslab.analysis.chips import DEFAULT_CHIPS, Chip
 from pallaslab.analysis.chips import chip as get_chip
-from pallaslab.analysis.findings import Finding
 from pallaslab.model import Kernel, Operand, _jax
 
 Space = Literal["vmem", "smem", "semaphore", "hbm"]
@@ -416,99 +415,3 @@ def spill_note(kernel: Kernel) -> str | None:
     """What the kernel body computes that the compiler may spill (None: nothing that large);
     the same on every chip (a value's size is the chip's layout-independent one)."""
     return occupancy(kernel, DEFAULT_CHIPS[0]).spill_note if applies(kernel) else None
-
-
-def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple[Finding, ...]:
-    """A `vmem-overflow` error for every chip the kernel's buffers do not fit; a
-    `vmem-limit-above-chip` note where its `vmem_limit_bytes` exceeds the chip's VMEM (the
-    compiler caps it, it does not refuse it)."""
-    if not applies(kernel):
-        return ()
-    out = []
-    for name in chips:
-        if on_sparse_core(kernel) and get_chip(name).sparse_core_vmem is None:
-            out.append(no_sparse_core_finding(kernel, get_chip(name)))
-            continue
-        occ = occupancy(kernel, name)
-        if not occ.fits:
-            out.append(overflow_finding(occ))
-            continue
-        if occ.limit > occ.effective_limit:
-            out.append(limit_above_chip_finding(occ))
-        product = largest_product(kernel)
-        if product is not None and occ.bytes + product[2] > occ.effective_limit:
-            out.append(spill_risk_finding(occ, product))
-    return tuple(out)
-
-
-def largest_product(kernel: Kernel) -> tuple[tuple[int, ...], str, int] | None:
-    """The largest matrix product the body computes (shape, dtype, bytes), if any of at least
-    SPILL_RISK_BYTES: the MXU's result lands in VMEM whole before what uses it (flash
-    attention's scores), where an elementwise value streams into its output (libtpu compiles
-    `o[...] = x[...] * 2` over 64 MiB of buffers with no VMEM for the 16 MiB product)."""
-    products = [(shape, np.dtype(dtype).name, math.prod(shape) * _storage_dtype(dtype).itemsize)
-                for shape, dtype, primitive in _jax.kernel_body_values(kernel)
-                if primitive == "dot_general"]
-    big = [p for p in products if p[2] >= SPILL_RISK_BYTES]
-    return max(big, key=lambda p: p[2]) if big else None
-
-
-def spill_risk_finding(occ: Occupancy, product: tuple[tuple[int, ...], str, int]) -> Finding:
-    shape, dtype, size = product
-    return Finding(
-        code="vmem-spill-risk", severity="warning",
-        message=f"{occ.kernel} on TPU {occ.chip}: its buffers need {_kib(occ.bytes)} of the "
-                f"{_kib(occ.effective_limit)} scoped-VMEM limit, and its body computes a "
-                f"{dtype}{list(shape)} matrix product ({_kib(size)}) that the compiler keeps in "
-                f"scoped VMEM too: {_kib(occ.bytes + size)} would not fit. Rule: a matrix "
-                "product larger than the vector registers lands in scoped VMEM (libtpu was "
-                "measured to need up to about twice the largest); shrink the blocks that size "
-                "it or raise `vmem_limit_bytes`, and compile for the target (`pallaslab lower "
-                "--compile`) to know for sure.",
-    )
-
-
-def no_sparse_core_finding(kernel: Kernel, chip: Chip) -> Finding:
-    kind = kernel.mesh.kind if kernel.mesh is not None else "SparseCore"
-    return Finding(
-        code="no-sparse-core", severity="error",
-        message=f"{kernel.name} runs on SparseCore subcores (a {kind} kernel) but TPU "
-                f"{chip.name} has no SparseCore: the compiler refuses it there. Rule: "
-                "SparseCore kernels need a chip with SparseCores (v5p, v6e, 7x).",
-    )
-
-
-def limit_above_chip_finding(occ: Occupancy) -> Finding:
-    return Finding(
-        code="vmem-limit-above-chip", severity="info",
-        message=f"{occ.kernel} on TPU {occ.chip} asks for vmem_limit_bytes={occ.limit} "
-                f"({_kib(occ.limit)}), more than the chip's {_kib(occ.vmem_capacity)} of VMEM: "
-                f"the compiler caps the limit at the {_kib(occ.effective_limit)} it lets "
-                f"kernels use, and the {_kib(occ.bytes)} the kernel needs fit under it. Rule: "
-                "scoped VMEM is bounded by min(vmem_limit_bytes, the chip's usable VMEM).",
-    )
-
-
-def overflow_finding(occ: Occupancy) -> Finding:
-    space = "smem" if occ.smem_bytes > occ.smem_capacity else "vmem"
-    top = sorted((o for o in occ.operands if o.space == space and o.bytes),
-                 key=lambda o: -o.bytes)[:3]
-    parts = ", ".join(f"{o.origin} {o.buffers} x {_kib(o.buffer_bytes)}" for o in top)
-    largest = f" Largest: {parts}." if parts else ""
-    if occ.smem_bytes > occ.smem_capacity:
-        what = f"needs {_kib(occ.smem_bytes)} of SMEM, more than the {_kib(occ.smem_capacity)}"
-    elif occ.limit > occ.effective_limit:
-        what = (f"needs {_kib(occ.bytes)} of scoped VMEM, more than the "
-                f"{_kib(occ.effective_limit)} of the chip's {_kib(occ.vmem_capacity)} of VMEM "
-                f"the compiler lets kernels use (it caps vmem_limit_bytes={occ.limit} there)")
-    else:
-        what = (f"needs {_kib(occ.bytes)} of scoped VMEM but the limit is {_kib(occ.limit)} "
-                f"({occ.limit_source})")
-    hint = ("raise `vmem_limit_bytes` in pltpu.CompilerParams (up to "
-            f"{_kib(occ.vmem_capacity)}) or use smaller blocks / pl.Buffered(1)")
-    return Finding(
-        code="vmem-overflow", severity="error",
-        message=f"{occ.kernel} on TPU {occ.chip} {what}.{largest} Rule: all pipeline "
-                f"buffers and scratch must fit the scoped-VMEM limit; {hint}.",
-        operand=top[0].origin if top else None,
-    )

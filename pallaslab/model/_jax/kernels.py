@@ -16,6 +16,7 @@ from jax._src.pallas import core as pallas_core
 from pallaslab.model._jax.base import PALLAS_CALL, KernelHandle
 from pallaslab.model._jax.fusion import kernel_fusion
 from pallaslab.model._jax.index_maps import _index_map_evaluator
+from pallaslab.model._jax.param_names import with_params
 from pallaslab.model._jax.trace import FoundKernel
 from pallaslab.model.kernel import (
     BlockDim,
@@ -99,40 +100,7 @@ def _pallas_call_kernel(
         fusion=kernel_fusion(kernel_jaxpr, operands),
         handle=handle,
     )
-    return _with_params(kernel)
-
-
-def _with_params(kernel: Kernel) -> Kernel:
-    """The kernel with every operand's `param`: the kernel function's own parameter name.
-
-    The body's parameters come in Pallas's operand order (scalar prefetch, inputs, outputs,
-    scratch); `kernel_arg_names` maps the ones after the scalar prefetch.
-    """
-    from pallaslab.model._jax.stepper import kernel_arg_names  # stepper imports this module
-
-    eqn = kernel.handle.eqn
-    if eqn.primitive is PALLAS_CALL:
-        by_origin = {origin: name for name, origin in kernel_arg_names(kernel).items()}
-        names = eqn.params["jaxpr"].debug_info.arg_names or ()
-        if (star := _varargs_at(kernel.source)) is not None:
-            by_origin = {o: _param_label(n, star) for o, n in by_origin.items()}
-        prefetch = [op.origin for op in kernel.operands if op.scalar_prefetch]
-        by_origin.update(zip(prefetch, names[: len(prefetch)], strict=False))
-    else:  # mesh kernels: the body takes the inputs then the outputs
-        names = eqn.params["jaxprs"][0].debug_info.arg_names or ()
-        if any("[" in str(n) for n in names):  # a wrapper's `*refs` (plgpu.kernel)
-            names = _parameters_at(kernel.source) or names
-        by_origin = dict(zip((op.origin for op in kernel.operands), names, strict=False))
-    operands = tuple(dataclasses.replace(op, param=str(by_origin[op.origin]))
-                     if by_origin.get(op.origin) else op for op in kernel.operands)
-    return dataclasses.replace(kernel, operands=operands)
-
-
-def _param_label(name: str, star: str) -> str:
-    """A parameter name as the kernel function spells it: the elements of its `*refs`, which
-    JAX names "refs[0]", read "*refs[0]" (not to be taken for a Pallas origin such as
-    `args[0]`); a pytree parameter's leaves ("x_value_refs[0]") stay as they are."""
-    return f"*{name}" if name.startswith(f"{star}[") else name
+    return with_params(kernel)
 
 
 def _with_selects(operands: tuple[Operand, ...], sites: tuple[str | None, ...]
@@ -352,39 +320,6 @@ def _user_source(jaxpr: Any, name: str | None) -> str | None:
     return None
 
 
-def _parameters_at(source: str | None) -> tuple[str, ...] | None:
-    """The positional parameter names of the function defined at "file.py:LINE" (read from
-    the file), for bodies JAX traced through a wrapper taking `*refs`."""
-    node = _function_at(source)
-    return None if node is None else tuple(
-        a.arg for a in (*node.args.posonlyargs, *node.args.args))
-
-
-def _varargs_at(source: str | None) -> str | None:
-    """The name of the `*args` parameter of the function defined at "file.py:LINE", if any."""
-    node = _function_at(source)
-    return None if node is None or node.args.vararg is None else node.args.vararg.arg
-
-
-def _function_at(source: str | None) -> Any:
-    """The `def` (an ast node) at "file.py:LINE", read from the file; None when not found."""
-    import ast
-    import linecache
-
-    path, _, line = (source or "").rpartition(":")
-    if not path or not line.isdigit():
-        return None
-    try:
-        tree = ast.parse("".join(linecache.getlines(path)))
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                int(line) in (node.lineno, *(d.lineno for d in node.decorator_list)):
-            return node
-    return None
-
-
 def _call_site(eqn: Any) -> str | None:
     frame = source_info_util.user_frame(eqn.source_info.traceback)
     if frame is None:
@@ -419,7 +354,7 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
         operands.append(Operand(origin=origin, role="output", shape=tuple(aval.shape),
                                 dtype=np.dtype(aval.dtype), memory_space=space))
     backend = _backend_of(compiler_params) or _mesh_backend(mesh)
-    return _with_params(Kernel(
+    return with_params(Kernel(
         index=index, name=str(name), kind="mesh", source=source, call_site=_call_site(eqn),
         context=found.context, device_mesh=_device_mesh(found), grid=tuple(v for _, v in axes),
         grid_names=tuple(n for n, _ in axes), dynamic_grid_dims=(), vmapped_dims=(),
