@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,3 +36,8 @@ def record_displays(monkeypatch: Any) -> list:
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: (objects.append(obj),
                                                                        real(obj, **kw)))
     return objects
+
+
+def plain_text(out: Any) -> str:
+    """What the user reads of a cell's captured output: stdout and stderr, no colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)

@@ -14,7 +14,7 @@ pytest.importorskip("IPython")
 import jax
 import numpy as np
 from IPython.core.error import UsageError
-from ipython_shell import ipython_shell, run
+from ipython_shell import ipython_shell, plain_text, run
 
 SETUP = """
 import threading
@@ -55,10 +55,6 @@ NOTE = "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode"
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-def text(out):
-    return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
 
 
 def user_names(sh):
@@ -143,7 +139,7 @@ def test_a_function_that_stores_a_tracer_is_a_usage_error(shell):
             "array (a later cell using it fails with UnexpectedTracerError). Make the kernel "
             "call the last line's value (`out = f(x)`) and store it in the next cell "
             "(`log.append(out)`); rebuild `log` first")
-        assert "Traceback" not in text(out)
+        assert "Traceback" not in plain_text(out)
     finally:
         shell.user_ns["log"].clear()
 
@@ -242,10 +238,10 @@ def test_a_syntax_error_shows_what_a_plain_cell_shows(shell):
     _, plain = run(shell, "w1 = 1\nadd(x, y\n")
     magic, out = run(shell, "%%pallas\nw1 = 1\nadd(x, y\n")
     assert isinstance(magic.error_in_exec, SyntaxError)
-    shown = text(out)
+    shown = plain_text(out)
     assert "SyntaxError: '(' was never closed" in shown and "Cell In[" in shown
     assert "Traceback" not in shown and "pallaslab" not in shown and "run_cell_magic" not in shown
-    assert "Traceback" not in text(plain)
+    assert "Traceback" not in plain_text(plain)
     assert user_names(shell) == before
 
 
@@ -258,7 +254,7 @@ def test_a_kernel_on_an_earlier_line_fails_as_written_with_a_hint(shell):
     assert err.__notes__[-1] == (
         "%%pallas inspects and interprets only the cell's last line; earlier lines run as "
         "written: put the kernel call on the last line, or pass interpret=True")
-    shown = text(out)
+    shown = plain_text(out)
     assert "first = add(x, y)" in shown and "pallaslab/magic" not in shown
     assert user_names(shell) == before
 
@@ -286,4 +282,4 @@ def test_the_compare_tab_needs_compare(shell):
     assert str(magic.error_in_exec) == (
         "%%pallas: --tab compare needs --compare EXECUTORS, e.g. --compare "
         "interpret,reference=my_ref: the Compare tab shows that comparison")
-    assert "Traceback" not in text(out)
+    assert "Traceback" not in plain_text(out)

@@ -14,7 +14,7 @@ pytest.importorskip("IPython")
 import jax
 import numpy as np
 from IPython.core.error import UsageError
-from ipython_shell import ipython_shell, run
+from ipython_shell import ipython_shell, plain_text, run
 
 SETUP = """
 import functools
@@ -65,11 +65,6 @@ NOTE = "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode"
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-def plain_text(out):
-    """What the user reads: stdout and stderr without colour codes."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
 
 
 def snapshot(sh):
