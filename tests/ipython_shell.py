@@ -6,6 +6,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import jax
+import numpy as np
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
@@ -41,3 +43,17 @@ def record_displays(monkeypatch: Any) -> list:
 def plain_text(out: Any) -> str:
     """What the user reads of a cell's captured output: stdout and stderr, no colour codes."""
     return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+
+
+def same(a, b):
+    """Same pytree structure, same leaf types, bit-identical values."""
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb, (ta, tb)
+    for u, v in zip(la, lb, strict=True):
+        assert type(u) is type(v), (type(u), type(v))
+        if isinstance(u, (jax.Array, np.ndarray)):
+            assert u.dtype == v.dtype and u.shape == v.shape
+            np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+        else:
+            assert u == v

@@ -11,10 +11,9 @@ import pytest
 
 pytest.importorskip("IPython")
 
-import jax
 import numpy as np
 from IPython.core.error import UsageError
-from ipython_shell import ipython_shell, plain_text, run
+from ipython_shell import ipython_shell, plain_text, run, same
 
 SETUP = """
 import threading
@@ -67,15 +66,6 @@ def plain_value(sh, line):
     return result.result
 
 
-def assert_same(a, b):
-    assert type(a) is type(b), (type(a), type(b))
-    if isinstance(a, (jax.Array, np.ndarray)):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    else:
-        assert a == b
-
-
 # --- D3: what the last line does with the kernel's value runs on the value -----------------
 
 
@@ -93,7 +83,7 @@ def test_appending_the_kernel_call_stores_the_array_and_later_cells_use_it(shell
     magic, _ = run(shell, "%%pallas\nresults.append(add(x, y))")
     assert magic.success, magic.error_in_exec
     (stored,) = shell.user_ns["results"]
-    assert_same(stored, plain_value(shell, "add(x, y, interpret=True)"))
+    same(stored, plain_value(shell, "add(x, y, interpret=True)"))
     later, _ = run(shell, "results[0] + 1")
     assert later.success, later.error_in_exec
 
@@ -108,7 +98,7 @@ def test_values_formatted_or_converted_are_the_plain_cells(shell, line):
     magic, _ = run(shell, f"%%pallas\n{line}")
     assert magic.success, magic.error_in_exec
     assert "Tracer" not in str(magic.result)
-    assert_same(magic.result, plain_value(shell, line.replace("add(x, y)",
+    same(magic.result, plain_value(shell, line.replace("add(x, y)",
                                                             "add(x, y, interpret=True)")))
 
 
@@ -163,8 +153,8 @@ def test_a_walrus_around_the_kernel_call_binds_as_in_the_plain_cell(shell):
     magic, _ = run(shell, "%%pallas\n(out := add(x, y)).sum()")
     assert magic.success, magic.error_in_exec
     expected = plain_value(shell, "add(x, y, interpret=True)")
-    assert_same(shell.user_ns["out"], expected)
-    assert_same(magic.result, plain_value(shell, "expected_sum = add(x, y, interpret=True)\n"
+    same(shell.user_ns["out"], expected)
+    same(magic.result, plain_value(shell, "expected_sum = add(x, y, interpret=True)\n"
                                                  "expected_sum.sum()"))
 
 
@@ -193,7 +183,7 @@ def test_numpy_scalars_behave_as_in_the_plain_cell(shell, shown, line):
     shell.user_ns["add2"] = shell.user_ns["elementwise_2d"]
     magic, _ = run(shell, f"%%pallas\n{line}")
     assert magic.success, magic.error_in_exec
-    assert_same(magic.result, plain_value(shell, line))
+    same(magic.result, plain_value(shell, line))
     if "bs" in line:
         assert shown[0].capture[0].grid == (2, 2)
 
@@ -224,7 +214,7 @@ def test_prints_of_an_interpreted_tpu_kernel_appear_as_in_the_plain_cell(shell):
 def test_a_call_that_cannot_be_sent_runs_here_and_says_so(shell):
     magic, out = run(shell, "%%pallas\nlocked(x)")
     assert magic.success, magic.error_in_exec
-    assert_same(magic.result, plain_value(shell, "add(x, x, interpret=True)"))
+    same(magic.result, plain_value(shell, "add(x, x, interpret=True)"))
     assert re.search(rf"{re.escape(NOTE)} \(vectorized\); ran in the notebook's process "
                      r"\(.*lock.*\): the time limit is checked between programs only",
                      out.stdout), out.stdout

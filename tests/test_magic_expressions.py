@@ -14,7 +14,7 @@ pytest.importorskip("IPython")
 import jax
 import numpy as np
 from IPython.core.error import UsageError
-from ipython_shell import ipython_shell, plain_text, run
+from ipython_shell import ipython_shell, plain_text, run, same
 
 SETUP = """
 import functools
@@ -72,20 +72,6 @@ def snapshot(sh):
     return {k: v for k, v in sh.user_ns.items()
             if k not in hidden and not k.startswith("_i")
             and not (k.startswith("_") and k[1:].isdigit())}
-
-
-def same(a, b):
-    """Same pytree structure, same leaf types, bit-identical values."""
-    la, ta = jax.tree_util.tree_flatten(a)
-    lb, tb = jax.tree_util.tree_flatten(b)
-    assert ta == tb, (ta, tb)
-    for u, v in zip(la, lb, strict=True):
-        assert type(u) is type(v), (type(u), type(v))
-        if isinstance(u, (jax.Array, np.ndarray)):
-            assert u.dtype == v.dtype and u.shape == v.shape
-            np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
-        else:
-            assert u == v
 
 
 # --- any last expression ------------------------------------------------------------------
