@@ -59,7 +59,7 @@ STATIC_BINS = 160  # columns of the static SVG timeline
 PROFILE_STEP_KIND = 1  # pallaslab.execute.profile.STEP (kept here: no jax import to draw)
 
 
-class Track(TypedDict):
+class TrackPayload(TypedDict):
     name: str  # what the track header shows
     source: str  # "model" | "profile"
     lanes: list[str]
@@ -90,7 +90,7 @@ class PipelinePayload(TypedDict):
     summary: dict[str, Any]  # PipelineSummary.to_json()
     stall_time: float | None  # compute start of the step that waits longest
     measured: dict[str, Any] | None  # device, total_time, steps, mean_step
-    tracks: list[Track]
+    tracks: list[TrackPayload]
     chips: list[str]  # chips the live widget offers (it sets `selection.chip`)
     live: bool  # False in the offline report: no Python to ask for windows or chips
     # Beyond BlockSpecs: manual DMAs and semaphore operations in program order, what a static
@@ -134,7 +134,7 @@ def pipeline_payload(
 
 def track(name: str, source: str, events: Events, step_kind: int, duration: float, *,
           window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS,
-          bins: int = BINS) -> Track:
+          bins: int = BINS) -> TrackPayload:
     """One timeline: all its events, or (too many) busy bins plus the events of a window."""
     n = len(events)
     duration = float(duration) or float(events.end.max(initial=0.0)) or 1.0
@@ -160,7 +160,7 @@ def track(name: str, source: str, events: Events, step_kind: int, duration: floa
         busy = memoryview(np.ascontiguousarray(lane_busy(events, nbins, duration), "<f4"))
         bin_step = memoryview(step_at(events, step_kind, np.linspace(0, duration, nbins + 1)
                                       [:-1]).astype("<i4"))
-    return Track(
+    return TrackPayload(
         name=name, source=source, lanes=list(events.lanes), kinds=list(events.kinds),
         duration=duration, count=n, step_kind=step_kind, window=win,
         lane_offsets=[int(o) for o in offsets], max_duration=longest,

@@ -11,7 +11,10 @@
  * Plain ES module (anywidget `render`), no dependencies; user-derived text via textContent only.
  */
 
-import { h, tuple, typed, float32, rgb, themeColors, findingItem } from "./prelude.js";
+import {
+  h, tuple, typed, float32, rgb, themeColors, findingItem, canvas, drawHeatmap, blend, lifetime, onModel,
+  watchTheme,
+} from "./prelude.js";
 export { tuple, rgb } from "./prelude.js";
 
 /**
@@ -37,7 +40,14 @@ export { tuple, rgb } from "./prelude.js";
  *   interactive: boolean, revision: number,
  *   error: string | null, tables: (DataView | ArrayBuffer | ArrayBufferView)[]}} ComparePayload
  */
-/** @typedef {import("./prelude.js").Model} Model */
+/**
+ * What the widget asks Python: open a program in the stepper (`nonce` tells requests apart).
+ * @typedef {{action?: "open", program?: number[], nonce?: number}} CompareSelection
+ * @typedef {{payload: ComparePayload, selection: CompareSelection}} CompareModel the model's keys
+ * @typedef {import("./prelude.js").Model<CompareModel>} Model
+ * @typedef {import("./prelude.js").Colors} Colors
+ * @typedef {{output: number, block: MismatchedBlock | null, row: number, col: number}} Picked
+ */
 
 const MAX_W = 520;  // heatmap canvas size (CSS pixels)
 const MAX_H = 420;
@@ -82,55 +92,165 @@ export function blockOf(out, row, col) {
 }
 
 /**
- * @param {{model: Model, el: HTMLElement}} ctx
- * @returns {() => void}
+ * Each executor: its status (ran / unavailable / failed / timed-out), time, why and notes.
+ * @param {ComparePayload} p
  */
-function render({ model, el }) {
-  const root = h("div", "pallaslab pl-compare");
-  el.appendChild(root);
-  /** @type {(() => void)[]} */
-  const cleanups = [];
-  let nonce = 0;
-  /** @typedef {{output: number, block: MismatchedBlock | null, row: number, col: number}} Picked */
-  /** @type {{output: number, pair: number, picked: Picked | null}} */
-  const state = { output: 0, pair: 0, picked: null };
-  let firstPayload = true;
+function runsTable(p) {
+  const table = h("table", "pl-table pl-cmp-runs");
+  const hr = h("tr");
+  ["executor", "status", "time (s)", "reason / notes"].forEach((c, i) => hr.append(h("th", i === 2 ? "num" : "", c)));
+  table.append(hr);
+  for (const r of p.runs) {
+    const status = r.status || (r.ok ? "ran" : r.unavailable ? "unavailable" : "failed");
+    const tr = h("tr", "pl-cmp-run");
+    tr.dataset.executor = r.executor;
+    tr.dataset.status = status;
+    const reason = r.reason !== undefined ? r.reason : (r.unavailable || r.error);
+    const why = [reason || "", ...(r.notes || [])].filter((x) => x).join("; ");
+    tr.append(h("td", "pl-mono", r.executor), h("td", status === "ran" ? "pl-ok" : "pl-cmp-bad", status),
+      h("td", "num", status === "ran" ? sci(r.wall_time) : "-"), h("td", "pl-cmp-reason", why || "-"));
+    table.append(tr);
+  }
+  return table;
+}
 
-  /** @param {number[]} program */
-  function openProgram(program) {
-    model.set("selection", { action: "open", program, nonce: ++nonce });
-    model.save_changes();
+/** @param {CompareFinding[]} findings */
+function runFindingsList(findings) {
+  const ul = h("ul", "pl-findings pl-cmp-findings");
+  for (const f of findings) {
+    const li = findingItem(f, h("span", "pl-dim", f.executor));
+    li.dataset.code = f.code;
+    li.dataset.executor = f.executor;
+    ul.append(li);
+  }
+  return ul;
+}
+
+/**
+ * The title line: kernel, executors and the verdict.
+ * @param {ComparePayload} p @param {string} outcome
+ */
+function header(p, outcome) {
+  const head = h("div", "pl-head");
+  const title = h("span", "pl-title");
+  title.append("Compare ", h("code", "", p.kernel));
+  const verdict = h("span", outcome === "pass" ? "pl-ok pl-cmp-verdict" : "pl-cmp-bad pl-cmp-verdict",
+    p.verdict || (p.allclose ? "all close" : "MISMATCH"));
+  verdict.dataset.outcome = outcome;
+  head.append(title, h("span", "pl-dim", p.executors.join(" · ")), verdict);
+  return head;
+}
+
+/**
+ * An output's caption: origin, dtype and shape, blocks, cell size, the pair shown, the legend.
+ * @param {CompareOutput} out @param {ComparePair | undefined} pair
+ */
+function caption(out, pair) {
+  const cap = h("figcaption");
+  cap.append(h("code", "", out.origin), " ",
+    h("span", "pl-dim", `${out.dtype}${tuple(out.shape)}` + (out.block ? ` · blocks ${out.block.join("×")}` : "") +
+      (out.factor[0] > 1 || out.factor[1] > 1 ? ` · cell = ${out.factor.join("×")} elements (max)` : "") +
+      (out.note ? ` · ${out.note}` : "") + (pair ? ` · ${pair.a} vs ${pair.b}` : "")),
+    h("div", "pl-dim pl-cmp-legend", "shade: |a − b| (log scale) · red: beyond tolerance · outlined: mismatched blocks"));
+  return cap;
+}
+
+/**
+ * Cell colours of an error map: empty where equal, accent (log scale) for errors within
+ * tolerance, error colour (log scale) where mismatched.
+ * @param {Float32Array} heat @param {Uint8Array} mask @param {Colors} colors
+ * @returns {(k: number) => number[]}
+ */
+function errorColors(heat, mask, colors) {
+  let top = 0, low = Infinity;
+  for (let k = 0; k < heat.length; k++) {
+    const v = heat[k];
+    if (v > 0 && Number.isFinite(v)) { if (v > top) top = v; if (v < low) low = v; }
+  }
+  const span = top > 0 ? Math.max(1e-12, Math.log10(top) - Math.log10(low)) : 1;
+  const empty = rgb(colors.empty), bg = rgb(colors.bg), acc = rgb(colors.accent), bad = rgb(colors.error);
+  return (k) => {
+    const v = heat[k];
+    if (!(v > 0 || !Number.isFinite(v))) return empty;
+    const t = Number.isFinite(v) ? 0.3 + 0.7 * ((Math.log10(v) - Math.log10(low)) / span || 0) : 1;
+    return blend(bg, mask[k] ? bad : acc, Math.min(1, Math.max(0.3, t)));
+  };
+}
+
+/**
+ * Block boundaries (when they are at least 4 px apart) over a W x H error map.
+ * @param {CanvasRenderingContext2D} ctx @param {number[]} block @param {number} sx @param {number} sy
+ * @param {number} W @param {number} H @param {Colors} colors
+ */
+function drawBlockLines(ctx, block, sx, sy, W, H, colors) {
+  const bx = block[1] * sx, by = block[0] * sy;
+  ctx.strokeStyle = colors.border; ctx.lineWidth = 1; ctx.globalAlpha = 0.9;
+  ctx.beginPath();
+  if (bx >= 4) for (let x = bx; x < W - 0.5; x += bx) { ctx.moveTo(Math.round(x) + 0.5, 0); ctx.lineTo(Math.round(x) + 0.5, H); }
+  if (by >= 4) for (let y = by; y < H - 0.5; y += by) { ctx.moveTo(0, Math.round(y) + 0.5); ctx.lineTo(W, Math.round(y) + 0.5); }
+  ctx.stroke();
+  ctx.globalAlpha = 1;
+}
+
+/** The Compare view's state and drawing: one per `render`. */
+class CompareView {
+  /** @param {Model} model @param {HTMLElement} root @param {AbortSignal} signal */
+  constructor(model, root, signal) {
+    this.model = model;
+    this.root = root;
+    this.signal = signal;
+    this.nonce = 0;
+    /** @type {{output: number, pair: number, picked: Picked | null}} */
+    this.state = { output: 0, pair: 0, picked: null };
+    this.firstPayload = true;
   }
 
-  function draw() {
-    /** @type {ComparePayload} */
-    const p = model.get("payload");
-    if (firstPayload) {
+  /** @param {number[]} program */
+  openProgram(program) {
+    this.model.set("selection", { action: "open", program, nonce: ++this.nonce });
+    this.model.save_changes();
+  }
+
+  draw() {
+    const { root, state } = this;
+    const p = this.model.get("payload");
+    if (this.firstPayload) {
       state.output = p.selected[0] || 0;
       state.pair = p.selected[1] || 0;
-      firstPayload = false;
+      this.firstPayload = false;
     }
     const colors = themeColors(root);
     root.replaceChildren();
     root.dataset.revision = String(p.revision);
-
-    const head = h("div", "pl-head");
-    const title = h("span", "pl-title");
-    title.append("Compare ", h("code", "", p.kernel));
     const outcome = p.outcome || (p.allclose ? "pass" : "mismatch");
-    const verdict = h("span", outcome === "pass" ? "pl-ok pl-cmp-verdict" : "pl-cmp-bad pl-cmp-verdict",
-      p.verdict || (p.allclose ? "all close" : "MISMATCH"));
-    verdict.dataset.outcome = outcome;
-    head.append(title, h("span", "pl-dim", p.executors.join(" · ")), verdict);
-    root.append(head);
+    root.append(header(p, outcome));
     root.dataset.outcome = outcome;
     root.append(runsTable(p));
     if (p.findings && p.findings.length) root.append(runFindingsList(p.findings));
     for (const w of p.warnings || []) root.append(h("p", "pl-finding pl-warning pl-cmp-warning", w));
     if (p.complete === false) root.append(h("p", "pl-finding pl-warning pl-cmp-incomplete", "Nothing compared: fewer than two executors ran."));
     if (p.error) root.append(h("p", "pl-finding pl-error", p.error));
+    root.append(this.pairsTable(p));
 
-    // ---- the table of pairs ----
+    // one heatmap per output (the selected pair)
+    const maps = h("div", "pl-cmp-maps");
+    root.append(maps);
+    const info = h("div", "pl-cmp-info");
+    p.outputs.forEach((out, i) => {
+      const pairIndex = Math.min(state.pair, out.pairs.length - 1);
+      maps.append(this.panel(p, out, i, out.pairs[pairIndex], colors));
+    });
+    root.append(info);
+    this.showPicked(p, info);
+    if (p.opened) {
+      // what opening it really did (Python says: stepped, tab switched, Grid selected)
+      root.append(h("p", "pl-cmp-opened", p.opened_note || `stepper at program ${tuple(p.opened)}`));
+    }
+  }
+
+  /** The table of pairs: click a row to show its error maps. @param {ComparePayload} p */
+  pairsTable(p) {
+    const { state } = this;
     const table = h("table", "pl-table pl-cmp-table");
     const hr = h("tr");
     // (NaN counts last: the columns before keep their places)
@@ -145,77 +265,21 @@ function render({ model, el }) {
         pr.mismatched_elements.toLocaleString("en-US"), pr.error ? pr.error : pr.allclose ? "yes" : "no", nans];
       cells.forEach((c, k) => tr.append(h("td", k >= 2 && k !== 6 ? "num" : k === 6 ? (pr.allclose ? "pl-ok" : "pl-cmp-bad") : "", String(c))));
       tr.title = `allclose: |a - b| <= atol + rtol·|b| with rtol ${sci(pr.rtol)}, atol ${sci(pr.atol)}`;
-      tr.addEventListener("click", () => { state.output = i; state.pair = j; state.picked = null; draw(); });
+      tr.addEventListener("click", () => { state.output = i; state.pair = j; state.picked = null; this.draw(); });
       table.append(tr);
     }));
-    root.append(table);
-
-    // ---- one heatmap per output (the selected pair) ----
-    const maps = h("div", "pl-cmp-maps");
-    root.append(maps);
-    const info = h("div", "pl-cmp-info");
-    p.outputs.forEach((out, i) => {
-      const pairIndex = Math.min(state.pair, out.pairs.length - 1);
-      const pair = out.pairs[pairIndex];
-      maps.append(panel(p, out, i, pair, colors, info));
-    });
-    root.append(info);
-    showPicked(p, info);
-    if (p.opened) {
-      // what opening it really did (Python says: stepped, tab switched, Grid selected)
-      root.append(h("p", "pl-cmp-opened", p.opened_note || `stepper at program ${tuple(p.opened)}`));
-    }
-  }
-
-  /**
-   * Each executor: its status (ran / unavailable / failed / timed-out), time, why and notes.
-   * @param {ComparePayload} p
-   */
-  function runsTable(p) {
-    const table = h("table", "pl-table pl-cmp-runs");
-    const hr = h("tr");
-    ["executor", "status", "time (s)", "reason / notes"].forEach((c, i) => hr.append(h("th", i === 2 ? "num" : "", c)));
-    table.append(hr);
-    for (const r of p.runs) {
-      const status = r.status || (r.ok ? "ran" : r.unavailable ? "unavailable" : "failed");
-      const tr = h("tr", "pl-cmp-run");
-      tr.dataset.executor = r.executor;
-      tr.dataset.status = status;
-      const reason = r.reason !== undefined ? r.reason : (r.unavailable || r.error);
-      const why = [reason || "", ...(r.notes || [])].filter((x) => x).join("; ");
-      tr.append(h("td", "pl-mono", r.executor), h("td", status === "ran" ? "pl-ok" : "pl-cmp-bad", status),
-        h("td", "num", status === "ran" ? sci(r.wall_time) : "-"), h("td", "pl-cmp-reason", why || "-"));
-      table.append(tr);
-    }
     return table;
   }
 
-  /** @param {CompareFinding[]} findings */
-  function runFindingsList(findings) {
-    const ul = h("ul", "pl-findings pl-cmp-findings");
-    for (const f of findings) {
-      const li = findingItem(f, h("span", "pl-dim", f.executor));
-      li.dataset.code = f.code;
-      li.dataset.executor = f.executor;
-      ul.append(li);
-    }
-    return ul;
-  }
-
   /**
+   * One output's error map, its mismatched blocks outlined, and the list of those blocks.
    * @param {ComparePayload} p @param {CompareOutput} out @param {number} i
-   * @param {ComparePair | undefined} pair @param {ReturnType<typeof themeColors>} colors
-   * @param {HTMLElement} info
+   * @param {ComparePair | undefined} pair @param {Colors} colors
    */
-  function panel(p, out, i, pair, colors, info) {
+  panel(p, out, i, pair, colors) {
     const fig = h("figure", "pl-cmp-panel");
     fig.dataset.origin = out.origin;
-    const cap = h("figcaption");
-    cap.append(h("code", "", out.origin), " ",
-      h("span", "pl-dim", `${out.dtype}${tuple(out.shape)}` + (out.block ? ` · blocks ${out.block.join("×")}` : "") +
-        (out.factor[0] > 1 || out.factor[1] > 1 ? ` · cell = ${out.factor.join("×")} elements (max)` : "") +
-        (out.note ? ` · ${out.note}` : "") + (pair ? ` · ${pair.a} vs ${pair.b}` : "")),
-      h("div", "pl-dim pl-cmp-legend", "shade: |a − b| (log scale) · red: beyond tolerance · outlined: mismatched blocks"));
+    const cap = caption(out, pair);
     fig.append(cap);
     if (!pair || pair.heat === null || pair.mask === null) {
       fig.append(h("p", "pl-dim", pair && pair.error ? pair.error : "no error map"));
@@ -228,100 +292,75 @@ function render({ model, el }) {
     const cw = Math.min(MAX_CELL, MAX_W / cols, rows === 1 ? MAX_W : MAX_H / rows);
     const ch = rows === 1 ? Math.max(cw, 24) : cw;
     const W = Math.round(cols * cw), H = Math.round(rows * ch);
-    const canvas = /** @type {HTMLCanvasElement} */ (h("canvas", "pl-cmp-heat"));
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
-    canvas.style.width = `${W}px`; canvas.style.height = `${H}px`;
-    canvas.dataset.cellW = String(cw); canvas.dataset.cellH = String(ch);
-    canvas.dataset.output = String(i);
-    fig.insertBefore(canvas, cap);
-
-    // cells: empty where equal, accent (log scale) for errors within tolerance, error colour
-    // (log scale) where mismatched
-    let top = 0, low = Infinity;
-    for (let k = 0; k < heat.length; k++) {
-      const v = heat[k];
-      if (v > 0 && Number.isFinite(v)) { if (v > top) top = v; if (v < low) low = v; }
-    }
-    const span = top > 0 ? Math.max(1e-12, Math.log10(top) - Math.log10(low)) : 1;
-    const empty = rgb(colors.empty), bg = rgb(colors.bg), acc = rgb(colors.accent), bad = rgb(colors.error);
-    const small = document.createElement("canvas");
-    small.width = cols; small.height = rows;
-    const sctx = /** @type {CanvasRenderingContext2D} */ (small.getContext("2d"));
-    const img = sctx.createImageData(cols, rows);
-    for (let k = 0; k < rows * cols; k++) {
-      const v = heat[k];
-      let c = empty;
-      if (v > 0 || !Number.isFinite(v)) {
-        const t = Number.isFinite(v) ? 0.3 + 0.7 * ((Math.log10(v) - Math.log10(low)) / span || 0) : 1;
-        const to = mask[k] ? bad : acc;
-        c = [0, 1, 2].map((j) => Math.round(bg[j] + (to[j] - bg[j]) * Math.min(1, Math.max(0.3, t))));
-      }
-      img.data[4 * k] = c[0]; img.data[4 * k + 1] = c[1]; img.data[4 * k + 2] = c[2]; img.data[4 * k + 3] = 255;
-    }
-    sctx.putImageData(img, 0, 0);
-    const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.imageSmoothingEnabled = false;
-    ctx.drawImage(small, 0, 0, W, H);
-
-    // block boundaries (when they are at least 4 px apart)
+    const [cv, ctx] = canvas(W, H, "pl-cmp-heat");
+    cv.dataset.cellW = String(cw); cv.dataset.cellH = String(ch);
+    cv.dataset.output = String(i);
+    fig.insertBefore(cv, cap);
+    drawHeatmap(ctx, rows, cols, W, H, errorColors(heat, mask, colors));
     const sx = cw / out.factor[1], sy = ch / out.factor[0];  // CSS px per element
-    if (out.block) {
-      const bx = out.block[1] * sx, by = out.block[0] * sy;
-      ctx.strokeStyle = colors.border; ctx.lineWidth = 1; ctx.globalAlpha = 0.9;
-      ctx.beginPath();
-      if (bx >= 4) for (let x = bx; x < W - 0.5; x += bx) { ctx.moveTo(Math.round(x) + 0.5, 0); ctx.lineTo(Math.round(x) + 0.5, H); }
-      if (by >= 4) for (let y = by; y < H - 0.5; y += by) { ctx.moveTo(0, Math.round(y) + 0.5); ctx.lineTo(W, Math.round(y) + 0.5); }
-      ctx.stroke();
-      ctx.globalAlpha = 1;
-    }
+    if (out.block) drawBlockLines(ctx, out.block, sx, sy, W, H, colors);
     // mismatched blocks outlined; the picked one in the highlight colour
     for (const b of pair.blocks) {
-      const picked = state.picked && state.picked.output === i && state.picked.block === b;
+      const picked = this.state.picked && this.state.picked.output === i && this.state.picked.block === b;
       ctx.strokeStyle = picked ? colors.hl : colors.error;
       ctx.lineWidth = picked ? 3 : 2;
       const x = b.window[2] * sx, y = b.window[0] * sy;
       ctx.strokeRect(x + 1, y + 1, Math.max(2, (b.window[3] - b.window[2]) * sx - 2), Math.max(2, (b.window[1] - b.window[0]) * sy - 2));
     }
+    this.bindMap(cv, out, i, pair, heat, mask, sx, sy);
+    if (pair.blocks.length) fig.append(this.blockList(i, pair));
+    return fig;
+  }
 
+  /**
+   * Hover an error map for the element under the pointer; click it to pick its block.
+   * @param {HTMLCanvasElement} cv @param {CompareOutput} out @param {number} i
+   * @param {ComparePair} pair @param {Float32Array} heat @param {Uint8Array} mask
+   * @param {number} sx @param {number} sy CSS px per element
+   */
+  bindMap(cv, out, i, pair, heat, mask, sx, sy) {
     /** @param {MouseEvent} e */
     const at = (e) => {
-      const box = canvas.getBoundingClientRect();
+      const box = cv.getBoundingClientRect();
       const col = Math.min(out.shape2[1] - 1, Math.max(0, Math.floor((e.clientX - box.left) / sx)));
       const row = Math.min(out.shape2[0] - 1, Math.max(0, Math.floor((e.clientY - box.top) / sy)));
-      return { row, col, cell: Math.floor(row / out.factor[0]) * cols + Math.floor(col / out.factor[1]) };
+      return { row, col, cell: Math.floor(row / out.factor[0]) * out.cols + Math.floor(col / out.factor[1]) };
     };
-    canvas.addEventListener("mousemove", (e) => {
+    cv.addEventListener("mousemove", (e) => {
       const { row, col, cell } = at(e);
       const blk = blockOf(out, row, col);
-      canvas.title = `element (${row}, ${col})${blk ? ` · block ${tuple(blk)}` : ""} · |a - b| ${sci(Number.isFinite(heat[cell]) ? heat[cell] : null)}${mask[cell] ? " · mismatch" : ""}`;
+      cv.title = `element (${row}, ${col})${blk ? ` · block ${tuple(blk)}` : ""} · |a - b| ${sci(Number.isFinite(heat[cell]) ? heat[cell] : null)}${mask[cell] ? " · mismatch" : ""}`;
     });
-    canvas.addEventListener("click", (e) => {
+    cv.addEventListener("click", (e) => {
       const { row, col } = at(e);
       const hits = blocksAt(out, pair, row, col);
-      state.output = i;
-      state.picked = { output: i, block: hits.length ? hits[0] : null, row, col };
-      draw();
+      this.state.output = i;
+      this.state.picked = { output: i, block: hits.length ? hits[0] : null, row, col };
+      this.draw();
     });
+  }
+
+  /** The mismatched blocks as buttons (the first 32). @param {number} i @param {ComparePair} pair */
+  blockList(i, pair) {
     const list = h("ul", "pl-cmp-blocks");
     for (const b of pair.blocks.slice(0, 32)) {
       const li = h("li");
       const btn = /** @type {HTMLButtonElement} */ (h("button", "pl-cmp-block", `block ${tuple(b.block)}`));
       btn.dataset.block = b.block.join(",");
-      btn.addEventListener("click", () => { state.output = i; state.picked = { output: i, block: b, row: b.window[0], col: b.window[2] }; draw(); });
+      btn.addEventListener("click", () => {
+        this.state.output = i; this.state.picked = { output: i, block: b, row: b.window[0], col: b.window[2] }; this.draw();
+      });
       li.append(btn, " ", h("span", "pl-dim", `written by ${b.programs.map(tuple).join(", ") || "no program"}`));
       list.append(li);
     }
     if (pair.blocks.length > 32 || pair.more_blocks) list.append(h("li", "pl-dim", `… ${pair.blocks.length - 32 + pair.more_blocks} more`));
-    if (pair.blocks.length) fig.append(list);
-    return fig;
+    return list;
   }
 
   /** @param {ComparePayload} p @param {HTMLElement} info */
-  function showPicked(p, info) {
+  showPicked(p, info) {
     info.replaceChildren();
-    const pk = state.picked;
+    const pk = this.state.picked;
     if (!pk) {
       info.append(h("span", "pl-dim", "Click a block (outlined: mismatched) to see the programs that wrote it."));
       return;
@@ -346,7 +385,7 @@ function render({ model, el }) {
       if (p.interactive) {
         const btn = /** @type {HTMLButtonElement} */ (h("button", "pl-cmp-open", "open in stepper"));
         btn.dataset.program = prog.join(",");
-        btn.addEventListener("click", () => openProgram(prog));
+        btn.addEventListener("click", () => this.openProgram(prog));
         chip.append(" ", btn);
       }
       progs.append(chip);
@@ -355,15 +394,21 @@ function render({ model, el }) {
     info.append(progs);
     if (!p.interactive) info.append(h("p", "pl-dim", "Static report: open the notebook to step these programs."));
   }
+}
 
-  draw();
-  const onPayload = () => draw();
-  model.on("change:payload", onPayload);
-  cleanups.push(() => model.off("change:payload", onPayload));
-  const observer = new MutationObserver(() => draw());
-  observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
-  cleanups.push(() => observer.disconnect());
-  return () => { cleanups.forEach((f) => f()); root.remove(); };
+/**
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void}
+ */
+function render({ model, el }) {
+  const root = h("div", "pallaslab pl-compare");
+  el.appendChild(root);
+  const { signal, cleanup } = lifetime(root);
+  const view = new CompareView(model, root, signal);
+  view.draw();
+  onModel(model, "change:payload", () => view.draw(), signal);
+  watchTheme(() => view.draw(), signal);
+  return cleanup;
 }
 
 export default { render };

@@ -7,13 +7,16 @@
 
 import { h, num, findingsList, svg } from "./prelude.js";
 
-/** @typedef {import("./prelude.js").Model} Model */
+/**
+ * @typedef {{payload: DevicesPayload, selection: Record<string, never>}} DevicesModel the model's keys
+ * @typedef {import("./prelude.js").Model<DevicesModel>} Model
+ */
 /**
  * @typedef {{seq: number, src: number, dst: number, bytes: number, step: number,
  *   remote: boolean, source: string | null, buffers: string}} TransferEntry
  * @typedef {{seq: number, kind: string, device: number, semaphore: number, amount: number,
  *   source: string | null}} SemaphoreEntry
- * @typedef {{kernel: string, index: number, devices: number, transfers: TransferEntry[],
+ * @typedef {{version: number, kernel: string, index: number, devices: number, transfers: TransferEntry[],
  *   semaphores: SemaphoreEntry[], events: number, remote_bytes: number,
  *   status: string | null, error: string | null, findings: any[], note: string | null}} DevicesPayload
  */
@@ -60,7 +63,6 @@ function lanes(p) {
  * @returns {() => void}
  */
 function render({ model, el }) {
-  /** @type {DevicesPayload} */
   const p = model.get("payload");
   const root = h("div", "pallaslab pl-devices");
   const title = h("div", "pl-title");

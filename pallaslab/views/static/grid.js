@@ -12,7 +12,7 @@
  * `grid_interaction.js` (toolbar, hover, click, play, selection).
  */
 
-import { h, num, themeColors } from "./prelude.js";
+import { h, num, themeColors, lifetime, listen, onAbort } from "./prelude.js";
 import { Tiling, GridLayout } from "./grid_tiling.js";
 import { operandPanels } from "./grid_panels.js";
 import { renderEmptyGrid } from "./grid_overlays.js";
@@ -21,7 +21,7 @@ export { toInt32, rgb } from "./prelude.js";
 export { Tiling, GridLayout } from "./grid_tiling.js";
 export { CELL_THRESHOLD } from "./grid_draw.js";
 
-/** @typedef {import("./prelude.js").Model} Model */
+/** @typedef {import("./grid_panels.js").Model} Model */
 /** @typedef {import("./grid_tiling.js").GridPayload} GridPayload */
 /** @typedef {import("./grid_panels.js").GridView} GridView */
 
@@ -70,9 +70,11 @@ function render({ model, el }) {
     const shown = i < 0 ? payload : nested[i].payload;
     cleanup = mountGrid(model, body, shown, i < 0 ? "" : `nested ${nested[i].label}`);
   };
-  select.addEventListener("change", pick);
+  const outerLife = lifetime(outer);
+  listen(select, "change", pick, outerLife.signal);
   if (!(payload.programs > 0)) { select.value = "0"; pick(); }
-  return () => { cleanup(); select.removeEventListener("change", pick); outer.remove(); };
+  onAbort(outerLife.signal, () => cleanup());
+  return outerLife.cleanup;
 }
 
 /**
@@ -94,13 +96,7 @@ function mountGrid(model, el, payload, prefix = "") {
     return renderEmptyGrid(root, payload);
   }
 
-  /** @type {(() => void)[]} */
-  const cleanups = [];
-  /** @param {EventTarget} target @param {string} type @param {(e: any) => void} fn */
-  const listen = (target, type, fn) => {
-    target.addEventListener(type, fn);
-    cleanups.push(() => target.removeEventListener(type, fn));
-  };
+  const { signal, cleanup } = lifetime(root);
   /** @type {import("./grid_panels.js").GridState} */
   const state = {
     step: 0, hover: -1, axes: payload.axes.slice(), fixed: new Array(t.rank).fill(0),
@@ -128,10 +124,11 @@ function mountGrid(model, el, payload, prefix = "") {
     layout: new GridLayout(t, state.axes, state.fixed), cell: 1, gridCanvas: null,
     gridPanel, gridCaption: h("div", "pl-axislabel"),
     panels: operandPanels(payload.operands, operandsBox), blockHover: null,
-    info, findingsBox, legend, listen, cleanups,
+    info, findingsBox, legend, signal,
+    listen: (target, type, fn) => listen(target, type, fn, signal),
   };
   startInteraction(v);
-  return () => { cleanups.forEach((f) => f()); root.remove(); };
+  return cleanup;
 }
 
 export default { render };

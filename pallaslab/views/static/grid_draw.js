@@ -90,7 +90,7 @@ function drawAggregated(v, gc, fetching, fsteps) {
   const words = new Uint32Array(img.data.buffer);
   /** @type {Map<string, number>} */
   const cache = new Map();
-  const packed = (css) => {
+  const packed = (/** @type {string} */ css) => {
     let w = cache.get(css);
     if (w === undefined) { const c = rgb(css); w = ((255 << 24) | (c[2] << 16) | (c[1] << 8) | c[0]) >>> 0; cache.set(css, w); }
     return w;
@@ -142,7 +142,7 @@ function drawFindingMarkers(v, ctx) {
 
 // ---- operand panels -------------------------------------------------------------------------
 
-/** Draw an operand panel's base layer: the array, its overlay and its block lines. */
+/** Draw an operand panel's base layer: the array, its overlay and its block lines. @param {GridView} v @param {OperandPanel} p */
 export function drawOperand(v, p) {
   const { colors, state, t } = v;
   const { ctx } = p.cv.base;
@@ -168,6 +168,7 @@ export function drawOperand(v, p) {
   ctx.strokeStyle = mix(colors.bg, colors.fg2, 0.35);
   ctx.lineWidth = 1;
   ctx.beginPath();
+  /** @param {number} d @param {number} scalePx @param {boolean} horizontal */
   const lines = (d, scalePx, horizontal) => {
     if (d < 0 || op.scale[d] !== op.extent[d]) return;
     const step = op.extent[d] * scalePx;
@@ -249,7 +250,7 @@ function fillBlock(ctx, rc, color) {
   ctx.fillRect(rc.x, rc.y, Math.max(rc.w, 0.5), Math.max(rc.h, 0.5));
 }
 
-/** The findings overlay of an operand: the blocks findings name, hatched. */
+/** The findings overlay of an operand: the blocks findings name, hatched. @param {GridView} v @param {OperandPanel} p @param {number[]} slice */
 function drawFindingBlocks(v, p, slice) {
   const { ctx } = p.cv.base;
   for (const f of v.payload.findings) {
@@ -310,6 +311,7 @@ function drawGridHighlights(v, gc, s) {
     }
   };
   if (state.finding) outline(state.finding.steps, colors.error);
+  /** @param {number} step @param {string} color @param {number} width */
   const mark = (step, color, width) => {
     const pos = layout.cellOf(step);
     if (!pos) return;

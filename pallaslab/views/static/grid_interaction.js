@@ -6,7 +6,7 @@
  * or pointed at in another view). Every state change ends in a redraw here.
  */
 
-import { h, tuple, num, themeColors } from "./prelude.js";
+import { h, tuple, num, themeColors, onAbort, onModel, watchTheme } from "./prelude.js";
 import { GridLayout } from "./grid_tiling.js";
 import { layoutGridPanel, displayed, operandSlice } from "./grid_panels.js";
 import { drawGrid, drawOperand, drawHighlights } from "./grid_draw.js";
@@ -111,7 +111,7 @@ function bindToolbar(v) {
   const { t, state, controls, listen } = v;
   const { rowSel, colSel, overlay, range, prev, next } = controls;
   if (rowSel && colSel) {
-    const onAxes = (which) => () => {
+    const onAxes = (/** @type {number} */ which) => () => {
       let r = Number(rowSel.value), c = Number(colSel.value);
       if (r === c) {  // keep the two axes distinct: the other one takes the old value (swap)
         if (which === 0) { c = state.axes[0]; colSel.value = String(c); }
@@ -152,7 +152,7 @@ function bindPlay(v, t) {
     const minGap = t.programs <= 80 ? 125 : 0;
     let last = 0;
     play.textContent = "❚❚";
-    const tick = (now) => {
+    const tick = (/** @type {number} */ now) => {
       if (now - last >= minGap) {
         last = now;
         if (state.step >= t.programs - 1) { stop(); return; }
@@ -162,7 +162,7 @@ function bindPlay(v, t) {
     };
     raf = requestAnimationFrame(tick);
   });
-  v.cleanups.push(() => { if (raf) cancelAnimationFrame(raf); });
+  onAbort(v.signal, () => { if (raf) cancelAnimationFrame(raf); });
 }
 
 // ---- the canvases ---------------------------------------------------------------------------
@@ -300,17 +300,14 @@ function selectInPython(v, s) {
 function followOutside(v) {
   const { model, state, payload } = v;
   // theme changes (JupyterLab switches variables on <body>): re-read colours and redraw
-  const observer = new MutationObserver(() => { v.colors = themeColors(v.root); redraw(v); });
-  observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
-  v.cleanups.push(() => observer.disconnect());
+  watchTheme(() => { v.colors = themeColors(v.root); redraw(v); }, v.signal);
 
   // Other views (Compare, Step, Pipeline) select a program by setting `selection` in Python.
   const onSelection = () => {
     const sel = model.get("selection");
     if (sel && typeof sel.step === "number" && sel.step !== state.step) setStep(v, sel.step, false);
   };
-  model.on("change:selection", onSelection);
-  v.cleanups.push(() => model.off("change:selection", onSelection));
+  onModel(model, "change:selection", onSelection, v.signal);
   // A program pointed at in another view of this kernel (the pipeline timeline) lights up here.
   v.listen(window, "pallaslab:program", (e) => {
     const d = e.detail;

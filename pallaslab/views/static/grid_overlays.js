@@ -81,6 +81,7 @@ function blocksTable(v, s) {
 export function drawLegend(v) {
   const { colors, state, legend } = v;
   legend.replaceChildren();
+  /** @param {string} color @param {string} text */
   const item = (color, text) => {
     const sp = h("span");
     const sw = h("span", "pl-swatch");

@@ -8,7 +8,12 @@
 
 import { h, tuple, num, canvas } from "./prelude.js";
 
-/** @typedef {import("./prelude.js").Model} Model */
+/**
+ * What the grid tells Python (and other views tell it): the program selected.
+ * @typedef {{step?: number, program?: number[]}} GridSelection
+ * @typedef {{payload: GridPayload, selection: GridSelection}} GridModel the model's keys
+ * @typedef {import("./prelude.js").Model<GridModel>} Model
+ */
 /** @typedef {import("./prelude.js").Colors} Colors */
 /** @typedef {import("./grid_tiling.js").GridPayload} GridPayload */
 /** @typedef {import("./grid_tiling.js").GridOperand} GridOperand */
@@ -46,7 +51,7 @@ import { h, tuple, num, canvas } from "./prelude.js";
  *   panels: OperandPanel[], blockHover: BlockHover | null,
  *   info: HTMLElement, findingsBox: HTMLElement, legend: HTMLElement,
  *   listen: (target: EventTarget, type: string, fn: (e: any) => void) => void,
- *   cleanups: (() => void)[]}} GridView
+ *   signal: AbortSignal}} GridView
  */
 
 const MAX_GRID_W = 440;
@@ -78,7 +83,7 @@ function canvasStack(parent, w, hgt) {
   return { stack, base, top, w, h: hgt, dpr };
 }
 
-/** The two array dimensions of an operand that are drawn (rows, cols); -1 = none. */
+/** The two array dimensions of an operand that are drawn (rows, cols); -1 = none. @param {GridOperand} op */
 function drawnDims(op) {
   const n = op.shape.length;
   if (n === 0) return [-1, -1];
@@ -89,6 +94,7 @@ function drawnDims(op) {
 /**
  * The element-space box an operand panel shows along one dimension: the array plus any block
  * that sticks out of it.
+ * @param {GridOperand} op @param {number} d
  */
 function dimSpan(op, d) {
   if (d < 0) return [0, 1];
@@ -97,7 +103,10 @@ function dimSpan(op, d) {
   return [lo, Math.max(hi, lo + 1)];
 }
 
-/** Pixel size of a panel for an element box, keeping the aspect ratio within 1:6. */
+/**
+ * Pixel size of a panel for an element box, keeping the aspect ratio within 1:6.
+ * @param {number} rowsEl @param {number} colsEl @param {number} maxW @param {number} maxH
+ */
 function fitBox(rowsEl, colsEl, maxW, maxH) {
   const ratio = Math.min(6, Math.max(1 / 6, rowsEl / colsEl));
   let w = maxW, hh = w * ratio;
@@ -175,7 +184,10 @@ export function operandSlice(v, p) {
   return v.t.blockIndex(p.o, displayed(v));
 }
 
-/** Does a block of the operand lie in the shown slice (its leading dims match)? */
+/**
+ * Does a block of the operand lie in the shown slice (its leading dims match)?
+ * @param {OperandPanel} p @param {number[]} block @param {number[]} slice
+ */
 export function inSlice(p, block, slice) {
   for (let d = 0; d < block.length; d++) {
     if (d === p.dims[0] || d === p.dims[1]) continue;

@@ -25,7 +25,8 @@ import { toInt32 } from "./prelude.js";
  *   grid: number[], grid_names: string[] | null, semantics: string[] | null, programs: number,
  *   axes: number[], operands: GridOperand[], findings: GridFinding[],
  *   tables: (DataView | ArrayBuffer | ArrayBufferView)[],
- *   pipelines?: {label: string, payload: GridPayload}[], note?: string | null}} GridPayload
+ *   pipelines?: NestedGrid[], note?: string | null}} GridPayload
+ * @typedef {{label: string, payload: GridPayload}} NestedGrid a nested `emit_pipeline`'s grid
  */
 
 /** Per-block counts are not kept for operands with more blocks than this. */
@@ -54,7 +55,10 @@ export class Tiling {
     return (this.payload.grid_names && this.payload.grid_names[k]) || `axis ${k}`;
   }
 
-  /** Program ids of a step (execution order is lexicographic, last dim fastest). */
+  /**
+   * Program ids of a step (execution order is lexicographic, last dim fastest).
+   * @param {number} step @param {number[]} [out]
+   */
   programIds(step, out = new Array(this.rank)) {
     for (let k = 0; k < this.rank; k++) out[k] = Math.floor(step / this.strides[k]) % this.grid[k];
     return out;
@@ -67,7 +71,7 @@ export class Tiling {
     return s;
   }
 
-  /** Block index of operand `o` at `step` along dimension `d`. */
+  /** Block index of operand `o` at `step` along dimension `d`. @param {number} o @param {number} d @param {number} step */
   indexAt(o, d, step) {
     return this.columnAt(this.operands[o].index[d], step);
   }
@@ -75,6 +79,7 @@ export class Tiling {
   /**
    * Elements of operand `o`'s block at `step` along dimension `d`: its extent, or the
    * step's own size where it varies (pl.BoundedSlice dims).
+   * @param {number} o @param {number} d @param {number} step
    */
   sizeAt(o, d, step) {
     const col = this.operands[o].size?.[d];
@@ -82,7 +87,7 @@ export class Tiling {
   }
 
   /** A per-step column's value: a shared table's entry, or affine in the program ids. */
-  columnAt(/** @type {IndexColumn} */ col, step) {
+  columnAt(/** @type {IndexColumn} */ col, /** @type {number} */ step) {
     if (col.table !== null) return this.tables[col.table][step];
     const a = /** @type {number[]} */ (col.affine);
     let v = a[0];
@@ -92,7 +97,7 @@ export class Tiling {
     return v;
   }
 
-  /** @returns {number[]} */
+  /** @param {number} o @param {number} step @returns {number[]} */
   blockIndex(o, step) {
     const n = this.operands[o].index.length;
     const out = new Array(n);
@@ -100,7 +105,7 @@ export class Tiling {
     return out;
   }
 
-  /** Does a copy start at this step (its block differs from the previous step's)? */
+  /** Does a copy start at this step (its block differs from the previous step's)? @param {number} o @param {number} step */
   isFetch(o, step) {
     if (step === 0) return true;
     const n = this.operands[o].index.length;
@@ -115,13 +120,14 @@ export class Tiling {
    * Is an output block written back to HBM after this step? On TPU the pipeline keeps an
    * output block in VMEM over a run of consecutive steps on it and writes it back once, at the
    * run's last step (the next step's block differs, or the grid ends).
+   * @param {number} o @param {number} step
    */
   isWriteBack(o, step) {
     if (step >= this.programs - 1) return true;
     return this.isFetch(o, step + 1);
   }
 
-  /** Does this step copy the operand's block: fetch an input, write back an output? */
+  /** Does this step copy the operand's block: fetch an input, write back an output? @param {number} o @param {number} step */
   isCopy(o, step) {
     return this.operands[o].role === "output" ? this.isWriteBack(o, step) : this.isFetch(o, step);
   }
@@ -129,6 +135,8 @@ export class Tiling {
   /**
    * Element range [start, stop) of a block along each dimension (clipped to nothing); with a
    * step, the block as that step sees it (a pl.BoundedSlice's size varies per step).
+   * @param {number} o @param {number[]} block @param {number} [step]
+   * @returns {number[][]}
    */
   elementRange(o, block, step = -1) {
     const op = this.operands[o];
@@ -138,7 +146,7 @@ export class Tiling {
     });
   }
 
-  /** Size of the block-index box [lo, hi] of an operand, or 0 when it is too large to count. */
+  /** Size of the block-index box [lo, hi] of an operand, or 0 when it is too large to count. @param {number} o */
   boxSize(o) {
     const op = this.operands[o];
     let n = 1;
@@ -146,7 +154,7 @@ export class Tiling {
     return n > MAX_COUNT_CELLS ? 0 : n;
   }
 
-  /** Position of a block index in the operand's [lo, hi] box, or -1 outside it. */
+  /** Position of a block index in the operand's [lo, hi] box, or -1 outside it. @param {number} o @param {number[]} block */
   boxKey(o, block) {
     const op = this.operands[o];
     let key = 0;
@@ -200,7 +208,7 @@ export class Tiling {
     return counts;
   }
 
-  /** A whole column of block indices (materialised for affine columns). */
+  /** A whole column of block indices (materialised for affine columns). @param {number} o @param {number} d */
   column(o, d) {
     const col = this.operands[o].index[d];
     if (col.table !== null) return this.tables[col.table];
@@ -270,7 +278,7 @@ export class GridLayout {
     }
   }
 
-  /** Step at a cell, or -1 (past the end of a wrapped 1-D grid). */
+  /** Step at a cell, or -1 (past the end of a wrapped 1-D grid). @param {number} r @param {number} c */
   stepAt(r, c) {
     const t = this.t;
     if (t.rank === 0) return 0;
@@ -283,7 +291,7 @@ export class GridLayout {
     return s;
   }
 
-  /** Cell of a step, or null when the step is in another slice. */
+  /** Cell of a step, or null when the step is in another slice. @param {number} step */
   cellOf(step) {
     const t = this.t;
     if (t.rank === 0) return { r: 0, c: 0 };

@@ -93,6 +93,7 @@ function loadModule(sources, name) {
  *   error?: string}[]}[]}} data
  */
 export async function mountReport(root, data) {
+  /** @type {(() => void)[]} */
   const mounted = [];
   for (const kernel of data.kernels) {
     const section = h("section", "pl-kernel");
@@ -119,7 +120,7 @@ export async function mountReport(root, data) {
       bar.append(b);
       return b;
     });
-    const select = async (i) => {
+    const select = async (/** @type {number} */ i) => {
       buttons.forEach((b, j) => b.setAttribute("aria-selected", String(i === j)));
       panes.forEach((p, j) => { p.hidden = i !== j; });
       if (!done[i]) {

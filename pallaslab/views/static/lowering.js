@@ -9,7 +9,7 @@
  * textContent only.
  */
 
-import { h, num } from "./prelude.js";
+import { h, num, lifetime, onModel } from "./prelude.js";
 import { LineMap, languageOf, tokenize } from "./lowering_ir.js";
 export { toInt32 } from "./prelude.js";
 export { LineMap, languageOf, tokenize } from "./lowering_ir.js";
@@ -18,26 +18,33 @@ export { LineMap, languageOf, tokenize } from "./lowering_ir.js";
  * @typedef {{name: string, lines: number, chars: number, text: string | null,
  *   sent_lines: number, map: DataView | ArrayBuffer | ArrayBufferView}} StagePayload
  */
-/** @typedef {{severity: string, code: string, message: string, operand: string | null}} Diag */
+/** @typedef {{severity: string, code: string, message: string, operand: string | null}} DiagnosticPayload */
 /**
  * @typedef {{target: string, backend: string, ok: boolean, compiled: boolean, cached: boolean,
- *   diagnostics: Diag[], resources: Record<string, number | null>,
+ *   diagnostics: DiagnosticPayload[], resources: Record<string, number | null>,
  *   resource_notes?: Record<string, string>, stages: StagePayload[]}}
  *   TargetLowering
  */
 /**
+ * @typedef {{name: string, platform: string, lowered: boolean}} TargetEntry
+ * @typedef {{path: string, name: string}} SourceFile
+ * @typedef {{file: number, start: number, lines: string[]}} SourceChunk
  * @typedef {{version: number, kernel: string, index: number, source: string | null,
  *   target: string, stage: string | null, default_target: string,
- *   targets: {name: string, platform: string, lowered: boolean}[], interactive: boolean,
- *   lowerings: Record<string, TargetLowering>, files: {path: string, name: string}[],
- *   sources: {file: number, start: number, lines: string[]}[], error: string | null,
+ *   targets: TargetEntry[], interactive: boolean,
+ *   lowerings: Record<string, TargetLowering>, files: SourceFile[],
+ *   sources: SourceChunk[], error: string | null,
  *   revision: number, answered?: string | null}}
  *   LoweringPayload
  */
 /**
- * The part of an anywidget model this view uses (the report provides the same in-page).
+ * What the widget tells Python: the target and stage shown, the lines selected, and (with a
+ * fresh `request` id) a question Python answers with a payload: lower, compile, send a stage.
+ * @typedef {{target: string, stage: string | null, request?: string, ir_line?: number,
+ *   py_line?: string, compile?: boolean}} LoweringSelection
+ * @typedef {{payload: LoweringPayload, selection: LoweringSelection}} LoweringModel the model's keys
+ * @typedef {import("./prelude.js").Model<LoweringModel>} Model
  */
-/** @typedef {import("./prelude.js").Model} Model */
 
 
 /** @param {number | null | undefined} n */
@@ -66,63 +73,60 @@ export function stageFor(low, keep) {
 
 // --- the view --------------------------------------------------------------------------------
 
-/**
- * @param {{model: Model, el: HTMLElement}} ctx
- * @returns {() => void}
- */
-function render({ model, el }) {
-  const root = h("div", "pallaslab pl-lowering");
-  // Inside a workbench tab (an ipywidgets flex box) the host element is sized by its content:
-  // let it take the box's width, so long IR lines scroll inside their pane instead.
-  el.style.minWidth = "0";
-  el.style.maxWidth = "100%";
-  el.style.flex = "1 1 100%";
-  el.append(root);
-  /**
-   * What is shown (`target`, `stage`), what is selected (`irLine` or `pyKey`, picked `from`
-   * which side), and the target Python was asked to lower and has not answered yet.
-   * `request` is the id of the last question put to Python: every question gets exactly one
-   * answer (a payload whose `answered` is that id), so `pending` ends with the answer to the
-   * latest question, never with an older one, and a question always differs from the last.
-   * @type {{target: string, stage: string | null, irLine: number | null, pyKey: string | null,
-   *   from: "ir" | "py" | null, pending: string | null, asked: Set<string>,
-   *   request: string | null}}
-   */
-  const state = { target: "", stage: null, irLine: null, pyKey: null, from: null, pending: null,
-    asked: new Set(), request: null };
-  const session = Math.random().toString(36).slice(2, 8);
-  let requests = 0;
-  /** @type {LineMap | null} */
-  let lines = null;
+/** The Lowering view's state (what is shown, selected and asked) and drawing. */
+class LoweringView {
+  /** @param {Model} model @param {HTMLElement} root */
+  constructor(model, root) {
+    this.model = model;
+    this.root = root;
+    /**
+     * What is shown (`target`, `stage`), what is selected (`irLine` or `pyKey`, picked `from`
+     * which side), and the target Python was asked to lower and has not answered yet.
+     * `request` is the id of the last question put to Python: every question gets exactly one
+     * answer (a payload whose `answered` is that id), so `pending` ends with the answer to the
+     * latest question, never with an older one, and a question always differs from the last.
+     * @type {{target: string, stage: string | null, irLine: number | null, pyKey: string | null,
+     *   from: "ir" | "py" | null, pending: string | null, asked: Set<string>,
+     *   request: string | null}}
+     */
+    this.state = { target: "", stage: null, irLine: null, pyKey: null, from: null, pending: null,
+      asked: new Set(), request: null };
+    this.session = Math.random().toString(36).slice(2, 8);
+    this.requests = 0;
+    /** @type {LineMap | null} */
+    this.lines = null;
+  }
 
   /**
    * Tell Python (and anyone reading `selection`) what is selected; `ask` puts a question
    * (a fresh request id) that Python answers with a payload.
-   * @param {Record<string, any>} [extra] @param {boolean} [ask]
+   * @param {{compile?: boolean}} [extra] @param {boolean} [ask]
    */
-  const sync = (extra = {}, ask = true) => {
-    /** @type {Record<string, any>} */
+  sync(extra = {}, ask = true) {
+    const { state, model } = this;
+    /** @type {LoweringSelection} */
     const sel = { target: state.pending || state.target, stage: state.stage, ...extra };
     if (ask && model.get("payload").interactive) {
-      state.request = `${session}-${++requests}`;
+      state.request = `${this.session}-${++this.requests}`;
       sel.request = state.request;
     }
     if (state.irLine !== null) sel.ir_line = state.irLine;
     if (state.pyKey !== null) {
-      const p = /** @type {LoweringPayload} */ (model.get("payload"));
+      const p = model.get("payload");
       const [f, n] = state.pyKey.split(":");
       const file = p.files[Number(f)];
       if (file) sel.py_line = `${file.path}:${n}`;
     }
     model.set("selection", sel);
     model.save_changes();
-  };
+  }
 
   /** A payload arrived (or the view starts): show what it shows. */
-  const adopt = () => {
-    const p = /** @type {LoweringPayload} */ (model.get("payload"));
+  adopt() {
+    const { state, model, root } = this;
+    const p = model.get("payload");
     // an answer to an older question while a newer one is out: keep waiting for that one
-    if (state.pending && state.request && p.answered !== state.request && p.answered) { build(); return; }
+    if (state.pending && state.request && p.answered !== state.request && p.answered) { this.build(); return; }
     if (state.target !== p.target || state.stage !== p.stage) {
       state.irLine = null; state.pyKey = null; state.from = null;
     }
@@ -130,11 +134,12 @@ function render({ model, el }) {
     state.stage = p.stage;
     state.pending = null;
     root.dataset.answered = p.answered || "";
-    build();
-  };
+    this.build();
+  }
 
-  const build = () => {
-    const p = /** @type {LoweringPayload} */ (model.get("payload"));
+  build() {
+    const { state, model, root } = this;
+    const p = model.get("payload");
     root.replaceChildren();
     root.dataset.target = state.target;
     const low = p.lowerings[state.target];
@@ -166,7 +171,7 @@ function render({ model, el }) {
       tsel.append(group);
     }
     tsel.value = state.pending || state.target;
-    tsel.addEventListener("change", () => pickTarget(tsel.value));
+    tsel.addEventListener("change", () => this.pickTarget(tsel.value));
     const group = (/** @type {string} */ label, /** @type {HTMLElement[]} */ ...items) => {
       const g = h("label", "pl-group");
       g.append(h("span", "", label), ...items);
@@ -181,7 +186,7 @@ function render({ model, el }) {
         ssel.append(o);
       }
       ssel.value = state.stage || "";
-      ssel.addEventListener("change", () => pickStage(ssel.value));
+      ssel.addEventListener("change", () => this.pickStage(ssel.value));
       bar.append(group("stage", ssel));
       const status = h("span", `pl-status ${low.ok ? "pl-ok" : "pl-failed"}`,
         `${low.backend} · ${low.ok ? "ok" : "failed"}${low.compiled ? " · compiled" : ""}${low.cached ? " · cached" : ""}`);
@@ -191,8 +196,8 @@ function render({ model, el }) {
         b.title = "Run the real compiler: per-pass IR, diagnostics, resources";
         b.addEventListener("click", () => {
           state.pending = state.target;
-          sync({ compile: true });
-          build();
+          this.sync({ compile: true });
+          this.build();
         });
         bar.append(b);
       }
@@ -239,18 +244,19 @@ function render({ model, el }) {
     const pyPane = h("div", "pl-pane pl-py-pane");
     main.append(irPane, pyPane);
     root.append(main);
-    lines = stage ? new LineMap(stage.map) : null;
-    drawIr(irPane, stage || null, p.interactive);
-    drawPython(pyPane, p);
-    applyHighlights(false);
-  };
+    this.lines = stage ? new LineMap(stage.map) : null;
+    this.drawIr(irPane, stage || null, p.interactive);
+    this.drawPython(pyPane, p);
+    this.applyHighlights(false);
+  }
 
   /**
    * @param {HTMLElement} pane
    * @param {StagePayload | null} stage
    * @param {boolean} interactive
    */
-  const drawIr = (pane, stage, interactive) => {
+  drawIr(pane, stage, interactive) {
+    const { state, lines } = this;
     const head = h("div", "pl-pane-head");
     head.append(h("span", "", stage ? stage.name : "no stages"));
     pane.append(head);
@@ -260,7 +266,7 @@ function render({ model, el }) {
       if (interactive && !state.asked.has(key)) {
         state.asked.add(key);
         pane.append(h("p", "pl-dim pl-pending", `loading ${stage.name} (${num(stage.lines)} lines)…`));
-        sync();
+        this.sync();
       } else if (interactive) {
         pane.append(h("p", "pl-dim", `${stage.name} (${num(stage.lines)} lines) could not be loaded.`));
       } else {
@@ -294,17 +300,18 @@ function render({ model, el }) {
     code.addEventListener("click", (e) => {
       const row = /** @type {HTMLElement | null} */ (/** @type {HTMLElement} */ (e.target).closest(".pl-line"));
       if (!row || !row.dataset.line) return;
-      selectIr(Number(row.dataset.line));
+      this.selectIr(Number(row.dataset.line));
     });
     pane.append(code);
     if (stage.sent_lines < stage.lines) {
       pane.append(h("p", "pl-dim pl-capped", `… ${num(stage.lines - stage.sent_lines)} more lines not shown ` +
         "(the full text is in lowering.lower(...))"));
     }
-  };
+  }
 
   /** @param {HTMLElement} pane @param {LoweringPayload} p */
-  const drawPython = (pane, p) => {
+  drawPython(pane, p) {
+    const { lines } = this;
     const head = h("div", "pl-pane-head");
     head.append(h("span", "", "Python source"));
     pane.append(head);
@@ -337,31 +344,34 @@ function render({ model, el }) {
     code.addEventListener("click", (e) => {
       const row = /** @type {HTMLElement | null} */ (/** @type {HTMLElement} */ (e.target).closest(".pl-line"));
       if (!row || !row.dataset.key) return;
-      selectPy(row.dataset.key);
+      this.selectPy(row.dataset.key);
     });
     pane.append(code);
-  };
+  }
 
   /** @param {number} n */
-  const selectIr = (n) => {
+  selectIr(n) {
+    const { state, lines } = this;
     state.irLine = n;
     const keys = lines ? lines.pyFor(n) : [];
     state.pyKey = keys.length ? keys[0] : null;
     state.from = "ir";
-    applyHighlights(true);
-    sync({}, false);
-  };
+    this.applyHighlights(true);
+    this.sync({}, false);
+  }
   /** @param {string} key */
-  const selectPy = (key) => {
+  selectPy(key) {
+    const { state } = this;
     state.pyKey = key;
     state.irLine = null;
     state.from = "py";
-    applyHighlights(true);
-    sync({}, false);
-  };
+    this.applyHighlights(true);
+    this.sync({}, false);
+  }
 
   /** Light the selected line and its counterparts. @param {boolean} scroll */
-  const applyHighlights = (scroll) => {
+  applyHighlights(scroll) {
+    const { state, root, lines } = this;
     for (const e of root.querySelectorAll(".pl-hl, .pl-sel")) e.classList.remove("pl-hl", "pl-sel");
     const irRows = root.querySelector('.pl-code[data-role="ir"]');
     const pyRows = root.querySelector('.pl-code[data-role="py"]');
@@ -399,43 +409,56 @@ function render({ model, el }) {
         }
       }
     }
-  };
+  }
 
   /** @param {string} target */
-  const pickTarget = (target) => {
-    const p = /** @type {LoweringPayload} */ (model.get("payload"));
+  pickTarget(target) {
+    const { state, model } = this;
+    const p = model.get("payload");
     state.irLine = null; state.pyKey = null; state.from = null;
     if (!p.interactive) {
       if (target in p.lowerings) {
         state.target = target;
         state.stage = stageFor(p.lowerings[target], state.stage);
       }
-      build();
+      this.build();
       return;
     }
     // the target shown, nothing asked: no question to wait for
-    if (target === state.target && !state.pending && target in p.lowerings) { build(); return; }
+    if (target === state.target && !state.pending && target in p.lowerings) { this.build(); return; }
     // Python lowers (or just re-sends) and answers with a new payload (see `adopt`).
     state.pending = target;
     state.stage = null;
-    sync();
-    if (state.pending) build();
-  };
+    this.sync();
+    if (state.pending) this.build();
+  }
 
   /** @param {string} name */
-  const pickStage = (name) => {
+  pickStage(name) {
+    const { state } = this;
     state.stage = name;
-    build(); // asks Python for the stage's text if it was not sent
-    sync({}, false);
-  };
+    this.build(); // asks Python for the stage's text if it was not sent
+    this.sync({}, false);
+  }
+}
 
-  const onPayload = () => { adopt(); };
-  model.on("change:payload", onPayload);
-  adopt();
-  return () => {
-    model.off("change:payload", onPayload);
-    root.remove();
-  };
+/**
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void}
+ */
+function render({ model, el }) {
+  const root = h("div", "pallaslab pl-lowering");
+  // Inside a workbench tab (an ipywidgets flex box) the host element is sized by its content:
+  // let it take the box's width, so long IR lines scroll inside their pane instead.
+  el.style.minWidth = "0";
+  el.style.maxWidth = "100%";
+  el.style.flex = "1 1 100%";
+  el.append(root);
+  const { signal, cleanup } = lifetime(root);
+  const view = new LoweringView(model, root);
+  onModel(model, "change:payload", () => view.adopt(), signal);
+  view.adopt();
+  return cleanup;
 }
 
 export default { render };

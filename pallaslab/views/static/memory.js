@@ -8,7 +8,7 @@
  * dependencies; user-derived strings go in through textContent only.
  */
 
-import { h, num } from "./prelude.js";
+import { h, num, lifetime, onModel } from "./prelude.js";
 
 /**
  * @typedef {{origin: string, label?: string, role: string, space: string, dtype: string, shape: number[],
@@ -27,9 +27,9 @@ import { h, num } from "./prelude.js";
 /**
  * @typedef {{block_sizes: string, kernel: string, programs: number | null,
  *   fetches: number | null, hbm_bytes: number | null, fits: boolean, error: string | null,
- *   chips: WhatIfChip[]}} WhatIfRow
+ *   chips: WhatIfChip[]}} WhatIfRowPayload
  */
-/** @typedef {{chips: string[], rows: WhatIfRow[], best: number | null}} WhatIfPayload */
+/** @typedef {{chips: string[], rows: WhatIfRowPayload[], best: number | null}} WhatIfPayload */
 /**
  * @typedef {{gpu: string, target: string, error: string | null, shared_bytes: number | null,
  *   registers: number | null, spills: number | null, num_warps: number,
@@ -38,17 +38,20 @@ import { h, num } from "./prelude.js";
  */
 /**
  * @typedef {{origin: string, label: string, shape: number[], dtype: string, bytes: number}}
- *   SharedBuffer
+ *   SharedBufferEntry
  */
 /**
  * @typedef {{gpus: GpuMemory[], error: string | null, title?: string,
- *   buffers?: SharedBuffer[], note?: string | null}} GpuSection
+ *   buffers?: SharedBufferEntry[], note?: string | null}} GpuSection
  */
 /**
  * @typedef {{version: number, kernel: string, index: number, chips: ChipMemory[],
  *   what_if: WhatIfPayload | null, note: string | null, gpu?: GpuSection | null}} MemoryPayload
  */
-/** @typedef {import("./prelude.js").Model} Model */
+/**
+ * @typedef {{payload: MemoryPayload, selection: Record<string, never>}} MemoryModel the model's keys
+ * @typedef {import("./prelude.js").Model<MemoryModel>} Model
+ */
 
 
 /** @param {number} n */
@@ -90,6 +93,222 @@ export function defaultScale(chips) {
 /** @param {number} n @param {number} scale */
 const pct = (n, scale) => `${Math.min(100, (100 * n) / scale)}%`;
 
+/** The view an element of it is in (its root, `.pl-memory`). @param {HTMLElement} e */
+const viewOf = (e) => /** @type {HTMLElement} */ (e.closest(".pl-memory") ?? e);
+
+/**
+ * @param {ChipMemory} c
+ * @param {number} scale
+ * @param {HTMLElement} info
+ */
+function chipRow(c, scale, info) {
+  const row = h("div", "pl-mem-row");
+  row.dataset.chip = c.chip;
+  row.dataset.fits = String(c.fits);
+  const track = h("div", "pl-mem-track");
+  const vmem = c.operands.filter((o) => o.space === "vmem");
+  vmem.forEach((o, i) => {
+    const seg = h("div", `pl-seg pl-mem-${o.role} pl-shade${i % 3}`);
+    seg.style.width = pct(o.bytes, scale);
+    seg.dataset.origin = o.origin;
+    seg.dataset.bytes = String(o.bytes);
+    seg.addEventListener("mouseenter", () => showOperand(c, o, info));
+    seg.addEventListener("mouseleave", () => clearHover(info));
+    track.append(seg);
+  });
+  if (c.bytes > c.limit) {
+    const zone = h("div", "pl-mem-overzone");
+    zone.style.left = pct(c.limit, scale);
+    zone.style.width = pct(c.bytes - c.limit, scale);
+    zone.title = `${bytes(c.over)} over the limit`;
+    track.append(zone);
+  }
+  if (c.limit <= scale) {
+    const mark = h("div", "pl-mem-limit");
+    mark.style.left = pct(c.limit, scale);
+    mark.title = `scoped-VMEM limit ${bytes(c.limit)} (${c.limit_source})`;
+    track.append(mark);
+  }
+  else {
+    const off = h("span", "pl-mem-offscale", `limit ${bytes(c.limit)} →`);
+    off.title = "the limit is beyond the bar: choose another bar width to see it";
+    track.append(off);
+  }
+  if (c.capacity <= scale) {
+    const cap = h("div", "pl-mem-capacity");
+    cap.style.left = pct(c.capacity, scale);
+    cap.title = `VMEM capacity ${bytes(c.capacity)}`;
+    track.append(cap);
+  }
+  const total = h("span", "pl-mem-total");
+  total.append(`${bytes(c.bytes)} of ${bytes(c.limit)} `,
+    h("span", "pl-dim", `(${((100 * c.bytes) / Math.max(1, c.limit)).toFixed(1)}%, ${c.limit_source}; capacity ${bytes(c.capacity)})`), " ");
+  let verdict;
+  if (c.fits) verdict = h("span", "pl-mem-fits", "fits");
+  else if (c.smem_bytes > c.smem_capacity) verdict = h("span", "pl-mem-over", "SMEM overflow");
+  else if (c.limit > c.capacity) verdict = h("span", "pl-mem-over", "limit exceeds VMEM");
+  else verdict = h("span", "pl-mem-over", `overflow by ${bytes(c.over)}`);
+  total.append(verdict);
+  row.append(h("span", "pl-mem-label", c.chip), track, total);
+  const wrap = h("div", "pl-mem-chip");
+  wrap.append(row);
+  if (c.smem_bytes > 0 || c.semaphores > 0) {
+    const srow = h("div", "pl-mem-row pl-mem-smem");
+    const strack = h("div", "pl-mem-track");
+    const seg = h("div", "pl-seg pl-mem-smemseg");
+    seg.style.width = pct(c.smem_bytes, Math.max(1, c.smem_capacity));
+    strack.append(seg);
+    const smem = c.operands.filter((o) => o.space === "smem").map((o) => o.origin).join(", ");
+    srow.append(h("span", "pl-mem-label pl-dim", "SMEM"), strack,
+      h("span", "pl-mem-total pl-dim", `${bytes(c.smem_bytes)} of ${bytes(c.smem_capacity)}` +
+        (smem ? ` (${smem})` : "") + (c.semaphores ? `, ${c.semaphores} semaphore(s)` : "")));
+    wrap.append(srow);
+  }
+  return wrap;
+}
+
+/** @param {ChipMemory} c @param {MemoryOperand} o @param {HTMLElement} info */
+function showOperand(c, o, info) {
+  info.className = "pl-mem-info";
+  info.replaceChildren(h("code", "", o.origin), ` ${o.role} on ${c.chip}: ${o.buffers} x `,
+    h("code", "", `${o.padded_shape.join("x") || "()"} ${o.dtype}`),
+    ` = ${bytes(o.bytes)} (${((100 * o.bytes) / Math.max(1, c.limit)).toFixed(1)}% of the limit)`);
+  if (o.padding_bytes > 0) info.append(h("span", "pl-dim", `; block ${o.shape.join("x")} padded to the chip's tiling adds ${bytes(o.padding_bytes)}`));
+  info.dataset.origin = o.origin;
+  for (const s of viewOf(info).querySelectorAll(".pl-seg[data-origin]")) {
+    s.classList.toggle("pl-lit", /** @type {HTMLElement} */ (s).dataset.origin === o.origin);
+  }
+}
+
+/** @param {HTMLElement} info */
+function clearHover(info) {
+  for (const s of viewOf(info).querySelectorAll(".pl-seg.pl-lit")) s.classList.remove("pl-lit");
+  delete info.dataset.origin;
+}
+
+/** @param {ChipMemory[]} chips */
+function operandTable(chips) {
+  const table = h("table", "pl-table pl-mem-table");
+  const head = h("tr");
+  ["operand", "role", "space", "block", "padded", "buffers"].forEach((c, i) => head.append(h("th", i >= 5 ? "num" : "", c)));
+  for (const c of chips) head.append(h("th", "num", `${c.chip} bytes`));
+  table.append(head);
+  /** @type {Map<string, MemoryOperand>} */
+  const seen = new Map();
+  for (const c of chips) for (const o of c.operands) if (!seen.has(o.origin)) seen.set(o.origin, o);
+  for (const [origin, o] of seen) {
+    const tr = h("tr");
+    tr.dataset.origin = origin;
+    tr.append(h("td", "pl-mono", o.label || origin), h("td", "", o.role), h("td", "", o.space),
+      h("td", "pl-mono", `${o.shape.join("x") || "()"} ${o.dtype}`),
+      h("td", "pl-mono", o.padded_shape.join("x") || "()"), h("td", "num", String(o.buffers)));
+    for (const c of chips) {
+      const x = c.operands.find((q) => q.origin === origin);
+      tr.append(h("td", "num", x ? num(x.bytes) : "-"));
+    }
+    table.append(tr);
+  }
+  /** @param {string} label @param {(c: ChipMemory) => string} f @param {(c: ChipMemory) => string} [cls] */
+  const foot = (label, f, cls) => {
+    const tr = h("tr", "pl-mem-foot");
+    tr.append(h("td", "", label), h("td"), h("td"), h("td"), h("td"), h("td"));
+    for (const c of chips) tr.append(h("td", `num ${cls ? cls(c) : ""}`, f(c)));
+    table.append(tr);
+  };
+  foot("total VMEM", (c) => num(c.bytes));
+  foot("limit", (c) => `${num(c.limit)} (${c.limit_source})`);
+  foot("SMEM", (c) => num(c.smem_bytes));
+  foot("fits", (c) => (c.fits ? "yes" : "NO"), (c) => (c.fits ? "pl-mem-fits" : "pl-mem-over"));
+  return table;
+}
+
+/** @param {GpuSection} g */
+function gpuTable(g) {
+  const box = h("div", "pl-mem-gpu");
+  box.append(h("div", "pl-title", g.title ?? "GPU: shared memory, registers, blocks per SM (Triton)"));
+  if (g.error) {
+    box.append(h("p", "pl-dim", g.error));
+    return box;
+  }
+  if (g.buffers?.length) box.append(sharedBuffers(g.buffers));
+  if (g.note) box.append(h("p", "pl-dim", g.note));
+  const table = h("table", "pl-table pl-mem-gputable");
+  const head = h("tr");
+  ["GPU", "shared memory", "registers/thread", "spills", "num_warps", "blocks/SM", "limited by", "occupancy"]
+    .forEach((c, i) => head.append(h("th", i === 0 || i === 6 ? "" : "num", c)));
+  table.append(head);
+  for (const r of g.gpus) {
+    const tr = h("tr");
+    tr.dataset.gpu = r.gpu;
+    tr.append(h("td", "", r.gpu));
+    if (r.error) {
+      const td = h("td", "pl-mem-over", r.error);
+      td.setAttribute("colspan", "7");
+      tr.append(td);
+    } else {
+      tr.append(h("td", "num", r.shared_bytes === null ? "-" : bytes(r.shared_bytes)),
+        h("td", "num", num(r.registers)),
+        h("td", `num${r.spills ? " pl-mem-over" : ""}`, r.spills === null ? "-" : bytes(r.spills)),
+        h("td", "num", String(r.num_warps)),
+        h("td", `num ${r.blocks_per_sm ? "pl-mem-fits" : "pl-mem-over"}`, num(r.blocks_per_sm)),
+        h("td", "", r.limited_by ?? "-"),
+        h("td", "num", r.occupancy === null ? "-" : `${Math.round(100 * r.occupancy)}%`));
+    }
+    table.append(tr);
+  }
+  box.append(table);
+  return box;
+}
+
+/** @param {SharedBufferEntry[]} buffers */
+function sharedBuffers(buffers) {
+  const table = h("table", "pl-table pl-mem-smem");
+  const head = h("tr");
+  ["shared memory", "shape", "dtype", "bytes"].forEach((c, i) => head.append(h("th", i === 3 ? "num" : "", c)));
+  table.append(head);
+  for (const b of buffers) {
+    const tr = h("tr");
+    tr.dataset.origin = b.origin;
+    tr.append(h("td", "", b.label), h("td", "", `(${b.shape.join(", ")})`), h("td", "", b.dtype),
+      h("td", "num", bytes(b.bytes)));
+    table.append(tr);
+  }
+  return table;
+}
+
+/** @param {WhatIfPayload} w */
+function whatIfTable(w) {
+  const box = h("div", "pl-whatif-box");
+  box.append(h("div", "pl-title", "What-if: block sizes, best first"));
+  const table = h("table", "pl-table pl-whatif");
+  const head = h("tr");
+  ["block sizes", "verdict", "programs", "fetches", "HBM bytes"].forEach((c, i) => head.append(h("th", i >= 2 ? "num" : "", c)));
+  for (const c of w.chips) head.append(h("th", "num", `${c} VMEM`), h("th", "num", `${c} µs`));
+  table.append(head);
+  w.rows.forEach((r, i) => {
+    const tr = h("tr", i === w.best ? "pl-best" : r.fits ? "" : "pl-nofit");
+    tr.dataset.fits = String(r.fits);
+    tr.append(h("td", "pl-mono", r.block_sizes));
+    if (r.error) {
+      const td = h("td", "pl-mem-over", `error: ${r.error}`);
+      td.setAttribute("colspan", String(4 + 2 * w.chips.length));
+      tr.append(td);
+    } else {
+      tr.append(h("td", r.fits ? "pl-mem-fits" : "pl-mem-over", i === w.best ? "★ best" : r.fits ? "fits" : "does not fit"),
+        h("td", "num", num(r.programs)), h("td", "num", num(r.fetches)), h("td", "num", num(r.hbm_bytes)));
+      for (const c of r.chips) {
+        const cell = h("td", `num${c.fits ? "" : " pl-mem-over"}`, `${bytes(c.vmem_bytes)}${c.fits ? "" : " ✗"}`);
+        cell.title = `limit ${bytes(c.limit)}`;
+        tr.append(cell, h("td", "num", us(c.predicted_time)));
+      }
+    }
+    table.append(tr);
+  });
+  box.append(table);
+  return box;
+}
+
+
 /**
  * @param {{model: Model, el: HTMLElement}} ctx
  * @returns {() => void}
@@ -101,7 +320,6 @@ function render({ model, el }) {
   let scaleMode = null;
 
   function draw() {
-    /** @type {MemoryPayload} */
     const p = model.get("payload");
     root.replaceChildren();
     const title = h("div", "pl-title");
@@ -152,222 +370,10 @@ function render({ model, el }) {
     root.append(operandTable(p.chips));
   }
 
-  /**
-   * @param {ChipMemory} c
-   * @param {number} scale
-   * @param {HTMLElement} info
-   */
-  function chipRow(c, scale, info) {
-    const row = h("div", "pl-mem-row");
-    row.dataset.chip = c.chip;
-    row.dataset.fits = String(c.fits);
-    const track = h("div", "pl-mem-track");
-    const vmem = c.operands.filter((o) => o.space === "vmem");
-    vmem.forEach((o, i) => {
-      const seg = h("div", `pl-seg pl-mem-${o.role} pl-shade${i % 3}`);
-      seg.style.width = pct(o.bytes, scale);
-      seg.dataset.origin = o.origin;
-      seg.dataset.bytes = String(o.bytes);
-      seg.addEventListener("mouseenter", () => showOperand(c, o, info));
-      seg.addEventListener("mouseleave", () => clearHover(info));
-      track.append(seg);
-    });
-    if (c.bytes > c.limit) {
-      const zone = h("div", "pl-mem-overzone");
-      zone.style.left = pct(c.limit, scale);
-      zone.style.width = pct(c.bytes - c.limit, scale);
-      zone.title = `${bytes(c.over)} over the limit`;
-      track.append(zone);
-    }
-    if (c.limit <= scale) {
-      const mark = h("div", "pl-mem-limit");
-      mark.style.left = pct(c.limit, scale);
-      mark.title = `scoped-VMEM limit ${bytes(c.limit)} (${c.limit_source})`;
-      track.append(mark);
-    }
-    else {
-      const off = h("span", "pl-mem-offscale", `limit ${bytes(c.limit)} →`);
-      off.title = "the limit is beyond the bar: choose another bar width to see it";
-      track.append(off);
-    }
-    if (c.capacity <= scale) {
-      const cap = h("div", "pl-mem-capacity");
-      cap.style.left = pct(c.capacity, scale);
-      cap.title = `VMEM capacity ${bytes(c.capacity)}`;
-      track.append(cap);
-    }
-    const total = h("span", "pl-mem-total");
-    total.append(`${bytes(c.bytes)} of ${bytes(c.limit)} `,
-      h("span", "pl-dim", `(${((100 * c.bytes) / Math.max(1, c.limit)).toFixed(1)}%, ${c.limit_source}; capacity ${bytes(c.capacity)})`), " ");
-    let verdict;
-    if (c.fits) verdict = h("span", "pl-mem-fits", "fits");
-    else if (c.smem_bytes > c.smem_capacity) verdict = h("span", "pl-mem-over", "SMEM overflow");
-    else if (c.limit > c.capacity) verdict = h("span", "pl-mem-over", "limit exceeds VMEM");
-    else verdict = h("span", "pl-mem-over", `overflow by ${bytes(c.over)}`);
-    total.append(verdict);
-    row.append(h("span", "pl-mem-label", c.chip), track, total);
-    const wrap = h("div", "pl-mem-chip");
-    wrap.append(row);
-    if (c.smem_bytes > 0 || c.semaphores > 0) {
-      const srow = h("div", "pl-mem-row pl-mem-smem");
-      const strack = h("div", "pl-mem-track");
-      const seg = h("div", "pl-seg pl-mem-smemseg");
-      seg.style.width = pct(c.smem_bytes, Math.max(1, c.smem_capacity));
-      strack.append(seg);
-      const smem = c.operands.filter((o) => o.space === "smem").map((o) => o.origin).join(", ");
-      srow.append(h("span", "pl-mem-label pl-dim", "SMEM"), strack,
-        h("span", "pl-mem-total pl-dim", `${bytes(c.smem_bytes)} of ${bytes(c.smem_capacity)}` +
-          (smem ? ` (${smem})` : "") + (c.semaphores ? `, ${c.semaphores} semaphore(s)` : "")));
-      wrap.append(srow);
-    }
-    return wrap;
-  }
-
-  /** @param {ChipMemory} c @param {MemoryOperand} o @param {HTMLElement} info */
-  function showOperand(c, o, info) {
-    info.className = "pl-mem-info";
-    info.replaceChildren(h("code", "", o.origin), ` ${o.role} on ${c.chip}: ${o.buffers} x `,
-      h("code", "", `${o.padded_shape.join("x") || "()"} ${o.dtype}`),
-      ` = ${bytes(o.bytes)} (${((100 * o.bytes) / Math.max(1, c.limit)).toFixed(1)}% of the limit)`);
-    if (o.padding_bytes > 0) info.append(h("span", "pl-dim", `; block ${o.shape.join("x")} padded to the chip's tiling adds ${bytes(o.padding_bytes)}`));
-    info.dataset.origin = o.origin;
-    for (const s of root.querySelectorAll(".pl-seg[data-origin]")) {
-      s.classList.toggle("pl-lit", /** @type {HTMLElement} */ (s).dataset.origin === o.origin);
-    }
-  }
-
-  /** @param {HTMLElement} info */
-  function clearHover(info) {
-    for (const s of root.querySelectorAll(".pl-seg.pl-lit")) s.classList.remove("pl-lit");
-    delete info.dataset.origin;
-  }
-
-  /** @param {ChipMemory[]} chips */
-  function operandTable(chips) {
-    const table = h("table", "pl-table pl-mem-table");
-    const head = h("tr");
-    ["operand", "role", "space", "block", "padded", "buffers"].forEach((c, i) => head.append(h("th", i >= 5 ? "num" : "", c)));
-    for (const c of chips) head.append(h("th", "num", `${c.chip} bytes`));
-    table.append(head);
-    /** @type {Map<string, MemoryOperand>} */
-    const seen = new Map();
-    for (const c of chips) for (const o of c.operands) if (!seen.has(o.origin)) seen.set(o.origin, o);
-    for (const [origin, o] of seen) {
-      const tr = h("tr");
-      tr.dataset.origin = origin;
-      tr.append(h("td", "pl-mono", o.label || origin), h("td", "", o.role), h("td", "", o.space),
-        h("td", "pl-mono", `${o.shape.join("x") || "()"} ${o.dtype}`),
-        h("td", "pl-mono", o.padded_shape.join("x") || "()"), h("td", "num", String(o.buffers)));
-      for (const c of chips) {
-        const x = c.operands.find((q) => q.origin === origin);
-        tr.append(h("td", "num", x ? num(x.bytes) : "-"));
-      }
-      table.append(tr);
-    }
-    /** @param {string} label @param {(c: ChipMemory) => string} f @param {(c: ChipMemory) => string} [cls] */
-    const foot = (label, f, cls) => {
-      const tr = h("tr", "pl-mem-foot");
-      tr.append(h("td", "", label), h("td"), h("td"), h("td"), h("td"), h("td"));
-      for (const c of chips) tr.append(h("td", `num ${cls ? cls(c) : ""}`, f(c)));
-      table.append(tr);
-    };
-    foot("total VMEM", (c) => num(c.bytes));
-    foot("limit", (c) => `${num(c.limit)} (${c.limit_source})`);
-    foot("SMEM", (c) => num(c.smem_bytes));
-    foot("fits", (c) => (c.fits ? "yes" : "NO"), (c) => (c.fits ? "pl-mem-fits" : "pl-mem-over"));
-    return table;
-  }
-
-  /** @param {GpuSection} g */
-  function gpuTable(g) {
-    const box = h("div", "pl-mem-gpu");
-    box.append(h("div", "pl-title", g.title ?? "GPU: shared memory, registers, blocks per SM (Triton)"));
-    if (g.error) {
-      box.append(h("p", "pl-dim", g.error));
-      return box;
-    }
-    if (g.buffers?.length) box.append(sharedBuffers(g.buffers));
-    if (g.note) box.append(h("p", "pl-dim", g.note));
-    const table = h("table", "pl-table pl-mem-gputable");
-    const head = h("tr");
-    ["GPU", "shared memory", "registers/thread", "spills", "num_warps", "blocks/SM", "limited by", "occupancy"]
-      .forEach((c, i) => head.append(h("th", i === 0 || i === 6 ? "" : "num", c)));
-    table.append(head);
-    for (const r of g.gpus) {
-      const tr = h("tr");
-      tr.dataset.gpu = r.gpu;
-      tr.append(h("td", "", r.gpu));
-      if (r.error) {
-        const td = h("td", "pl-mem-over", r.error);
-        td.setAttribute("colspan", "7");
-        tr.append(td);
-      } else {
-        tr.append(h("td", "num", r.shared_bytes === null ? "-" : bytes(r.shared_bytes)),
-          h("td", "num", num(r.registers)),
-          h("td", `num${r.spills ? " pl-mem-over" : ""}`, r.spills === null ? "-" : bytes(r.spills)),
-          h("td", "num", String(r.num_warps)),
-          h("td", `num ${r.blocks_per_sm ? "pl-mem-fits" : "pl-mem-over"}`, num(r.blocks_per_sm)),
-          h("td", "", r.limited_by ?? "-"),
-          h("td", "num", r.occupancy === null ? "-" : `${Math.round(100 * r.occupancy)}%`));
-      }
-      table.append(tr);
-    }
-    box.append(table);
-    return box;
-  }
-
-  /** @param {SharedBuffer[]} buffers */
-  function sharedBuffers(buffers) {
-    const table = h("table", "pl-table pl-mem-smem");
-    const head = h("tr");
-    ["shared memory", "shape", "dtype", "bytes"].forEach((c, i) => head.append(h("th", i === 3 ? "num" : "", c)));
-    table.append(head);
-    for (const b of buffers) {
-      const tr = h("tr");
-      tr.dataset.origin = b.origin;
-      tr.append(h("td", "", b.label), h("td", "", `(${b.shape.join(", ")})`), h("td", "", b.dtype),
-        h("td", "num", bytes(b.bytes)));
-      table.append(tr);
-    }
-    return table;
-  }
-
-  /** @param {WhatIfPayload} w */
-  function whatIfTable(w) {
-    const box = h("div", "pl-whatif-box");
-    box.append(h("div", "pl-title", "What-if: block sizes, best first"));
-    const table = h("table", "pl-table pl-whatif");
-    const head = h("tr");
-    ["block sizes", "verdict", "programs", "fetches", "HBM bytes"].forEach((c, i) => head.append(h("th", i >= 2 ? "num" : "", c)));
-    for (const c of w.chips) head.append(h("th", "num", `${c} VMEM`), h("th", "num", `${c} µs`));
-    table.append(head);
-    w.rows.forEach((r, i) => {
-      const tr = h("tr", i === w.best ? "pl-best" : r.fits ? "" : "pl-nofit");
-      tr.dataset.fits = String(r.fits);
-      tr.append(h("td", "pl-mono", r.block_sizes));
-      if (r.error) {
-        const td = h("td", "pl-mem-over", `error: ${r.error}`);
-        td.setAttribute("colspan", String(4 + 2 * w.chips.length));
-        tr.append(td);
-      } else {
-        tr.append(h("td", r.fits ? "pl-mem-fits" : "pl-mem-over", i === w.best ? "★ best" : r.fits ? "fits" : "does not fit"),
-          h("td", "num", num(r.programs)), h("td", "num", num(r.fetches)), h("td", "num", num(r.hbm_bytes)));
-        for (const c of r.chips) {
-          const cell = h("td", `num${c.fits ? "" : " pl-mem-over"}`, `${bytes(c.vmem_bytes)}${c.fits ? "" : " ✗"}`);
-          cell.title = `limit ${bytes(c.limit)}`;
-          tr.append(cell, h("td", "num", us(c.predicted_time)));
-        }
-      }
-      table.append(tr);
-    });
-    box.append(table);
-    return box;
-  }
-
+  const { signal, cleanup } = lifetime(root);
   draw();
-  const onPayload = () => draw();
-  model.on("change:payload", onPayload);
-  return () => { model.off("change:payload", onPayload); root.remove(); };
+  onModel(model, "change:payload", draw, signal);
+  return cleanup;
 }
 
 export default { render, barScale, bytes, defaultScale };

@@ -6,7 +6,14 @@
 
 import { h, num, findingsList } from "./prelude.js";
 
-/** @typedef {import("./prelude.js").Model} Model */
+/**
+ * The kernel's `inspect --json` object (its schema is the CLI's), its compiler params by
+ * backend, its cost estimate, and why there is no grid view when there is none.
+ * @typedef {{kernel: Record<string, any>, compiler_params: Record<string, Record<string, string>>,
+ *   cost: Record<string, number> | null, note: string | null}} OverviewPayload
+ * @typedef {{payload: OverviewPayload, selection: Record<string, never>}} OverviewModel the model's keys
+ * @typedef {import("./prelude.js").Model<OverviewModel>} Model
+ */
 
 
 /** @param {(number | null)[] | null} v */
@@ -51,7 +58,7 @@ function render({ model, el }) {
   title.append(`Kernel ${k.index ?? ""} `, h("code", "", k.name));
   root.append(title);
   const dl = h("dl", "pl-facts");
-  const grid = k.grid.length ? k.grid.map((g) => (g === null ? "?" : g)).join(" × ") : "()";
+  const grid = k.grid.length ? k.grid.map((/** @type {number | null} */ g) => (g === null ? "?" : g)).join(" × ") : "()";
   const facts = [
     ["source", k.source || "?"], ["call site", k.call_site || "?"],
     ["grid", `${grid} = ${num(k.programs)} programs`],

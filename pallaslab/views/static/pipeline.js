@@ -12,7 +12,7 @@
  * are drawn as canvas text or inserted with textContent only.
  */
 
-import { h } from "./prelude.js";
+import { h, lifetime, listen, onAbort, onModel, watchTheme } from "./prelude.js";
 import { manualSection } from "./pipeline_manual.js";
 import {
   AXIS_H, KIND_COLOR, LABEL_W, LANE_H, MIN_SPAN, Track, fmtTime, programIds, tickStep,
@@ -25,7 +25,13 @@ import {
  *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
  *   live: boolean} & import("./pipeline_manual.js").BeyondBlockSpecs} PipelinePayload
  */
-/** @typedef {import("./prelude.js").Model} Model */
+/**
+ * What the widget tells Python: another chip's model, the step clicked, the window zoomed to.
+ * @typedef {{chip?: string, step?: number, program?: number[], window?: number[]}} PipelineSelection
+ * @typedef {{payload: PipelinePayload, selection: PipelineSelection}} PipelineModel the model's keys
+ * @typedef {import("./prelude.js").Model<PipelineModel>} Model
+ * @typedef {{row: number, step: number, lane: number, time: number, bin: number}} Hit
+ */
 
 /**
  * @param {{model: Model, el: HTMLElement}} ctx
@@ -49,94 +55,106 @@ function render({ model, el }) {
   return () => { cleanup(); extra.remove(); };
 }
 
+/** @param {HTMLCanvasElement} canvas @param {MouseEvent} e */
+function local(canvas, e) {
+  const r = canvas.getBoundingClientRect();
+  return { x: e.clientX - r.left, y: e.clientY - r.top, w: r.width };
+}
+
 /**
- * The BlockSpec pipeline's timelines.
- * @param {{model: Model, el: HTMLElement}} ctx
- * @returns {() => void} cleanup
+ * The facts above the timelines: steps, predicted and measured times, stall, traffic.
+ * @param {PipelinePayload} p
+ * @returns {string[][]}
  */
-function renderTimeline({ model, el }) {
-  const root = h("div", "pallaslab pl-pipeline");
-  // Inside a workbench tab (an ipywidgets flex box) the host element is sized by its content:
-  // let it take the box's width instead, so the canvases can follow the notebook's width.
-  el.style.minWidth = "0";
-  el.style.maxWidth = "100%";
-  el.style.flex = "1 1 100%";
-  el.append(root);
-  /** @type {(() => void)[]} */
-  const cleanups = [];
-  /**
-   * @param {EventTarget} target @param {string} type @param {(e: any) => void} fn
-   * @param {AddEventListenerOptions} [opts]
-   */
-  const listen = (target, type, fn, opts) => {
-    target.addEventListener(type, fn, opts);
-    cleanups.push(() => target.removeEventListener(type, fn, opts));
-  };
+function factRows(p) {
+  const s = p.summary;
+  const rows = [
+    ["steps", s.steps.toLocaleString("en-US")],
+    ["predicted", fmtTime(s.predicted_time)],
+    ["compute", `${fmtTime(s.compute_time)} (${Math.round(100 * s.compute_bound_fraction)}% compute-bound)`],
+    ["exposed copy", fmtTime(s.exposed_copy_time)],
+    ["longest stall", s.stall_step === null ? "none" : `step ${s.stall_step} (program (${programIds(p.grid, s.stall_step).join(", ")}))`],
+    ["HBM traffic", `${s.hbm_bytes.toLocaleString("en-US")} B`],
+  ];
+  if (p.measured) {
+    rows.push(["measured", `${fmtTime(p.measured.total_time)}, ${p.measured.steps.toLocaleString("en-US")} steps` +
+      (p.measured.mean_step ? `, mean step ${fmtTime(p.measured.mean_step)}` : "")]);
+  }
+  return rows;
+}
 
-  const state = { f0: 0, f1: 1, hoverStep: -1, hoverTrack: -1, hoverRow: -1 };
-  /** @type {PipelinePayload} */
-  let p = model.get("payload");
-  /** @type {Track[]} */
-  let tracks = [];
-  /** @type {{canvas: HTMLCanvasElement, head: HTMLElement}[]} */
-  let panels = [];
-  /** @type {Record<string, string>} */
-  let colors = {};
+/** The BlockSpec pipeline's timelines: their state (zoom window, hover), drawing and input. */
+class Timeline {
+  /** @param {Model} model @param {HTMLElement} root @param {AbortSignal} signal */
+  constructor(model, root, signal) {
+    this.model = model;
+    this.root = root;
+    this.signal = signal;
+    this.state = { f0: 0, f1: 1, hoverStep: -1, hoverTrack: -1, hoverRow: -1 };
+    this.p = model.get("payload");
+    /** @type {Track[]} */
+    this.tracks = [];
+    /** @type {{canvas: HTMLCanvasElement, head: HTMLElement}[]} */
+    this.panels = [];
+    /** @type {Record<string, string>} */
+    this.colors = {};
+    /** Whether `colors` were read from the live theme (a detached element has no styles). */
+    this.themed = false;
+    this.requestTimer = 0;
+    onAbort(signal, () => clearTimeout(this.requestTimer));
+    this.title = h("div", "pl-title");
+    this.facts = h("dl", "pl-facts pl-pipe-facts");
+    this.span = h("span", "pl-dim pl-pipe-span");
+    this.chipBox = h("label", "pl-dim pl-pipe-chip", "chip ");
+    this.chipSelect = /** @type {HTMLSelectElement} */ (h("select", "pl-chip"));
+    this.body = h("div", "pl-pipe-tracks");
+    this.info = h("div", "pl-pipe-info pl-dim", "Hover a step for its program and durations.");
+    this.tip = h("div", "pl-pipe-tip");
+    this.tip.hidden = true;
+    root.append(this.title, this.facts, this.toolbar(), this.body, this.info, this.tip);
+  }
 
-  const title = h("div", "pl-title");
-  const facts = h("dl", "pl-facts pl-pipe-facts");
-  const toolbar = h("div", "pl-toolbar");
-  const zoomOut = h("button", "pl-zoom-out", "−");
-  const zoomIn = h("button", "pl-zoom-in", "+");
-  const reset = h("button", "pl-zoom-reset", "reset");
-  zoomOut.title = "zoom out"; zoomIn.title = "zoom in"; reset.title = "show everything";
-  const span = h("span", "pl-dim pl-pipe-span");
-  const chipBox = h("label", "pl-dim pl-pipe-chip", "chip ");
-  const chipSelect = /** @type {HTMLSelectElement} */ (h("select", "pl-chip"));
-  chipBox.append(chipSelect);
-  listen(chipSelect, "change", () => {
-    chipSelect.disabled = true; // until Python sends the new model
-    model.set("selection", { ...(model.get("selection") || {}), chip: chipSelect.value });
-    model.save_changes();
-  });
-  toolbar.append(chipBox, zoomOut, zoomIn, reset, span,
-    h("span", "pl-dim", "wheel: zoom · drag: pan · double-click: reset · click a step: select it"));
-  const body = h("div", "pl-pipe-tracks");
-  const info = h("div", "pl-pipe-info pl-dim", "Hover a step for its program and durations.");
-  const tip = h("div", "pl-pipe-tip");
-  tip.hidden = true;
-  root.append(title, facts, toolbar, body, info, tip);
+  /** The chip picker, zoom buttons and the span shown. */
+  toolbar() {
+    const { model, chipSelect, signal } = this;
+    const toolbar = h("div", "pl-toolbar");
+    const zoomOut = h("button", "pl-zoom-out", "−");
+    const zoomIn = h("button", "pl-zoom-in", "+");
+    const reset = h("button", "pl-zoom-reset", "reset");
+    zoomOut.title = "zoom out"; zoomIn.title = "zoom in"; reset.title = "show everything";
+    this.chipBox.append(chipSelect);
+    listen(chipSelect, "change", () => {
+      chipSelect.disabled = true; // until Python sends the new model
+      model.set("selection", { ...(model.get("selection") || {}), chip: chipSelect.value });
+      model.save_changes();
+    }, signal);
+    toolbar.append(this.chipBox, zoomOut, zoomIn, reset, this.span,
+      h("span", "pl-dim", "wheel: zoom · drag: pan · double-click: reset · click a step: select it"));
+    listen(zoomIn, "click", () => this.zoom(0.5, 0.5), signal);
+    listen(zoomOut, "click", () => this.zoom(2, 0.5), signal);
+    listen(reset, "click", () => { this.state.f0 = 0; this.state.f1 = 1; this.drawAll(); }, signal);
+    return toolbar;
+  }
 
-  /** Whether `colors` were read from the live theme (a detached element has no styles). */
-  let themed = false;
-  function readColors() {
+  readColors() {
+    const { root } = this;
     const cs = getComputedStyle(root);
-    colors = {};
-    themed = root.isConnected && cs.getPropertyValue("--pl-bg2").trim() !== "";
+    /** @type {Record<string, string>} */
+    const colors = {};
+    this.themed = root.isConnected && cs.getPropertyValue("--pl-bg2").trim() !== "";
     const fallback = { "--pl-bg": "#ffffff", "--pl-bg2": "#f4f5f7", "--pl-border": "#d0d7de", "--pl-fg": "#1f2328", "--pl-fg2": "#5b6470" };
     for (const v of ["--pl-accent", "--pl-info", "--pl-ok", "--pl-fg", "--pl-fg2", "--pl-hl", "--pl-error", "--pl-border", "--pl-bg2", "--pl-bg"]) {
       colors[v] = cs.getPropertyValue(v).trim() || /** @type {Record<string, string>} */ (fallback)[v] || "#1a73e8";
     }
+    this.colors = colors;
   }
 
-  function build() {
-    p = model.get("payload");
-    tracks = p.tracks.map((t) => new Track(t));
-    title.replaceChildren("Pipeline ", h("code", "", p.kernel), " ",
+  build() {
+    const { chipBox, chipSelect, facts, body } = this;
+    const p = this.p = this.model.get("payload");
+    const tracks = this.tracks = p.tracks.map((t) => new Track(t));
+    this.title.replaceChildren("Pipeline ", h("code", "", p.kernel), " ",
       h("span", "pl-dim", `model on TPU ${p.chip}${p.measured ? `, measured on ${p.measured.device}` : ""}`));
-    const s = p.summary;
-    const rows = [
-      ["steps", s.steps.toLocaleString("en-US")],
-      ["predicted", fmtTime(s.predicted_time)],
-      ["compute", `${fmtTime(s.compute_time)} (${Math.round(100 * s.compute_bound_fraction)}% compute-bound)`],
-      ["exposed copy", fmtTime(s.exposed_copy_time)],
-      ["longest stall", s.stall_step === null ? "none" : `step ${s.stall_step} (program (${programIds(p.grid, s.stall_step).join(", ")}))`],
-      ["HBM traffic", `${s.hbm_bytes.toLocaleString("en-US")} B`],
-    ];
-    if (p.measured) {
-      rows.push(["measured", `${fmtTime(p.measured.total_time)}, ${p.measured.steps.toLocaleString("en-US")} steps` +
-        (p.measured.mean_step ? `, mean step ${fmtTime(p.measured.mean_step)}` : "")]);
-    }
     // another chip's model needs Python: offered in the live widget only
     chipBox.hidden = !p.live || (p.chips || []).length < 2;
     chipSelect.replaceChildren(...(p.chips || [p.chip]).map((c) => {
@@ -147,9 +165,9 @@ function renderTimeline({ model, el }) {
     chipSelect.value = p.chip;
     chipSelect.disabled = false;
     facts.replaceChildren();
-    for (const [a, b] of rows) facts.append(h("dt", "", a), h("dd", "", b));
+    for (const [a, b] of factRows(p)) facts.append(h("dt", "", a), h("dd", "", b));
     body.replaceChildren();
-    panels = tracks.map((t, i) => {
+    this.panels = tracks.map((t, i) => {
       const box = h("div", "pl-pipe-track");
       box.dataset.source = t.p.source;
       const head = h("div", "pl-pipe-head");
@@ -162,10 +180,10 @@ function renderTimeline({ model, el }) {
       canvas.dataset.labelWidth = String(LABEL_W);
       box.append(head, canvas);
       body.append(box);
-      attach(canvas, i);
+      this.attach(canvas, i);
       return { canvas, head };
     });
-    layout();
+    this.layout();
   }
 
   /**
@@ -173,10 +191,11 @@ function renderTimeline({ model, el }) {
    * width (`contain: inline-size`), so drawing wider never makes the box wider (no feedback
    * loop with the ResizeObserver below).
    */
-  function width() { return Math.max(320, Math.floor(body.clientWidth || 0) || 900); }
+  width() { return Math.max(320, Math.floor(this.body.clientWidth || 0) || 900); }
 
-  function layout() {
-    const W = width();
+  layout() {
+    const { panels, tracks } = this;
+    const W = this.width();
     const dpr = window.devicePixelRatio || 1;
     panels.forEach(({ canvas }, i) => {
       const H = AXIS_H + tracks[i].p.lanes.length * LANE_H + 4;
@@ -186,14 +205,15 @@ function renderTimeline({ model, el }) {
       canvas.height = Math.round(H * dpr);
       canvas.dataset.plotWidth = String(W - LABEL_W);
     });
-    drawAll();
+    this.drawAll();
   }
 
-  function drawAll() {
+  drawAll() {
+    const { state, tracks, span, root } = this;
     // drawn before the page attached the view (JupyterLab renders outputs detached first):
     // the theme's colours are only readable now
-    if (!themed) readColors();
-    tracks.forEach((_, i) => drawTrack(i));
+    if (!this.themed) this.readColors();
+    tracks.forEach((_, i) => this.drawTrack(i));
     const t = tracks[0];
     if (t) span.textContent = `showing ${fmtTime(state.f0 * t.p.duration)} – ${fmtTime(state.f1 * t.p.duration)} of the model`;
     root.dataset.f0 = String(state.f0);
@@ -201,7 +221,8 @@ function renderTimeline({ model, el }) {
   }
 
   /** @param {number} i */
-  function drawTrack(i) {
+  drawTrack(i) {
+    const { state, tracks, panels, colors, p } = this;
     const t = tracks[i];
     const { canvas } = panels[i];
     const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
@@ -311,17 +332,13 @@ function renderTimeline({ model, el }) {
   }
 
   // ---- hover, click, zoom, pan ----
-  /** @param {HTMLCanvasElement} canvas @param {MouseEvent} e */
-  function local(canvas, e) {
-    const r = canvas.getBoundingClientRect();
-    return { x: e.clientX - r.left, y: e.clientY - r.top, w: r.width };
-  }
-
   /**
    * What is under (x, y) of track i: an event row, or a bin.
-   * @returns {{row: number, step: number, lane: number, time: number, bin: number}}
+   * @param {number} i @param {number} x @param {number} y @param {number} w
+   * @returns {Hit}
    */
-  function pick(i, x, y, w) {
+  pick(i, x, y, w) {
+    const { state, tracks } = this;
     const t = tracks[i];
     const lane = Math.floor((y - AXIS_H) / LANE_H);
     const none = { row: -1, step: -1, lane, time: 0, bin: -1 };
@@ -338,14 +355,15 @@ function renderTimeline({ model, el }) {
     return { row: -1, step: t.binStep[bin], lane, time, bin };
   }
 
-  /** @param {number} i @param {ReturnType<typeof pick>} hit @param {MouseEvent} e */
-  function showHover(i, hit, e) {
+  /** @param {number} i @param {Hit} hit @param {MouseEvent} e */
+  showHover(i, hit, e) {
+    const { state, tracks, p, info, root, tip } = this;
     const t = tracks[i];
     const changed = hit.step !== state.hoverStep;
     state.hoverStep = hit.step;
     state.hoverTrack = i;
     state.hoverRow = hit.row;
-    if (hit.step < 0 && hit.row < 0 && hit.bin < 0) { clearHover(); return; }
+    if (hit.step < 0 && hit.row < 0 && hit.bin < 0) { this.clearHover(); return; }
     const parts = [];
     if (hit.row >= 0) {
       const kind = t.p.kinds[t.kind[hit.row]];
@@ -374,40 +392,48 @@ function renderTimeline({ model, el }) {
     tip.style.left = `${Math.max(0, Math.min(e.clientX - r.left + 14, r.width - tip.offsetWidth - 4))}px`;
     tip.style.top = `${e.clientY - r.top + 16}px`;
     if (changed) {
-      drawAll();
-      if (hit.step >= 0) announce(hit.step, "hover");
+      this.drawAll();
+      if (hit.step >= 0) this.announce(hit.step, "hover");
     }
   }
 
-  function clearHover() {
+  clearHover() {
+    const { state, root, tip } = this;
     tip.hidden = true;
-    if (state.hoverStep !== -1) { state.hoverStep = -1; drawAll(); }
+    if (state.hoverStep !== -1) { state.hoverStep = -1; this.drawAll(); }
     delete root.dataset.hoverStep;
     delete root.dataset.hoverProgram;
   }
 
-  /** Tell the page (the grid view, a notebook's own script) which program is pointed at. */
-  function announce(step, how) {
+  /**
+   * Tell the page (the grid view, a notebook's own script) which program is pointed at.
+   * @param {number} step @param {string} how
+   */
+  announce(step, how) {
+    const { p } = this;
     window.dispatchEvent(new CustomEvent("pallaslab:program", {
       detail: { kernel: p.kernel, index: p.index, step, program: programIds(p.grid, step), source: "pipeline", how },
     }));
   }
 
-  let requestTimer = 0;
   /** Ask Python for the exact events of the visible window when a track only has bins there. */
-  function requestWindow() {
-    clearTimeout(requestTimer);
-    requestTimer = window.setTimeout(() => {
+  requestWindow() {
+    const { state, tracks, model } = this;
+    clearTimeout(this.requestTimer);
+    this.requestTimer = window.setTimeout(() => {
       const need = tracks.some((t) => !t.covers(state.f0 * t.p.duration, state.f1 * t.p.duration));
       if (!need) return;
       model.set("selection", { ...(model.get("selection") || {}), window: [state.f0, state.f1] });
       model.save_changes();
     }, 250);
   }
-  cleanups.push(() => clearTimeout(requestTimer));
 
-  /** Zoom by `factor` (<1 in) around fraction `at` of the visible span. */
-  function zoom(factor, at) {
+  /**
+   * Zoom by `factor` (<1 in) around fraction `at` of the visible span.
+   * @param {number} factor @param {number} at
+   */
+  zoom(factor, at) {
+    const { state } = this;
     const spanNow = state.f1 - state.f0;
     const next = Math.min(1, Math.max(MIN_SPAN, spanNow * factor));
     const c = state.f0 + at * spanNow;
@@ -415,25 +441,26 @@ function renderTimeline({ model, el }) {
     f0 = Math.min(Math.max(0, f0), 1 - next);
     state.f0 = f0;
     state.f1 = f0 + next;
-    drawAll();
-    requestWindow();
+    this.drawAll();
+    this.requestWindow();
   }
 
   /** @param {HTMLCanvasElement} canvas @param {number} i */
-  function attach(canvas, i) {
+  attach(canvas, i) {
+    const { state, model, tip, signal } = this;
     let drag = /** @type {{x: number, f0: number, moved: boolean} | null} */ (null);
     listen(canvas, "wheel", (e) => {
       e.preventDefault();
       const { x, w } = local(canvas, e);
       const at = Math.min(1, Math.max(0, (x - LABEL_W) / (w - LABEL_W)));
-      zoom(Math.exp(e.deltaY * 0.0015), at);
-    }, { passive: false });
+      this.zoom(Math.exp(e.deltaY * 0.0015), at);
+    }, signal, { passive: false });
     listen(canvas, "pointerdown", (e) => {
       drag = { x: e.clientX, f0: state.f0, moved: false };
       if (canvas.setPointerCapture && e.pointerId !== undefined) {
         try { canvas.setPointerCapture(e.pointerId); } catch { /* synthetic events */ }
       }
-    });
+    }, signal);
     listen(canvas, "pointermove", (e) => {
       const { x, y, w } = local(canvas, e);
       if (drag && (e.buttons & 1)) {
@@ -445,56 +472,68 @@ function renderTimeline({ model, el }) {
           state.f0 = f0;
           state.f1 = f0 + spanNow;
           tip.hidden = true;
-          drawAll();
+          this.drawAll();
           return;
         }
       }
-      showHover(i, pick(i, x, y, w), e);
-    });
+      this.showHover(i, this.pick(i, x, y, w), e);
+    }, signal);
     listen(canvas, "pointerup", (e) => {
       const wasDrag = drag && drag.moved;
       drag = null;
-      if (wasDrag) { requestWindow(); return; }
+      if (wasDrag) { this.requestWindow(); return; }
       const { x, y, w } = local(canvas, e);
-      const hit = pick(i, x, y, w);
+      const hit = this.pick(i, x, y, w);
       if (hit.step >= 0) {
-        model.set("selection", { ...(model.get("selection") || {}), step: hit.step, program: programIds(p.grid, hit.step) });
+        model.set("selection", { ...(model.get("selection") || {}), step: hit.step, program: programIds(this.p.grid, hit.step) });
         model.save_changes();
-        announce(hit.step, "click");
+        this.announce(hit.step, "click");
       }
-    });
-    listen(canvas, "pointerleave", () => { if (!drag) clearHover(); });
-    listen(canvas, "dblclick", () => { state.f0 = 0; state.f1 = 1; drawAll(); });
+    }, signal);
+    listen(canvas, "pointerleave", () => { if (!drag) this.clearHover(); }, signal);
+    listen(canvas, "dblclick", () => { state.f0 = 0; state.f1 = 1; this.drawAll(); }, signal);
   }
 
-  listen(zoomIn, "click", () => zoom(0.5, 0.5));
-  listen(zoomOut, "click", () => zoom(2, 0.5));
-  listen(reset, "click", () => { state.f0 = 0; state.f1 = 1; drawAll(); });
-
-  const onPayload = () => build();
-  model.on("change:payload", onPayload);
-  cleanups.push(() => model.off("change:payload", onPayload));
-
-  const observer = new MutationObserver(() => { readColors(); drawAll(); });
-  observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
-  cleanups.push(() => observer.disconnect());
-  let lastW = 0;
-  let frame = 0;
-  const resize = new ResizeObserver(() => {
-    cancelAnimationFrame(frame);
-    frame = requestAnimationFrame(() => {
-      const w = width();
-      if (w !== lastW) { lastW = w; if (!themed) readColors(); layout(); }
+  /** Redraw on theme changes; lay out again when the tracks box changes width. */
+  follow() {
+    const { signal } = this;
+    watchTheme(() => { this.readColors(); this.drawAll(); }, signal);
+    listen(window, "pl-theme", () => { this.readColors(); this.drawAll(); }, signal);
+    let lastW = 0;
+    let frame = 0;
+    const resize = new ResizeObserver(() => {
+      cancelAnimationFrame(frame);
+      frame = requestAnimationFrame(() => {
+        const w = this.width();
+        if (w !== lastW) { lastW = w; if (!this.themed) this.readColors(); this.layout(); }
+      });
     });
-  });
-  resize.observe(body);
-  cleanups.push(() => cancelAnimationFrame(frame));
-  cleanups.push(() => resize.disconnect());
-  listen(window, "pl-theme", () => { readColors(); drawAll(); });
+    resize.observe(this.body);
+    onAbort(signal, () => cancelAnimationFrame(frame));
+    onAbort(signal, () => resize.disconnect());
+  }
+}
 
-  readColors();
-  build();
-  return () => { cleanups.forEach((f) => f()); root.remove(); };
+/**
+ * The BlockSpec pipeline's timelines.
+ * @param {{model: Model, el: HTMLElement}} ctx
+ * @returns {() => void} cleanup
+ */
+function renderTimeline({ model, el }) {
+  const root = h("div", "pallaslab pl-pipeline");
+  // Inside a workbench tab (an ipywidgets flex box) the host element is sized by its content:
+  // let it take the box's width instead, so the canvases can follow the notebook's width.
+  el.style.minWidth = "0";
+  el.style.maxWidth = "100%";
+  el.style.flex = "1 1 100%";
+  el.append(root);
+  const { signal, cleanup } = lifetime(root);
+  const view = new Timeline(model, root, signal);
+  onModel(model, "change:payload", () => view.build(), signal);
+  view.follow();
+  view.readColors();
+  view.build();
+  return cleanup;
 }
 
 export default { render, Track, programIds, fmtTime, LABEL_W, LANE_H, AXIS_H };

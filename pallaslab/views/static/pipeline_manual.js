@@ -9,10 +9,11 @@ import { h } from "./prelude.js";
 import { recordSection } from "./pipeline_record.js";
 
 /**
+ * @typedef {{label: string, lines: string[]}} NestedPipeline a nested pipeline's model, summarised
  * @typedef {{op: string, src: string | null, dst: string | null, bytes: number | null,
  *   semaphore: string | null, source: string | null, repeated: boolean}} ManualOp
  * @typedef {{manual?: ManualOp[], manual_note?: string | null,
- *   nested?: {label: string, lines: string[]}[],
+ *   nested?: NestedPipeline[],
  *   recorded?: import("./pipeline_record.js").RunRecord | null,
  *   recorded_note?: string | null}} BeyondBlockSpecs
  */

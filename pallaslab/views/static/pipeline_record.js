@@ -37,6 +37,7 @@ export function recordSection(p) {
   }
   table.append(head);
   // Mosaic GPU: copies are TMA copies, signals a barrier's completed phase
+  /** @type {Record<string, string>} */
   const names = rec.executor === "gpu-interpret"
     ? { dma: "TMA copy", signal: "barrier phase", wait: "barrier wait" }
     : { dma: "dma", signal: "signal", wait: "wait" };

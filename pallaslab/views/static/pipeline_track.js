@@ -33,7 +33,7 @@ export class Track {
     this.binStep = p.bin_step ? /** @type {Int32Array} */ (typed(p.bin_step, Int32Array)) : null;
   }
 
-  /** First row of `lane` whose start is >= t (rows of a lane are sorted by start). */
+  /** First row of `lane` whose start is >= t (rows of a lane are sorted by start). @param {number} lane @param {number} t */
   lowerBound(lane, t) {
     let lo = this.p.lane_offsets[lane];
     let hi = this.p.lane_offsets[lane + 1];
@@ -44,13 +44,14 @@ export class Track {
     return lo;
   }
 
-  /** Is [t0, t1] inside the window whose events were all sent? */
+  /** Is [t0, t1] inside the window whose events were all sent? @param {number} t0 @param {number} t1 */
   covers(t0, t1) {
     return !this.p.bins || (t0 >= this.p.window[0] && t1 <= this.p.window[1]);
   }
 
   /**
    * The event of `lane` under time t (within `tol` seconds), the shortest containing one.
+   * @param {number} lane @param {number} t @param {number} tol
    * @returns {number} row, or -1
    */
   find(lane, t, tol) {
@@ -68,7 +69,7 @@ export class Track {
     return best;
   }
 
-  /** Rows of one step in every lane. */
+  /** Rows of one step in every lane. @param {number} step */
   stepRows(step) {
     const rows = [];
     for (let i = 0; i < this.program.length; i++) if (this.program[i] === step) rows.push(i);
@@ -100,7 +101,7 @@ export function fmtTime(t) {
   return `${f(t, 3)} s`;
 }
 
-/** A 1-2-5 tick step giving about `n` ticks over `span`. */
+/** A 1-2-5 tick step giving about `n` ticks over `span`. @param {number} span @param {number} n */
 export function tickStep(span, n) {
   const raw = span / n;
   const p = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -108,5 +109,6 @@ export function tickStep(span, n) {
   return 10 * p;
 }
 
+/** @type {Record<string, string>} */
 export const KIND_COLOR = { "copy-in": "--pl-info", compute: "--pl-accent", "write-back": "--pl-ok",
   kernel: "--pl-fg2", step: "--pl-accent", op: "--pl-info" };

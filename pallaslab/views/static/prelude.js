@@ -8,10 +8,19 @@
  */
 
 /**
- * The part of an anywidget model a view uses (the report's host provides the same in-page).
- * @typedef {{get(key: string): any, set(key: string, value: any): void,
+ * The part of an anywidget model a view uses (the report's host provides the same in-page),
+ * typed by the view's keys: `Keys` maps each trait the view reads or sets (`payload`,
+ * `selection`) to its type.
+ * @template {Record<string, any>} [Keys=Record<string, any>]
+ * @typedef {{get<K extends keyof Keys & string>(key: K): Keys[K],
+ *   set<K extends keyof Keys & string>(key: K, value: Keys[K]): void,
  *   save_changes(): void, on(event: string, cb: () => void): void,
  *   off(event?: string | null, cb?: (() => void) | null): void}} Model
+ */
+/**
+ * What `render` gets: the model and the element to draw in.
+ * @template {Record<string, any>} [Keys=Record<string, any>]
+ * @typedef {{model: Model<Keys>, el: HTMLElement}} RenderContext
  */
 /** @typedef {DataView | ArrayBuffer | ArrayBufferView} Buffer a binary buffer from the wire */
 
@@ -100,6 +109,60 @@ export function findingsList(findings, decorate) {
   return ul;
 }
 
+// --- lifetime: everything a view starts ends when its `render`'s cleanup runs ---------------
+
+/**
+ * One view's lifetime: its `signal` aborts when `cleanup` (what `render` returns) runs, which
+ * also removes the view's root element. Listeners, observers and timers all hang off `signal`.
+ * @param {HTMLElement} root
+ * @returns {{signal: AbortSignal, cleanup: () => void}}
+ */
+export function lifetime(root) {
+  const controller = new AbortController();
+  return { signal: controller.signal, cleanup: () => { controller.abort(); root.remove(); } };
+}
+
+/**
+ * Run `fn` once when `signal` aborts (at once when it already has).
+ * @param {AbortSignal} signal @param {() => void} fn
+ */
+export function onAbort(signal, fn) {
+  if (signal.aborted) fn();
+  else signal.addEventListener("abort", fn, { once: true });
+}
+
+/**
+ * `target.addEventListener(type, fn)` until `signal` aborts. (`fn` takes the event as `any`:
+ * our own events, `pl-theme` and `pallaslab:program`, are in no DOM event map.)
+ * @param {EventTarget} target @param {string} type @param {(e: any) => void} fn
+ * @param {AbortSignal} signal @param {AddEventListenerOptions} [opts]
+ */
+export function listen(target, type, fn, signal, opts = {}) {
+  target.addEventListener(type, /** @type {EventListener} */ (fn), { ...opts, signal });
+}
+
+/**
+ * `model.on(event, fn)` until `signal` aborts (anywidget models take no signal of their own).
+ * @param {Model<any>} model @param {string} event @param {() => void} fn @param {AbortSignal} signal
+ */
+export function onModel(model, event, fn, signal) {
+  model.on(event, fn);
+  onAbort(signal, () => model.off(event, fn));
+}
+
+/**
+ * Call `fn` whenever the page's theme changes, until `signal` aborts: JupyterLab switches its
+ * theme through attributes on <body>; the offline report toggles a class there and says so
+ * with a `pl-theme` event on `window`.
+ * @param {() => void} fn @param {AbortSignal} signal
+ */
+export function watchTheme(fn, signal) {
+  const observer = new MutationObserver(() => fn());
+  observer.observe(document.body,
+    { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light", "class"] });
+  onAbort(signal, () => observer.disconnect());
+}
+
 // --- formatting ------------------------------------------------------------------------------
 
 /** A Python-style tuple: (1,) (1, 2). @param {(number | string)[]} v */
@@ -183,3 +246,32 @@ export function mix(a, b, t) {
   }
   return out;
 }
+
+// --- heatmaps --------------------------------------------------------------------------------
+
+/**
+ * A heatmap of `rows` x `cols` cells, cell k (row-major) in colour `colorAt(k)` ([r, g, b]),
+ * drawn onto `ctx` to fill `w` x `h` CSS pixels: painted one pixel per cell, then scaled up
+ * without smoothing, so cells stay sharp at any size (and fractional cell sizes cost nothing).
+ * @param {CanvasRenderingContext2D} ctx @param {number} rows @param {number} cols
+ * @param {number} w @param {number} hgt @param {(k: number) => number[]} colorAt
+ */
+export function drawHeatmap(ctx, rows, cols, w, hgt, colorAt) {
+  const small = document.createElement("canvas");
+  small.width = cols; small.height = rows;
+  const sctx = /** @type {CanvasRenderingContext2D} */ (small.getContext("2d"));
+  const img = sctx.createImageData(cols, rows);
+  for (let k = 0; k < rows * cols; k++) {
+    const c = colorAt(k);
+    img.data[4 * k] = c[0]; img.data[4 * k + 1] = c[1]; img.data[4 * k + 2] = c[2]; img.data[4 * k + 3] = 255;
+  }
+  sctx.putImageData(img, 0, 0);
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(small, 0, 0, w, hgt);
+}
+
+/**
+ * The colour `t` of the way from `from` to `to` (both [r, g, b]), rounded per channel.
+ * @param {number[]} from @param {number[]} to @param {number} t
+ */
+export const blend = (from, to, t) => [0, 1, 2].map((j) => Math.round(from[j] + (to[j] - from[j]) * t));

@@ -9,9 +9,9 @@
  * Plain ES module (anywidget `render`); user-derived text via textContent only.
  */
 
-import { h, num, findingsList, svg } from "./prelude.js";
+import { h, num, findingsList, svg, lifetime, onModel } from "./prelude.js";
 
-/** @typedef {import("./prelude.js").Model} Model */
+/** @typedef {import("./prelude.js").Model<StepDevicesModel>} Model */
 /**
  * @typedef {{seq: number, src: number, dst: number, bytes: number, step: number,
  *   remote: boolean, source: string | null, buffers: string}} TransferEntry
@@ -99,11 +99,50 @@ function table(cls, head, numeric, rows) {
   return t;
 }
 
+/**
+ * What the widget asks Python: reset, step (all devices), step_device (one), run; `nonce`
+ * tells requests apart.
+ * @typedef {{action?: string, device?: number, nonce?: number}} StepDevicesSelection
+ * @typedef {{payload: StepDevicesPayload, selection: StepDevicesSelection}} StepDevicesModel the model's keys
+ */
+
 /** @param {StepDevicesPayload} p */
 function where(p) {
   if (!p.started) return `on ${p.devices} devices · not stepped yet`;
   return `on ${p.devices} devices · ${p.done ? "the run ended" : `lockstep step ${p.position}`} · ` +
     `${num(p.transfers_total)} DMAs landed · ${p.in_flight.length} in flight`;
+}
+
+/**
+ * The DMAs in flight and landed, and the semaphore events, as tables appended to `root`.
+ * @param {StepDevicesPayload} p @param {HTMLElement} root
+ */
+function dmaTables(p, root) {
+  if (p.in_flight.length) {
+    root.append(h("div", "pl-step-h", `In flight: ${p.in_flight.length} DMA(s) sent, not landed`),
+      table("pl-sd-inflight", ["step", "from", "to", "bytes", "source"], [0, 3],
+        p.in_flight.map((t) => ({ data: { src: String(t.src), dst: String(t.dst) },
+          cells: [String(t.step), `device ${t.src}`, dev(t.dst), num(t.bytes), t.source ?? "?"] }))));
+  }
+  if (p.transfers.length) {
+    const shown = p.transfers_total > p.transfers.length ? ` (the latest ${p.transfers.length} shown)` : "";
+    const fresh = p.transfers.length - p.new_transfers;
+    root.append(h("div", "pl-step-h", `Landed: ${num(p.transfers_total)} DMA(s)${shown}` +
+      (p.new_transfers ? ` · ${p.new_transfers} in the last step (bold)` : "")),
+    table("pl-sd-transfers", ["step", "from", "to", "bytes", "buffers", "source"], [0, 3],
+      p.transfers.map((t, i) => ({ cls: i >= fresh ? "pl-sd-new" : "", data: { src: String(t.src), dst: String(t.dst), step: String(t.step) },
+        cells: [String(t.step), `device ${t.src}`, dev(t.dst), num(t.bytes), t.buffers, t.source ?? "?"] }))));
+    root.querySelectorAll("tr.pl-sd-new").forEach((tr) => { /** @type {HTMLElement} */ (tr).style.fontWeight = "600"; });
+  }
+  if (p.semaphores.length) {
+    const box = h("details", "pl-sd-semaphores-box");
+    const shown = p.semaphores_total > p.semaphores.length ? ` (the latest ${p.semaphores.length} shown)` : "";
+    box.append(h("summary", "pl-step-h", `Semaphore events: ${num(p.semaphores_total)}${shown}`),
+      table("pl-sd-semaphores", ["#", "device", "event", "semaphore", "amount", "source"], [0, 4],
+        p.semaphores.map((s) => ({ data: { device: String(s.device), kind: s.kind },
+          cells: [String(s.seq), `device ${s.device}`, s.kind === "wait" ? "wait (completed)" : "signal", `#${s.semaphore}`, String(s.amount), s.source ?? "?"] }))));
+    root.append(box);
+  }
 }
 
 /**
@@ -117,7 +156,7 @@ function render({ model, el }) {
   let busy = false;
   let picked = 0;
 
-  /** @param {Record<string, any>} msg */
+  /** @param {StepDevicesSelection} msg */
   function send(msg) {
     busy = true;
     root.dataset.busy = "true";
@@ -127,7 +166,6 @@ function render({ model, el }) {
   }
 
   function draw() {
-    /** @type {StepDevicesPayload} */
     const p = model.get("payload");
     root.replaceChildren();
     root.dataset.revision = String(p.revision);
@@ -198,38 +236,13 @@ function render({ model, el }) {
     if (p.started && p.devices && p.events > 0) root.append(stepLanes(p));
     else if (p.started) root.append(h("p", "pl-dim pl-sd-quiet", "No DMA or semaphore event so far."));
 
-    // ---- DMAs ----
-    if (p.in_flight.length) {
-      root.append(h("div", "pl-step-h", `In flight: ${p.in_flight.length} DMA(s) sent, not landed`),
-        table("pl-sd-inflight", ["step", "from", "to", "bytes", "source"], [0, 3],
-          p.in_flight.map((t) => ({ data: { src: String(t.src), dst: String(t.dst) },
-            cells: [String(t.step), `device ${t.src}`, dev(t.dst), num(t.bytes), t.source ?? "?"] }))));
-    }
-    if (p.transfers.length) {
-      const shown = p.transfers_total > p.transfers.length ? ` (the latest ${p.transfers.length} shown)` : "";
-      const fresh = p.transfers.length - p.new_transfers;
-      root.append(h("div", "pl-step-h", `Landed: ${num(p.transfers_total)} DMA(s)${shown}` +
-        (p.new_transfers ? ` · ${p.new_transfers} in the last step (bold)` : "")),
-      table("pl-sd-transfers", ["step", "from", "to", "bytes", "buffers", "source"], [0, 3],
-        p.transfers.map((t, i) => ({ cls: i >= fresh ? "pl-sd-new" : "", data: { src: String(t.src), dst: String(t.dst), step: String(t.step) },
-          cells: [String(t.step), `device ${t.src}`, dev(t.dst), num(t.bytes), t.buffers, t.source ?? "?"] }))));
-      root.querySelectorAll("tr.pl-sd-new").forEach((tr) => { /** @type {HTMLElement} */ (tr).style.fontWeight = "600"; });
-    }
-    if (p.semaphores.length) {
-      const box = h("details", "pl-sd-semaphores-box");
-      const shown = p.semaphores_total > p.semaphores.length ? ` (the latest ${p.semaphores.length} shown)` : "";
-      box.append(h("summary", "pl-step-h", `Semaphore events: ${num(p.semaphores_total)}${shown}`),
-        table("pl-sd-semaphores", ["#", "device", "event", "semaphore", "amount", "source"], [0, 4],
-          p.semaphores.map((s) => ({ data: { device: String(s.device), kind: s.kind },
-            cells: [String(s.seq), `device ${s.device}`, s.kind === "wait" ? "wait (completed)" : "signal", `#${s.semaphore}`, String(s.amount), s.source ?? "?"] }))));
-      root.append(box);
-    }
+    dmaTables(p, root);
   }
 
-  const onPayload = () => { busy = false; draw(); };
+  const { signal, cleanup } = lifetime(root);
   draw();
-  model.on("change:payload", onPayload);
-  return () => { model.off("change:payload", onPayload); root.remove(); };
+  onModel(model, "change:payload", () => { busy = false; draw(); }, signal);
+  return cleanup;
 }
 
 export default { render };
