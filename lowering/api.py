@@ -33,6 +33,27 @@ def lower(
     A kernel captured inside `shard_map` (remote DMAs, device semaphores) is lowered and
     compiled as one program over the devices of a multi-chip TPU topology: `devices=N` of
     them, else as many as its mesh had when captured (`lowering.slices`).
+
+    Args:
+        fn_or_capture: a function to capture with `args` and `kwargs`, a `Capture`, or one
+            captured `Kernel`.
+        *args: the function's arguments (arrays or `jax.ShapeDtypeStruct`s).
+        target: a target name of `lowering.targets.TARGETS` ("tpu-v5e"; "v5e" is accepted) or
+            a `Target`.
+        compile: also compile with the target's real compiler.
+        vmem_exact: (TPU) measure the smallest `vmem_limit_bytes` that compiles; implies
+            `compile`.
+        use_cache: read and write the disk cache (`lowering.cache`).
+        devices: for a kernel inside `shard_map`, the number of TPU devices to compile for.
+        **kwargs: the function's keyword arguments.
+
+    Returns:
+        A `LoweringResult`: per kernel its stages, coded diagnostics and resources. A kernel
+        that fails to lower or compile is `ok=False` with diagnostics, not an exception.
+
+    Raises:
+        UnknownTargetError: `target` names no known target.
+        MissingDependencyError: `compile` needs libtpu or triton and it is not installed.
     """
     tgt = get_target(target)
     slices.check_devices(devices)

@@ -4,29 +4,36 @@ Key: (cache schema, jax/jaxlib versions, the compiler's version (libtpu or trito
 options, kernel content hash). The kernel hash covers what decides the lowered code: the
 kernel jaxpr, every operand's shape/dtype/block/index map/memory space, grid, semantics,
 compiler params, and the kernel's source location (stages map IR lines to it).
-Location: $PALLASLAB_CACHE_DIR, else $XDG_CACHE_HOME/pallaslab, else ~/.cache/pallaslab.
+Location: $PALLASLAB_CACHE_DIR (an absolute path to a directory one can write to, else
+`CacheDirError`), else $XDG_CACHE_HOME/pallaslab, else ~/.cache/pallaslab.
+
+The entries live in its `lowering/` directory, private to the user (0o700), which is never
+entered through a symbolic link (`pallaslab.util.private_dir`): a link planted there makes
+loads miss, stores skip, and `info()`/`clear()` (which back `pallaslab cache`) refuse with
+`CacheError`. `clear()` removes only regular files named as pallaslab names its own.
 
 An entry that cannot be read or has the wrong structure (truncated, not an object, missing
-keys, wrong types) is a miss; the next store rewrites it. `info()` and `clear()` back
-`pallaslab cache`.
+keys, wrong types) is a miss; the next store rewrites it. A store that fails (a full disk) leaves
+no temporary file behind. There is no JAX persistent compilation cache under this directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import importlib.metadata
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, get_args
 
 from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resources, Stage
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
+from pallaslab.util import private_dir
 
 SCHEMA = 8  # 2: lowered under the target's own abstract device; 3: VMEM of body allocations;
 # 4: Triton compiles the module bytecode of the custom call (multi-line loc aliases);
@@ -37,17 +44,44 @@ SCHEMA = 8  # 2: lowered under the target's own abstract device; 3: VMEM of body
 
 
 class CacheError(PallasLabError, OSError):
-    """The cache cannot be cleared (e.g. its directory is read-only)."""
+    """The cache cannot be read or cleared (e.g. its directory is read-only, or a link)."""
 
+
+class CacheDirError(PallasLabError, ValueError):
+    """$PALLASLAB_CACHE_DIR names no directory the cache can live in."""
+
+
+CACHE_DIR_ENV = "PALLASLAB_CACHE_DIR"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# What pallaslab writes in the cache: entries, and temporary files of stores cut short by a
+# crash (`tmp*.tmp`, as `private_dir.write_atomically` and older pallaslab name them).
+_OUR_FILES = re.compile(r"[0-9a-f]{40}\.json|tmp[a-z0-9_]+\.tmp")
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("PALLASLAB_CACHE_DIR")
-    if root:
-        return Path(root) / "lowering"
+    """The directory of the entries. Raises CacheDirError when $PALLASLAB_CACHE_DIR is set to
+    a relative path, to something not a directory, or to a place one cannot write to."""
+    text = os.environ.get(CACHE_DIR_ENV)
+    if text:
+        return _checked_cache_root(text) / "lowering"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pallaslab" / "lowering"
+
+
+def _checked_cache_root(text: str) -> Path:
+    root = Path(text)
+    setting = f"{CACHE_DIR_ENV}={text!r}"
+    if not root.is_absolute():
+        raise CacheDirError(f"{setting} is not an absolute path "
+                            f"(e.g. {CACHE_DIR_ENV}={os.path.abspath(text)})")
+    existing = next(p for p in (root, *root.parents) if os.path.lexists(p))
+    where = setting if existing == root else \
+        f"{setting} cannot be created: {str(existing)!r}"
+    if not existing.is_dir():
+        raise CacheDirError(f"{where} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CacheDirError(f"{where} is not a directory you can write to")
+    return root
 
 
 def kernel_fingerprint(kernel: Kernel) -> str:
@@ -81,11 +115,15 @@ def cache_key(kernel: Kernel, target: str, options: dict[str, Any]) -> str:
 def load(key: str) -> KernelLowering | None:
     """The cached lowering for `key`, or None: absent, unreadable or malformed entries are
     misses (never errors), so a damaged cache costs one re-lowering."""
-    path = cache_dir() / f"{key}.json"
+    directory = cache_dir()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        result = KernelLowering.from_json(data)
-    except Exception:  # truncated, not JSON, a list, missing keys, ...
+        fd = private_dir.open_dir(directory)
+        try:
+            text = private_dir.read_text(fd, f"{key}.json")
+        finally:
+            os.close(fd)
+        result = KernelLowering.from_json(json.loads(text))
+    except Exception:  # absent, a link, truncated, not JSON, a list, missing keys, ...
         return None
     return result if _well_formed(result) else None
 
@@ -119,13 +157,16 @@ def _resources_ok(r: Resources) -> bool:
 def store(key: str, result: KernelLowering) -> None:
     directory = cache_dir()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(result.to_json(), f)
-        os.replace(tmp, directory / f"{key}.json")  # atomic: readers never see half a file
+        # Only the last directory of a new path gets the mode: the cache root, then `lowering`.
+        directory.parent.mkdir(mode=private_dir.PRIVATE_MODE, parents=True, exist_ok=True)
+        fd = private_dir.open_dir(directory, create=True)
+        try:
+            private_dir.write_atomically(fd, f"{key}.json",
+                                         lambda f: json.dump(result.to_json(), f))
+        finally:
+            os.close(fd)
     except OSError:
-        pass  # a read-only or full disk only costs speed
+        pass  # a read-only or full disk, or a link in the cache's place, only costs speed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,42 +179,63 @@ class CacheInfo:
         return {"directory": str(self.directory), "entries": self.entries, "bytes": self.bytes}
 
 
-def _entry_files(directory: Path) -> list[Path]:
-    """The cache's own files: entries and interrupted stores (never anything else there)."""
-    if not directory.is_dir():
-        return []
-    return [p for p in directory.iterdir()
-            if p.is_file() and p.suffix in (".json", ".tmp")]
-
-
-def _size(path: Path) -> int:
+def _open_existing(directory: Path) -> int | None:
+    """The cache directory opened to list it, None when it does not exist yet."""
     try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+        return private_dir.open_dir(directory)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise CacheError(_cannot_open(directory, err)) from err
+
+
+def _cannot_open(directory: Path, err: OSError) -> str:
+    name = repr(str(directory))
+    # O_NOFOLLOW | O_DIRECTORY on a link to a directory fails with ENOTDIR on Linux, not ELOOP.
+    if err.errno == errno.ELOOP or os.path.islink(directory):
+        return (f"the cache directory {name} is a symbolic link; pallaslab never follows one "
+                "(it could lead outside the cache): remove the link")
+    if err.errno == errno.ENOTDIR:
+        return f"the cache directory {name} is not a directory: remove it"
+    return f"cannot open the cache directory {name}: {err.strerror or err}"
+
+
+def _is_entry(f: private_dir.FileEntry) -> bool:
+    return f.name.endswith(".json")
 
 
 def info() -> CacheInfo:
     """Where the cache is, how many entries it holds and their total size."""
     directory = cache_dir()
-    files = _entry_files(directory)
-    return CacheInfo(directory, sum(p.suffix == ".json" for p in files),
-                     sum(_size(p) for p in files))
+    fd = _open_existing(directory)
+    if fd is None:
+        return CacheInfo(directory, 0, 0)
+    try:
+        files = private_dir.regular_files(fd, _OUR_FILES)
+    finally:
+        os.close(fd)
+    return CacheInfo(directory, sum(map(_is_entry, files)), sum(f.size for f in files))
 
 
 def clear() -> CacheInfo:
-    """Remove every entry; returns what was removed (entries and bytes freed)."""
+    """Remove every entry (the regular files pallaslab wrote, nothing else and nothing through
+    a link); returns what was removed (entries and bytes freed)."""
     directory = cache_dir()
+    fd = _open_existing(directory)
+    if fd is None:
+        return CacheInfo(directory, 0, 0)
     entries = freed = 0
-    for path in _entry_files(directory):
-        size = _size(path)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            continue  # removed meanwhile by another process
-        except OSError as err:
-            raise CacheError(f"cannot remove the cache entry {str(path)!r}: "
-                             f"{err.strerror or err}") from err
-        freed += size
-        entries += path.suffix == ".json"
+    try:
+        for file in private_dir.regular_files(fd, _OUR_FILES):
+            try:
+                os.unlink(file.name, dir_fd=fd)
+            except FileNotFoundError:
+                continue  # removed meanwhile by another process
+            except OSError as err:
+                raise CacheError(f"cannot remove the cache entry {str(directory / file.name)!r}: "
+                                 f"{err.strerror or err}") from err
+            freed += file.size
+            entries += _is_entry(file)
+    finally:
+        os.close(fd)
     return CacheInfo(directory, entries, freed)

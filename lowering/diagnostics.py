@@ -32,6 +32,12 @@ _CONTEXT = re.compile(
 _BUFFER_COUNT = re.compile(r"Only single \(1\) and double \(2\) buffering are supported")
 _MIXED_ELEMENT = re.compile(r"All block dimensions must be Elements or none of them")
 _NO_SPARSECORE = re.compile(r"SparseCore is not available on the current device")
+# libtpu's errors carry a stable code and name ("E2003: CompileTimeMosaicUnproven...", see
+# openxla.org/xla/errors): classify by them, never by words that happen to appear in the IR.
+_CODED = re.compile(r"\b(?P<code>E\d{4}): (?P<name>[A-Za-z]\w*)(?::[ \t]*(?P<detail>[^\n]*))?")
+_LOCATION = re.compile(r'"(?P<file>[^"]+\.py)":(?P<line>\d+)')
+VMEM_OOM_CODES = ("E1001",)
+ALIGNMENT_CODES = ("E2003",)
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -63,8 +69,7 @@ def from_lowering_error(err: BaseException, kernel_name: str, backend: str,
         return Diagnostic(
             "error", "tpu-block-shape",
             f"{m['origin']}: block shape {block} of an array of shape ({m['shape']}) is not "
-            "allowed by Mosaic TPU. Rule: the last two block dimensions must be divisible by "
-            "8 and 128 respectively (for 32-bit types), or equal the array's dimensions.",
+            f"allowed by Mosaic TPU. Rule: {block_rule(text)}",
             operand=m["origin"], data=(("block_shape", block), ("array_shape", f"({m['shape']})")))
     message = (f"{backend} could not lower kernel {kernel_name!r}: {type(err).__name__}: "
                f"{headline(text)}")
@@ -80,7 +85,32 @@ def from_lowering_error(err: BaseException, kernel_name: str, backend: str,
     return Diagnostic("error", code, message)
 
 
+def block_rule(text: str) -> str:
+    """The rule Mosaic TPU's block check broke, from which check raised (jax/_src/pallas/
+    mosaic/lowering.py `_check_block_mappings`): each names its own rule."""
+    if "blocks of rank >= 1" in text:
+        return ("a block in VMEM must have rank >= 1: a rank-0 (scalar) operand goes in SMEM "
+                "(memory_space=pltpu.SMEM), or is given shape (1,) or (1, 1).")
+    if "in memory space ANY only blocks" in text:
+        return ("a block in memory space ANY (or HBM) must be the whole array, with an "
+                "index map returning all zeros; copy windows of it with DMAs.")
+    if "rank 1 block" in text:
+        chunk = re.search(r"multiple of (\d+)", text)
+        tiling = re.search(r"tiling size \((\d+)", text)
+        return ("a rank-1 block must equal the array, be a multiple of "
+                f"{chunk[1] if chunk else 1024}, or be a power of two of at least "
+                f"{tiling[1] if tiling else 128} elements.")
+    return ("the last two block dimensions must be divisible by 8 and 128 respectively (for "
+            "32-bit types), or equal the array's dimensions.")
+
+
 def from_compile_error(message: str, kernel_name: str, target: str) -> Diagnostic:
+    """A compiler's refusal, coded by what the compiler said: libtpu's own error code when it
+    gives one (E1001 `vmem-oom`, E2003 `mosaic-alignment`, any other: `compile-error` with the
+    compiler's code and name as data), else by its words."""
+    coded = _CODED.search(message)
+    if coded is not None and coded["code"] not in VMEM_OOM_CODES:
+        return _from_coded_error(coded, message, kernel_name, target)
     if m := _SCOPED.search(message):
         needed, limit = parse_size(m[1], m[2]), parse_size(m[3], m[4])
         return Diagnostic(
@@ -90,7 +120,8 @@ def from_compile_error(message: str, kernel_name: str, target: str) -> Diagnosti
             "pltpu.CompilerParams(vmem_limit_bytes=...) or use smaller blocks). Compiler: "
             + m[0] + ".",
             data=(("needed_bytes", needed), ("limit_bytes", limit)))
-    if "vmem" in message.lower() and ("oom" in message.lower() or "memory" in message.lower()):
+    if coded is not None or ("vmem" in message.lower() and (
+            "oom" in message.lower() or "memory" in message.lower())):
         return Diagnostic("error", "vmem-oom",
                           f"kernel {kernel_name!r} does not fit VMEM on {target}: "
                           + headline(message))
@@ -105,6 +136,33 @@ def from_compile_error(message: str, kernel_name: str, target: str) -> Diagnosti
         code = "compile-error"
     return Diagnostic("error", code, f"the {target} compiler rejected kernel {kernel_name!r}: "
                       + headline(message))
+
+
+def _from_coded_error(coded: re.Match[str], message: str, kernel_name: str, target: str
+                      ) -> Diagnostic:
+    code, name, detail = coded["code"], coded["name"], (coded["detail"] or "").strip()
+    said = f"{code} {name}" + (f": {detail}" if detail else "")
+    at = _user_location(message[coded.end():])
+    where = f" at {at}" if at else ""
+    data = (("compiler_code", code), ("compiler_error", name))
+    if code in ALIGNMENT_CODES:
+        return Diagnostic(
+            "error", "mosaic-alignment",
+            f"the {target} compiler cannot prove a memory access of kernel {kernel_name!r} "
+            f"aligned{where} ({said}). Rule: Mosaic TPU loads and stores a VMEM ref at offsets "
+            "it can prove are multiples of the (8, 128) tile (128 lanes along the last "
+            "dimension, 8 sublanes along the second-last); a dynamic slice such as "
+            "pl.ds(k * bk, bk) needs bk a multiple of that tile, and pl.multiple_of(k * bk, "
+            "128) to say so.", data=data)
+    return Diagnostic("error", "compile-error",
+                      f"the {target} compiler rejected kernel {kernel_name!r}{where}: {said}",
+                      data=data)
+
+
+def _user_location(text: str) -> str | None:
+    """"file.py:LINE" of the first Python location libtpu names after its error."""
+    m = _LOCATION.search(text)
+    return f"{m['file'].rsplit('/', 1)[-1]}:{m['line']}" if m else None
 
 
 def headline(text: str, max_lines: int = 6, max_chars: int = 800) -> str:

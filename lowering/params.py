@@ -24,13 +24,16 @@ def lowering_backend(kernel: Kernel, target: Target) -> str:
     """"mosaic-tpu", "triton" or "mosaic-gpu": the Pallas backend that lowers this kernel."""
     if target.platform == "tpu":
         return "mosaic-tpu"
-    if kernel.kind == "mesh":
+    if kernel.kind == "mesh" or kernel.backend == "mosaic_gpu":
         return "mosaic-gpu"
     return "triton"
 
 
 def wrong_backend(kernel: Kernel, target: Target) -> Diagnostic | None:
-    """A kernel written for one platform's mesh cannot be lowered for the other platform."""
+    """A kernel written for one platform's mesh cannot be lowered for the other platform; a
+    pallas_call with Mosaic GPU params cannot be lowered for a GPU at all."""
+    if target.platform == "gpu" and (diag := unlowerable(kernel)) is not None:
+        return diag
     if kernel.kind != "mesh":
         return None
     if target.platform == "tpu" and kernel.backend == "mosaic_gpu":
@@ -66,26 +69,29 @@ def compiler_params_for(
     from jax.experimental.pallas import triton as pltr
 
     fields = _fields(own, TRITON_KEYS)
-    if kernel.backend == "mosaic_gpu":
-        return _build(pltr.CompilerParams, fields), (_mosaic_gpu_pallas_call(kernel, own),)
     notes = _dropped(kernel, own, TPU_KEYS + MOSAIC_GPU_KEYS, "Triton")
     return _build(pltr.CompilerParams, fields), notes
 
 
-def _mosaic_gpu_pallas_call(kernel: Kernel, own: Mapping[str, Mapping[str, Any]]) -> Diagnostic:
-    """JAX 0.12 picks a pallas_call's GPU lowering by its CompilerParams type and registers
-    only Triton's (jax/_src/pallas/pallas_call.py `gpu_lowering`): Mosaic GPU lowering exists
-    for `plgpu.kernel` alone. Say so, and show the Triton lowering of the same body."""
+def unlowerable(kernel: Kernel) -> Diagnostic | None:
+    """A kernel that no target of the platform its compiler params name can lower: a
+    pallas_call with Mosaic GPU params. JAX 0.12 picks a pallas_call's GPU lowering by its
+    CompilerParams type and registers only Triton's (jax/_src/pallas/pallas_call.py
+    `gpu_lowering`; with Mosaic GPU's params it asserts). Say what to write instead."""
+    if kernel.kind != "pallas_call" or kernel.backend != "mosaic_gpu":
+        return None
+    own = kernel.compiler_params
     key = next((k for k in MOSAIC_GPU_KEYS if k in own), None)
     set_fields = _non_default(key, own[key]) if key else {}
     shown = ", ".join(f"{k}={v!r}" for k, v in set_fields.items()) or "all defaults"
     return Diagnostic(
-        "warning", "mosaic-gpu-pallas-call",
-        f"kernel {kernel.name!r} is a pallas_call with Mosaic GPU compiler params ({shown}), "
-        "which JAX 0.12 cannot lower with Mosaic GPU: pallas_call chooses its GPU lowering by "
-        "the CompilerParams type and only Triton's is registered; Mosaic GPU lowering is for "
-        "plgpu.kernel. Shown instead: the Triton lowering of the same kernel body, without "
-        "those params.")
+        "error", "mosaic-gpu-pallas-call",
+        f"kernel {kernel.name!r} is a pallas_call with Mosaic GPU compiler params "
+        f"(plgpu.CompilerParams, {shown}), which JAX 0.12 cannot lower for any GPU: "
+        "pallas_call chooses its GPU lowering by the CompilerParams type and only Triton's "
+        "is registered (with Mosaic GPU's, JAX's lowering asserts). Write the kernel with "
+        "plgpu.kernel(...) to use Mosaic GPU, or pass "
+        "compiler_params=pallas.triton.CompilerParams(...) to lower it with Triton.")
 
 
 def triton_launch(kernel: Kernel) -> tuple[int, int]:

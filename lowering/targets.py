@@ -1,8 +1,12 @@
-"""Hardware targets a kernel can be lowered and compiled for.
+"""Hardware targets a kernel can be lowered and compiled for: the one list of them.
 
 A TPU target names a libtpu topology (for AOT compilation) and the device kind JAX's Pallas
 lowering sees through an abstract device; a GPU target names a CUDA compute capability (for
 the triton wheel and Mosaic GPU) and the device kind of that GPU.
+
+`TARGETS` is the only list of target names: the workbench (`pallaslab.workbench`), the magic's
+`--target`, the CLI and the Lowering view read it (the backend layer owns its targets; views
+and shells may import `lowering`, `pallaslab.analysis` and `pallaslab.model` may not).
 """
 
 from __future__ import annotations

@@ -1,4 +1,21 @@
-"""pallaslab: a Jupyter workbench for JAX Pallas kernels."""
+"""pallaslab: a Jupyter workbench for JAX Pallas kernels.
+
+The public API: `capture` (describe every kernel a call launches), `inspect` (a `Workbench` of
+views over them), `run`, `compare` and `step` (execute them), `lower` (lower and compile them
+for a TPU or GPU target), and `load_ipython_extension` (`%load_ext pallaslab`, the `%%pallas`
+magic). The packages, in the order data flows (docs/architecture.md):
+
+- `pallaslab.model`: frozen descriptions of captured kernels; `model._jax` is the only code
+  touching JAX's private modules;
+- `pallaslab.analysis`: pure analyses (tiling, findings, occupancy, pipeline model);
+- `pallaslab.execute`: executors, compare, the steppers, the killable worker process;
+- `lowering` (a top-level package beside this one): cross-lowering and real compiles;
+- `pallaslab.views` and `pallaslab.workbench`: one view per tab, and the tabbed workbench;
+- `pallaslab.magic` and `pallaslab.cli`: thin shells; `pallaslab.util`: leaf helpers;
+  `pallaslab.cases` loads `file.py:function` cases, `pallaslab.errors` holds the errors.
+
+`Workbench`, `inspect` and `lower` are imported on first use, so `import pallaslab` stays fast.
+"""
 
 from pallaslab._platform import prefer_cpu_on_accelerator_free_host
 

@@ -8,23 +8,22 @@ registered later) return single views.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lowering.targets import TARGETS  # the one list of targets: the backend layer owns it
 from pallaslab.analysis import chips as chip_facts
 from pallaslab.analysis.findings import Finding
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Capture, Kernel, capture, select_kernel
 from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views.base import View, html_fragment
+from pallaslab.views.base import View, display_live_and_saved, html_fragment
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import Tab, tab, tabs
-
-TARGETS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-7x", "gpu-a100", "gpu-h100",
-           "gpu-b200")
 
 
 class WorkbenchError(PallasLabError, ValueError):
@@ -37,6 +36,21 @@ def inspect(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Workbench:
     Nothing runs: the call is traced. Display the result in Jupyter, or use `wb.grid()`,
     `wb.overview()`, `wb.findings`, `wb.to_text()`. The Compare and Step tabs re-run this
     call (in the killable worker, so their time limits hold).
+
+    Args:
+        fn: the function that launches the kernels (a `pallas_call`, a library kernel, or any
+            code calling them under `jit`, `vmap`, `scan`, `shard_map`, ...).
+        *args: its arguments: arrays, or `jax.ShapeDtypeStruct`s to inspect without data.
+        **kwargs: its keyword arguments; `chip="v6e"` is `capture`'s (the abstract TPU to trace
+            under when tracing asks the chip).
+
+    Returns:
+        A `Workbench` with one context, and one tab per applicable view, per kernel.
+
+    Raises:
+        NoKernelError: the call launched no Pallas kernel.
+        PallasLabError: the capture failed on pallaslab's account (see `capture`); the user's
+            own exception while tracing propagates unwrapped.
     """
     from pallaslab.views.compare import user_call
     from pallaslab.views.session import attach_workbench
@@ -57,7 +71,7 @@ class Workbench:
         self.capture = cap
         self.chips = tuple(_chip(c) for c in chips)
         self.targets = tuple(_target(t) for t in targets)
-        self.initial_tab = _tab_name(tab) if tab is not None else None
+        self.initial_tab = tab_name(tab) if tab is not None else None
         chosen = cap.kernels if kernel is None else (select_kernel(cap, kernel),)
         self.options = dict(options or {})  # extra `%%pallas` flags for later tabs
         self.contexts = tuple(KernelContext(k, cap, self.chips, self.targets, self.options)
@@ -99,12 +113,13 @@ class Workbench:
         `wb.compare(executors=["interpret", "reference"], reference=ref)`; options can make a
         view available that is not by default (a comparison needs executors).
         """
-        t = tab(_tab_name(name))
+        t = tab(tab_name(name))
         ctx = self.context(kernel)
         index = self.contexts.index(ctx)
         if options:
             view = t.build(ctx, **options)
             self.__dict__.setdefault("_views", {})[(t.name, index)] = view
+            self._refresh_headers()  # e.g. a comparison just run: the verdict counts it
             return view
         if not t.available(ctx):
             raise WorkbenchError(f"the {t.title} view is not available for kernel "
@@ -144,10 +159,11 @@ class Workbench:
 
     def to_html(self) -> str:
         sections = []
-        for i in range(len(self.contexts)):
+        for i, ctx in enumerate(self.contexts):
             body = "".join(f'<section class="pl-tab-static">{self.view(t.name, i).to_html()}'
                            "</section>" for t in self.tabs(i))
-            sections.append(f'<div class="pl-kernel">{body}</div>')
+            sections.append(f'<div class="pl-kernel"><div class="pl-wb-header">'
+                            f"{_header_html(ctx)}</div>{body}</div>")
         return "".join(sections)
 
     def report(self, title: str | None = None) -> str:
@@ -174,6 +190,7 @@ class Workbench:
         for i, ctx in enumerate(self.contexts):
             available = self.tabs(i)
             header = w.HTML(_header_html(ctx))
+            header.add_class("pl-wb-header")
             tab_widget = w.Tab(children=[w.Box() for _ in available])
             tab_widget.titles = tuple(t.title for t in available)
             names = [t.name for t in available]
@@ -195,6 +212,17 @@ class Workbench:
             boxes.append(w.VBox([header, tab_widget]))
         return w.VBox(boxes)
 
+    def _refresh_headers(self) -> None:
+        """Re-state each shown kernel's verdict (a comparison may have been run since)."""
+        if "widget" not in self.__dict__:
+            return
+        for box, ctx in zip(self.widget.children, self.contexts, strict=True):
+            box.children[0].value = _header_html(ctx)
+
+    def _ipython_display_(self) -> None:
+        # the live widget, then its static copy for when the notebook is saved and reopened
+        display_live_and_saved(lambda: self.widget, self.to_text, self.to_html)
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"text/plain": self.to_text(),
                                   "text/html": html_fragment(self.to_html())}
@@ -213,15 +241,58 @@ def _cached_view(wb: Workbench, name: str, index: int) -> View:
     return cache[key]
 
 
+@dataclasses.dataclass(frozen=True)
+class HeaderVerdict:
+    """A kernel's verdict in its workbench header: the static analysis's findings, plus what
+    the runs shown in its tabs found (the comparison's, or the run on simulated devices)."""
+
+    findings: int  # the static analysis's findings (all severities)
+    errors: int  # error findings: the static analysis's and the runs'
+    problems: tuple[str, ...] = ()  # the comparison's failures: "MISMATCH", "incomplete"
+    compared: bool = False  # a comparison ran
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.problems
+
+    @property
+    def status(self) -> str:
+        parts = [f"{self.errors} error(s)"] if self.errors else []
+        parts += [f"compare: {p}" for p in self.problems]
+        if self.ok:
+            return "no errors · compare: all close" if self.compared else "no errors"
+        return " · ".join(parts)
+
+
+def header_verdict(ctx: KernelContext) -> HeaderVerdict:
+    """The header's verdict of one kernel: its static errors, and, when a comparison (or a run
+    on simulated devices) was made for the workbench, that run's errors and failures."""
+    from pallaslab.views.session import session
+
+    static_errors = sum(1 for f in ctx.findings if f.severity == "error")
+    s = session(ctx.capture) if ctx.capture is not None else None
+    comparison = s.comparison if s is not None else None
+    if comparison is not None:
+        run_errors = sum(1 for r in comparison.results for f in r.findings
+                         if f.severity == "error")
+        problems = (("MISMATCH",) if comparison.outcome == "mismatch" else ()) + \
+            (() if comparison.complete else ("incomplete",))
+        return HeaderVerdict(len(ctx.findings), static_errors + run_errors, problems, True)
+    run = s.device_run if s is not None else None
+    run_errors = sum(1 for f in run.findings if f.severity == "error") if run is not None else 0
+    return HeaderVerdict(len(ctx.findings), static_errors + run_errors)
+
+
 def _header_html(ctx: KernelContext) -> str:
     k = ctx.kernel
     grid = " × ".join("?" if g is None else str(g) for g in k.grid) or "()"
-    errors = sum(1 for f in ctx.findings if f.severity == "error")
-    status = (f'<span style="color: var(--jp-error-color1)">{errors} error(s)</span>' if errors
-              else '<span style="color: var(--jp-success-color1)">no errors</span>')
+    verdict = header_verdict(ctx)
+    color = "var(--jp-success-color1, #388e3c)" if verdict.ok else "var(--jp-error-color1, #d32f2f)"
+    status = (f'<span class="pl-verdict" data-ok="{str(verdict.ok).lower()}" '
+              f'style="color: {color}">{_html.esc(verdict.status)}</span>')
     return (f'<b>kernel {k.index}: <code>{_html.esc(k.name)}</code></b> '
-            f'<span style="color: var(--jp-ui-font-color2)">grid {_html.esc(grid)} · '
-            f"{len(ctx.findings)} finding(s) · </span>{status}")
+            f'<span style="color: var(--jp-ui-font-color2, #616161)">grid {_html.esc(grid)} · '
+            f"{verdict.findings} finding(s) · </span>{status}")
 
 
 def _why(ctx: KernelContext, t: Tab) -> str:
@@ -274,7 +345,7 @@ def unavailable_reason(ctx: KernelContext, t: Tab) -> str | None:
     return tiling_unavailable_reason(k)
 
 
-def _tab_name(name: str) -> str:
+def tab_name(name: str) -> str:
     key = name.strip().lower()
     try:
         return tab(key).name

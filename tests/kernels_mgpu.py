@@ -127,8 +127,8 @@ def _add_one(x_ref, o_ref):
 
 @case("mosaic-gpu", "pallas_call", reference=lambda x: x + 1.0)
 def mosaic_gpu_pallas_call():
-    """A pallas_call carrying Mosaic GPU compiler params (JAX 0.12 lowers it only with
-    Triton: the Lowering view says why)."""
+    """A pallas_call carrying Mosaic GPU compiler params: JAX 0.12 cannot lower it for a GPU
+    (lowering and check say what to write instead); the interpreters still run it."""
 
     def fn(x):
         spec = pl.BlockSpec((128,), lambda i: (i,))

@@ -1,4 +1,4 @@
-"""The import rules of design.md, checked by walking every module's imports."""
+"""The import rules of docs/architecture.md, checked by walking every module's imports."""
 
 import ast
 from pathlib import Path
@@ -79,3 +79,130 @@ def test_only_the_compat_layer_touches_jax_src():
     named = [module_name(p) for p in MODULES
              if "jax._src" in p.read_text() and not under(module_name(p), COMPAT)]
     assert named == []
+
+
+# --- the module graph: no import cycles, no private names across modules ---------------------
+
+
+def module_paths(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of `packages` under `root`."""
+    found = {}
+    for pkg in packages:
+        for path in (root / pkg).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_names(module: str, path: Path) -> list[tuple[str, str | None]]:
+    """(module imported from, name imported or None) for every import of the module, those
+    inside functions and relative ones included (`from . import x` made absolute)."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".")[: None if path.name == "__init__.py" else -1]
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            found += [(base, a.name) for a in node.names]
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of `modules` it imports (a name imported from a package counts as
+    its submodule when it is one, else as the package)."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for me, path in modules.items():
+        deps = {resolve(f"{base}.{name}" if name else base)
+                for base, name in imported_names(me, path)}
+        graph[me] = {d for d in deps if d is not None and d != me}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's cycles: its strongly connected components of more than one module, each
+    sorted (Tarjan's algorithm, iterative so that deep graphs cannot exhaust the stack)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, deps = work[-1]
+            dep = next(deps, None)
+            if dep is not None:
+                if dep not in index:
+                    index[dep] = low[dep] = len(index)
+                    stack.append(dep)
+                    on_stack.add(dep)
+                    work.append((dep, iter(sorted(graph.get(dep, ())))))
+                elif dep in on_stack:
+                    low[node] = min(low[node], index[dep])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return sorted(cycles)
+
+
+def test_no_import_cycles():
+    # Imports inside functions count: they hide a cycle from the interpreter, not from readers.
+    cycles = import_cycles(import_graph(module_paths(ROOT, ("pallaslab", "lowering"))))
+    assert cycles == [], "import cycles (each a set of modules that import each other):\n" + \
+        "\n".join(f"  {len(c)} modules: {', '.join(c)}" for c in cycles)
+
+
+def test_cycle_detector_finds_a_planted_cycle(tmp_path):
+    pkg = tmp_path / "planted"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    # a -> sub.b by a relative import inside a function, sub.b -> a: a cycle; c -> a is not.
+    (pkg / "a.py").write_text("def f():\n    from .sub import b\n    return b\n")
+    (pkg / "sub" / "b.py").write_text("from planted.a import f\n")
+    (pkg / "c.py").write_text("import planted.a\nimport json\n")
+    graph = import_graph(module_paths(tmp_path, ("planted",)))
+    assert graph["planted.a"] == {"planted.sub.b"}
+    assert graph["planted.c"] == {"planted.a"}
+    assert import_cycles(graph) == [["planted.a", "planted.sub.b"]]
+    assert import_cycles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"x"}, "v": set()}) == \
+        [["x", "y", "z"]]
+    assert import_cycles({"x": {"y"}, "y": set()}) == []
+
+
+def test_no_module_imports_a_private_name_of_another():
+    # A helper two modules share is public in the module that owns it (or in a leaf module);
+    # private modules (`_jax`, `_html`) may be imported whole.
+    modules = module_paths(ROOT, ("pallaslab", "lowering"))
+    private = [f"{me} imports {name} from {base}"
+               for me, path in sorted(modules.items())
+               for base, name in imported_names(me, path)
+               if name and name.startswith("_") and not name.startswith("__")
+               and under(base, "pallaslab", "lowering") and f"{base}.{name}" not in modules]
+    assert private == [], "private names imported across modules:\n" + "\n".join(private)

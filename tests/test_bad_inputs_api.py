@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from cases import bad_kernels as bk
+from helpers import failing_on_hang
 
 import pallaslab
 from pallaslab.errors import (
@@ -204,11 +205,8 @@ def test_a_failed_debug_check_is_a_finding_with_its_program(executor):
 @pytest.fixture
 def hang_guard():
     """A hang fails the test (with every thread's stack) instead of stalling the suite."""
-    import faulthandler
-
-    faulthandler.dump_traceback_later(240, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
+    with failing_on_hang(240):
+        yield
 
 
 def test_the_worker_takes_module_functions():

@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
+from helpers import user_names
 from IPython.core.error import UsageError
 from ipython_shell import ipython_shell, run
 
@@ -22,11 +23,6 @@ def same(x):
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-def user_names(sh):
-    return {k for k in sh.user_ns if not k.startswith("_") and k not in ("In", "Out", "exit",
-                                                                          "quit", "get_ipython")}
 
 
 USAGE = [

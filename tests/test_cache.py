@@ -4,8 +4,10 @@ session directory that is removed at exit."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -186,12 +188,159 @@ def test_nothing_is_left_in_tmpdir_after_a_compile(tmp_path):
 def test_clear_that_cannot_remove_says_so(cache_dir, monkeypatch, capsys):
     cache.store("f" * 40, GOOD)
 
-    def refuse(self, missing_ok=False):
+    def refuse(path, *, dir_fd=None):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "unlink", refuse)
+    monkeypatch.setattr(os, "unlink", refuse)
     assert main(["cache", "clear", "--json"]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["type"] == "CacheError"
     assert error["message"] == (f"cannot remove the cache entry '{cache_dir / ('f' * 40)}.json':"
                                 " Permission denied")
+
+
+# --- a cache of the user's own, never entered through a link ------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def _outside(tmp_path: Path) -> Path:
+    """A directory outside the cache holding a file named like an entry."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / f"{'9' * 40}.json").write_text("not the cache's")
+    return outside
+
+
+def test_the_cache_directory_is_private(tmp_path, monkeypatch):
+    root = tmp_path / "new" / "cache"
+    monkeypatch.setenv("PALLASLAB_CACHE_DIR", str(root))
+    cache.store("a" * 40, GOOD)
+    assert (_mode(root), _mode(root / "lowering")) == (0o700, 0o700)
+    assert _mode(root / "lowering" / f"{'a' * 40}.json") == 0o600
+
+
+def test_a_cache_directory_open_to_others_is_made_private(cache_dir):
+    cache_dir.mkdir(mode=0o777)
+    cache_dir.chmod(0o755)  # made by an older pallaslab
+    cache.store("a" * 40, GOOD)
+    assert _mode(cache_dir) == 0o700
+
+
+def test_clear_refuses_a_link_in_the_cache_directorys_place(cache_dir, tmp_path, capsys):
+    outside = _outside(tmp_path)
+    cache_dir.symlink_to(outside, target_is_directory=True)
+    for action in ("info", "clear"):
+        assert main(["cache", action, "--json"]) == 2
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error == {"type": "CacheError", "message": (
+            f"the cache directory '{cache_dir}' is a symbolic link; pallaslab never follows one "
+            "(it could lead outside the cache): remove the link")}
+    assert [p.name for p in outside.iterdir()] == [f"{'9' * 40}.json"]
+
+
+def test_a_link_in_the_cache_directorys_place_is_neither_read_nor_written(cache_dir, tmp_path):
+    outside = _outside(tmp_path)
+    (outside / f"{'a' * 40}.json").write_text(json.dumps(_good_json()))
+    cache_dir.symlink_to(outside, target_is_directory=True)
+    assert cache.load("a" * 40) is None
+    cache.store("b" * 40, GOOD)
+    assert sorted(p.name for p in outside.iterdir()) == [f"{'9' * 40}.json", f"{'a' * 40}.json"]
+
+
+def test_clear_removes_only_the_regular_files_pallaslab_wrote(cache_dir, tmp_path, capsys):
+    outside = _outside(tmp_path)
+    cache.store("a" * 40, GOOD)
+    (cache_dir / "tmpk3x_9q2a.tmp").write_text('{"name": ')  # a store cut short by a crash
+    kept = {
+        f"{'b' * 40}.json": lambda p: p.symlink_to(outside / f"{'9' * 40}.json"),
+        f"{'c' * 40}.json": lambda p: p.symlink_to(outside, target_is_directory=True),
+        f"{'d' * 40}.json": lambda p: (p.mkdir(), (p / "inside.json").write_text("{}")),
+        "notes.json": lambda p: p.write_text("{}"),
+        "tmp-mine.txt": lambda p: p.write_text("not ours"),
+    }
+    for name, make in kept.items():
+        make(cache_dir / name)
+    assert main(["cache", "clear", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 1
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted(kept)
+    assert (cache_dir / f"{'d' * 40}.json" / "inside.json").exists()
+    assert [p.name for p in outside.iterdir()] == [f"{'9' * 40}.json"]
+
+
+def test_a_store_that_fills_the_disk_leaves_no_temporary_file(cache_dir, monkeypatch):
+    def disk_full(obj, f):
+        f.write('{"name": ')
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as full:
+        full.setattr(json, "dump", disk_full)
+        cache.store("a" * 40, GOOD)  # only costs speed ...
+    assert list(cache_dir.iterdir()) == []  # ... and leaves nothing behind
+    cache.store("a" * 40, GOOD)
+    assert [p.name for p in cache_dir.iterdir()] == [f"{'a' * 40}.json"]
+
+
+def _bad_settings(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """Each bad $PALLASLAB_CACHE_DIR: (value, the message that names it)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o500)
+    v = "PALLASLAB_CACHE_DIR"
+    return {
+        "relative": ("rel/cache", f"{v}='rel/cache' is not an absolute path "
+                                  f"(e.g. {v}={Path.cwd() / 'rel' / 'cache'})"),
+        "a file": (str(a_file), f"{v}={str(a_file)!r} is not a directory"),
+        "under a file": (str(a_file / "sub"), f"{v}={str(a_file / 'sub')!r} cannot be created: "
+                                              f"{str(a_file)!r} is not a directory"),
+        "read-only": (str(read_only), f"{v}={str(read_only)!r} is not a directory you can "
+                                      "write to"),
+        "under read-only": (str(read_only / "sub"),
+                            f"{v}={str(read_only / 'sub')!r} cannot be created: "
+                            f"{str(read_only)!r} is not a directory you can write to"),
+    }
+
+
+@pytest.fixture
+def read_only_for_root(tmp_path, monkeypatch):
+    """As root, mode bits do not stop writes: report the read-only directory as unwritable."""
+    if os.geteuid() != 0:
+        return
+    real_access = os.access
+
+    def access(path, mode, **kwargs):
+        if Path(path) == tmp_path / "read-only" and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+@pytest.mark.parametrize("bad", ["relative", "a file", "under a file", "read-only",
+                                 "under read-only"])
+def test_a_bad_cache_dir_setting_is_named(bad, tmp_path, monkeypatch, capsys,
+                                          read_only_for_root):
+    value, message = _bad_settings(tmp_path)[bad]
+    monkeypatch.setenv("PALLASLAB_CACHE_DIR", value)
+    for action in ("info", "clear"):
+        assert main(["cache", action, "--json"]) == 2
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error == {"type": "CacheDirError", "message": message}
+    with pytest.raises(cache.CacheDirError) as raised:
+        cache.store("a" * 40, GOOD)
+    assert str(raised.value) == message
+
+
+def test_lowering_with_a_bad_cache_dir_setting_says_so(monkeypatch):
+    from kernels import CATALOG
+
+    monkeypatch.setenv("PALLASLAB_CACHE_DIR", "relative/cache")
+    fn, args = CATALOG["vector_add"].case()
+    with pytest.raises(cache.CacheDirError) as raised:
+        lowering.lower(fn, *args, target="tpu-v5e")
+    assert str(raised.value).startswith(
+        "PALLASLAB_CACHE_DIR='relative/cache' is not an absolute path")
+    assert lowering.lower(fn, *args, target="tpu-v5e", use_cache=False)[0].ok

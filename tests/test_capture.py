@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import line_of
 from jax.experimental import pallas as pl
 from kernels import CATALOG, abstract, rand
 
@@ -30,7 +31,7 @@ def test_matmul_operands_and_params():
     fn, args = CATALOG["matmul_f32"].case()
     (k,) = pallaslab.capture(fn, *args)
     assert k.name == "matmul_kernel"
-    assert k.source.endswith("kernels.py:" + str(_line_of("def matmul_kernel")))
+    assert k.source.endswith("kernels.py:" + str(line_of("def matmul_kernel")))
     assert k.grid == (4, 3, 2) and k.programs == 24
     assert k.dimension_semantics == ("parallel", "parallel", "arbitrary")
     assert k.backend == "tpu"
@@ -43,15 +44,6 @@ def test_matmul_operands_and_params():
     assert acc.shape == (128, 128) and acc.dtype == np.float32 and acc.memory_space == "vmem"
     assert "dot_general" in k.kernel_jaxpr
     assert x.index_map_jaxpr and "lambda" in x.index_map_jaxpr
-
-
-def _line_of(text):
-    from pathlib import Path
-
-    import kernels
-
-    lines = Path(kernels.__file__).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.startswith(text))
 
 
 def test_squeezed_dims_are_none_in_block_shape():

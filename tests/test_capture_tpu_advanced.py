@@ -4,14 +4,15 @@ buffers, manual DMAs and semaphores; mesh kernels' scratch and meshes; recapture
 
 from __future__ import annotations
 
+import functools
 import json
-import pathlib
 
 import jax
 import kernels_tpu as K
 import numpy as np
 import pytest
 from catalog import CATALOG
+from helpers import KERNELS_TPU, line_ref
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -22,14 +23,7 @@ from pallaslab.cli import main
 from pallaslab.model import Capture, DmaCopy, SemaphoreOp, recapture
 from pallaslab.model.capture import RecaptureError
 
-SOURCE = pathlib.Path(K.__file__).read_text().splitlines()
-
-
-def line_of(text: str, after: str | None = None) -> str:
-    """'kernels_tpu.py:N' of the first line holding `text` (after the line holding `after`)."""
-    start = next(i for i, line in enumerate(SOURCE) if after in line) if after else 0
-    n = next(i for i, line in enumerate(SOURCE) if i >= start and text in line)
-    return f"kernels_tpu.py:{n + 1}"
+line_of = functools.partial(line_ref, path=KERNELS_TPU)  # 'kernels_tpu.py:N' of a line
 
 
 def short(source: str | None) -> str | None:

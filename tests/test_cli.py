@@ -1,4 +1,4 @@
-"""`pallaslab inspect` and `pallaslab check` honour the contract of design.md."""
+"""`pallaslab inspect` and `pallaslab check` honour their contracts (docs/architecture.md)."""
 
 import json
 import math

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from catalog import rand
+from helpers import KERNELS_TPU, line_ref
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from kernels import CATALOG
@@ -19,16 +20,8 @@ from pallaslab.execute.core_stepper import CoreStepError, CoreStepper
 from pallaslab.execute.mesh_stepping import CoresSignalEachOther
 from pallaslab.execute.stepper import Stepper
 
-KERNELS_TPU = Path(__file__).with_name("kernels_tpu.py")
-
-
-def line_of(text: str, path: Path = KERNELS_TPU) -> str:
-    lines = path.read_text().splitlines()
-    return f"{path.name}:{next(i for i, line in enumerate(lines, 1) if text in line)}"
-
-
-SIGNAL = line_of("pl.semaphore_signal(ready, 1, core_index=1)")
-WAIT = line_of("pl.semaphore_wait(ready, 1)")
+SIGNAL = line_ref("pl.semaphore_signal(ready, 1, core_index=1)", KERNELS_TPU)
+WAIT = line_ref("pl.semaphore_wait(ready, 1)", KERNELS_TPU)
 
 
 def handoff():
@@ -141,21 +134,21 @@ def test_a_core_waiting_for_a_signal_sent_elsewhere_is_a_deadlock_not_a_hang():
         "semaphore scratch[2] for a count of 1")  # `ready`, as the kernel names it
     assert "for a count of 1, which stays at 0; core 1 had finished. A signal that never " \
            "happens (a missing signal, a wrong core_index" in finding.message
-    assert line_of("# core 0 waits for core 1", HERE) in finding.message
+    assert line_ref("# core 0 waits for core 1", HERE) in finding.message
 
 
 def test_stepping_into_the_deadlock_ends_the_run_with_its_finding():
     st = pallaslab.step(wrong_core, rand((16, 128)))
     st.step(core=0)
     assert st.cores == {0: "blocked", 1: "waiting"}
-    assert st.waits[0].source.endswith(line_of("# core 0 waits for core 1", HERE))
+    assert st.waits[0].source.endswith(line_ref("# core 0 waits for core 1", HERE))
     st.step()  # core 1 signals itself and finishes: core 0 can never go on
     assert st.done and st.cores == {0: "blocked", 1: "finished"}
     assert [f.code for f in st.findings] == ["deadlock"]
     assert st.result.status == "failed" and st.outputs() == ()
     assert _events(st) == [
         f"core 1 signalled scratch[2] (semaphore #{st.waits[0].semaphore}) by 1 at "
-        f"{line_of('core_index=1)  # meant core 0', HERE)}"]
+        f"{line_ref('core_index=1)  # meant core 0', HERE)}"]
 
 
 # --- which core wrote a mismatch -------------------------------------------------------------
@@ -166,7 +159,7 @@ def test_a_mismatch_names_the_core_that_last_wrote_its_first_element():
     # Core 0's rows are doubled as this wrong reference says; core 1's are not.
     cmp = pallaslab.compare(fn, *args, reference=lambda x: x * 2.0)
     assert not cmp.passed and cmp.executors == ("tpu-interpret", "reference")
-    store = line_of("pltpu.async_copy(vbuf, o_hbm.at[pl.ds(8, 8)], dma).wait()")
+    store = line_ref("pltpu.async_copy(vbuf, o_hbm.at[pl.ds(8, 8)], dma).wait()", KERNELS_TPU)
     assert ("outputs of mesh kernel _handoff (tpu-interpret vs reference): 1,024 mismatched "
             f"elements; the first, (8, 0), was last written by core 1's DMA at {store}"
             ) in cmp.notes

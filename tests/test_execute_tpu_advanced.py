@@ -4,12 +4,12 @@ fuser. Every kernel of the "tpu-advanced" catalog runs under TPU interpret mode 
 pure-JAX reference; what an interpreter cannot run is said in one line, naming why."""
 
 import re
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 from catalog import catalog_names
+from helpers import KERNELS_TPU, line_ref
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType
@@ -24,12 +24,6 @@ ADVANCED = catalog_names(tag="tpu-advanced")
 MESH = ("mesh_kernel", "mesh_kernel_default_cores", "core_map_kernel", "sparsecore_vector_add")
 # JAX's TPU interpreter lacks pl.semaphore_read: that kernel is compared under interpret.
 TPU_INTERPRETER_LACKS = {"semaphore_read_kernel": "semaphore_read"}
-KERNELS_TPU = Path(__file__).with_name("kernels_tpu.py")
-
-
-def line_of(text: str) -> int:
-    return next(i for i, line in enumerate(KERNELS_TPU.read_text().splitlines(), 1)
-                if text in line)
 
 
 def reference_outputs(name, args):
@@ -68,7 +62,7 @@ def test_tpu_interpret_says_jax_lacks_semaphore_read_naming_the_users_line():
     assert "\n" not in why and "Traceback" not in why
     assert why.startswith("JAX's TPU interpreter (TPU interpret mode) does not implement "
                           "pl.semaphore_read (primitive 'semaphore_read' has no cpu lowering)")
-    assert f"kernels_tpu.py:{line_of('count = pl.semaphore_read(sem)')}" in why
+    assert line_ref("count = pl.semaphore_read(sem)", KERNELS_TPU) in why
     assert "not a fault of the kernel" in why
     # The comparison is incomplete and says why, rather than blaming the kernel.
     cmp = compare(fn, *args, executors="tpu-interpret,reference",
@@ -164,7 +158,7 @@ def test_a_mesh_kernel_steps_core_by_core():
     np.testing.assert_array_equal(st.outputs()[0], x * 3.0)
     eqs = st.equations()  # core 1: axis_index("core") is 1, on the user's line
     rows = eqs[0]
-    assert rows.source.endswith(f"kernels_tpu.py:{line_of('rows = pl.ds(jax.lax.axis_index')}")
+    assert rows.source.endswith(line_ref("rows = pl.ds(jax.lax.axis_index", KERNELS_TPU))
     assert int(rows.outputs[0]) == 8
     assert st.back() == (0,)
     assert np.isnan(st.outputs()[0][8:]).all()

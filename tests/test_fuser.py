@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from catalog import CATALOG, rand
+from helpers import KERNELS_TPU, line_ref
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import fuser
 from kernels import vector_add
@@ -24,17 +25,7 @@ from pallaslab.views.overview import OverviewView
 
 def _line_of(text: str) -> str:
     """'kernels_tpu.py:LINE' of the line in fused_scale_add's source holding `text`."""
-    lines, first = inspect.getsourcelines(fused_scale_add)
-    (offset,) = [i for i, line in enumerate(lines) if text in line]
-    return f"kernels_tpu.py:{first + offset}"
-
-
-def _kernel_line(text: str) -> str:
-    import kernels_tpu
-
-    lines, _ = inspect.getsourcelines(kernels_tpu)
-    (index,) = [i for i, line in enumerate(lines) if text in line]
-    return f"kernels_tpu.py:{index + 1}"
+    return line_ref(text, KERNELS_TPU, after="def fused_scale_add")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +54,7 @@ def test_capture_finds_the_fused_prologue_and_epilogue_in_the_kernel_body():
     assert epilogue.jaxpr == ("{ lambda ; a:f32[64,128]. let b:f32[64,128] = max a 0.0:f32[] "
                               "in (b,) }")
     # capture() links the fused code to the user's lines, not where the kernel applies it.
-    applied = _kernel_line("out_fn(pids, (), out_values, x_fn(pids, (), x_values)")
+    applied = line_ref("out_fn(pids, (), out_values, x_fn(pids, (), x_values)", KERNELS_TPU)
     assert applied not in _short(prologue.sources) + _short(epilogue.sources)
     # The kernel's own multiply by 2 is not fused code.
     assert all("mul" not in f.jaxpr for f in kernel.fusion.functions)

@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
+from helpers import line_of
 from kernels import CATALOG, abstract, catalog_names, elementwise_2d, matmul
 
 import lowering
@@ -32,11 +33,6 @@ pytestmark = pytest.mark.usefixtures("private_lowering_cache")
 def _capture(name):
     fn, args, *rest = CATALOG[name].case()
     return pallaslab.capture(fn, *args, **(rest[0] if rest else {}))
-
-
-def _line_of(text: str) -> int:
-    lines = Path(KERNELS_PY).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 # --- targets ----------------------------------------------------------------------------------
@@ -138,13 +134,13 @@ def test_mosaic_lines_map_to_kernel_source():
     (k,) = lowering.lower(_capture("matmul_f32"), target="tpu-v5e").kernels
     stage = k.stage("mosaic")
     lines = stage.text.splitlines()
-    dot_line = _line_of("acc_ref[...] += jnp.dot(")
+    dot_line = line_of("acc_ref[...] += jnp.dot(")
     matmul_ir = [n for n, line in enumerate(lines, 1) if "tpu.matmul" in line]
     assert matmul_ir and all((n, f"{KERNELS_PY}:{dot_line}") in stage.source_lines
                              for n in matmul_ir)
     assert set(stage.ir_lines_for(f"kernels.py:{dot_line}")) >= set(matmul_ir)
     assert stage.source_for(matmul_ir[0]) == f"{KERNELS_PY}:{dot_line}"
-    store_line = _line_of("o_ref[...] = acc_ref[...].astype(o_ref.dtype)")
+    store_line = line_of("o_ref[...] = acc_ref[...].astype(o_ref.dtype)")
     assert stage.ir_lines_for(f"kernels.py:{store_line}")
 
 
@@ -152,7 +148,7 @@ def test_jaxpr_lines_map_to_kernel_source():
     (k,) = lowering.lower(_capture("matmul_f32"), target="tpu-v5e").kernels
     stage = k.stage("jaxpr")
     assert "#" not in stage.text and "dot_general" in stage.text
-    dot_line = _line_of("acc_ref[...] += jnp.dot(")
+    dot_line = line_of("acc_ref[...] += jnp.dot(")
     lines = stage.text.splitlines()
     assert any("dot_general" in lines[n - 1] for n in stage.ir_lines_for(f"kernels.py:{dot_line}"))
 
@@ -160,7 +156,7 @@ def test_jaxpr_lines_map_to_kernel_source():
 def test_ttir_lines_map_to_kernel_source():
     (k,) = lowering.lower(_capture("layer_norm"), target="gpu-h100").kernels
     stage = k.stage("ttir")
-    rsqrt = _line_of("jax.lax.rsqrt(var + 1e-5)")
+    rsqrt = line_of("jax.lax.rsqrt(var + 1e-5)")
     lines = stage.text.splitlines()
     assert any("math.rsqrt" in lines[n - 1] or "rsqrt" in lines[n - 1]
                for n in stage.ir_lines_for(f"kernels.py:{rsqrt}"))
@@ -274,7 +270,7 @@ def test_compiler_pass_dumps_map_to_kernel_source():
     pid = tpu_compile.worker().pid
     (k,) = lowering.lower(_capture("matmul_f32"), target="tpu-v5e", compile=True).kernels
     assert k.ok and tpu_compile.worker().pid == pid  # one libtpu worker serves every compile
-    dot = f"kernels.py:{_line_of('acc_ref[...] += jnp.dot(')}"
+    dot = f"kernels.py:{line_of('acc_ref[...] += jnp.dot(')}"
     for name in ("mosaic:original", "mosaic:post-apply-vector-layout", "mosaic:post-finalize-llo"):
         stage = k.stage(name)
         assert "loc(" not in stage.text and "#loc" not in stage.text

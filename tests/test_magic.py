@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
+from helpers import assert_one_line_usage_error, snapshot
 from IPython.core.error import UsageError
 from ipython_shell import ipython_shell, run
 
@@ -24,13 +25,6 @@ def boom(a):
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-def snapshot(sh):
-    hidden = {"_", "__", "___", "_i", "_ii", "_iii", "_oh", "Out", "In", "_ih", "_dh", "_exit_code"}
-    return {k: v for k, v in sh.user_ns.items()
-            if k not in hidden
-            and not (k.startswith("_i") or (k.startswith("_") and k[1:].isdigit()))}
 
 
 def test_cell_value_is_the_kernel_result_and_the_workbench_is_shown(shell):
@@ -82,11 +76,7 @@ def test_exception_in_an_earlier_statement(shell):
 ])
 def test_bad_flags_are_one_line_usage_errors(shell, line, message):
     result, out = run(shell, f"%%pallas {line}\nmatmul(x, y, interpret=True)\n")
-    err = result.error_in_exec
-    assert isinstance(err, UsageError), err
-    assert message in str(err)
-    assert "\n" not in str(err)
-    assert "Traceback" not in out.stdout + out.stderr
+    assert_one_line_usage_error(result, out, message)
 
 
 @pytest.mark.parametrize("last", ["import math", "for i in range(2):\n    pass",
@@ -94,10 +84,8 @@ def test_bad_flags_are_one_line_usage_errors(shell, line, message):
 def test_last_line_must_be_an_expression_or_assignment(shell, last):
     shell.user_ns["x2"] = 1
     result, out = run(shell, f"%%pallas\n{last}\n")
-    err = result.error_in_exec
-    assert isinstance(err, UsageError), err
-    assert "last line must be an expression or an assignment whose value launches" in str(err)
-    assert "\n" not in str(err) and "Traceback" not in out.stdout + out.stderr
+    assert_one_line_usage_error(
+        result, out, "last line must be an expression or an assignment whose value launches")
     assert shell.user_ns["x2"] == 1  # nothing of the last line ran
 
 

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("IPython")
 
 import numpy as np
+from helpers import user_names
 from IPython.core.error import UsageError
 from ipython_shell import ipython_shell, plain_text, run, same
 
@@ -54,10 +55,6 @@ NOTE = "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode"
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-def user_names(sh):
-    return {k for k in sh.user_ns if not k.startswith("_") and k not in sh.user_ns_hidden}
 
 
 def plain_value(sh, line):

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from IPython.core.error import UsageError
+from helpers import assert_one_line_usage_error
 from ipython_shell import ipython_shell, run
 
 SETUP = """
@@ -74,10 +74,7 @@ def test_static_arguments_still_compare(shell, shown):
 ])
 def test_bad_compare_flags_are_one_line_usage_errors(shell, flag, message):
     result, out = run(shell, f"%%pallas --compare {flag}\nwrong_kernel(x)\n")
-    err = result.error_in_exec
-    assert isinstance(err, UsageError), err
-    assert message in str(err) and "\n" not in str(err)
-    assert "Traceback" not in out.stdout + out.stderr
+    assert_one_line_usage_error(result, out, message)
 
 
 def test_help_documents_the_compare_flag(shell):

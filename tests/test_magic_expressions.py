@@ -13,6 +13,7 @@ pytest.importorskip("IPython")
 
 import jax
 import numpy as np
+from helpers import snapshot
 from IPython.core.error import UsageError
 from ipython_shell import ipython_shell, plain_text, run, same
 
@@ -65,13 +66,6 @@ NOTE = "pallaslab: no TPU/GPU attached: ran 1 kernel under interpret mode"
 @pytest.fixture(scope="module")
 def shell():
     yield from ipython_shell(SETUP)
-
-
-def snapshot(sh):
-    hidden = {"_", "__", "___", "_oh", "Out", "In", "_ih", "_dh", "_exit_code"}
-    return {k: v for k, v in sh.user_ns.items()
-            if k not in hidden and not k.startswith("_i")
-            and not (k.startswith("_") and k[1:].isdigit())}
 
 
 # --- any last expression ------------------------------------------------------------------

@@ -14,6 +14,7 @@ import kernels_mgpu
 import numpy as np
 import pytest
 from catalog import catalog_line, rand
+from helpers import workbench
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from kernels import CATALOG
@@ -23,11 +24,6 @@ from pallaslab.analysis.occupancy_gpu import gpu_occupancy
 from pallaslab.views.memory_gpu import mosaic_gpu_section
 
 MOSAIC_GPU_KERNELS = ["tma_scale", "tma_blocks", "warp_specialized", "gpu_emit_pipeline"]
-
-
-def workbench(name):
-    fn, args = CATALOG[name].case()
-    return pallaslab.Workbench(pallaslab.capture(fn, *args))
 
 
 @pytest.mark.parametrize("name", MOSAIC_GPU_KERNELS)
@@ -53,18 +49,15 @@ def test_their_smem_buffers_and_barriers_are_captured():
         "kernels_mgpu.py", str(Path(kernels_mgpu.__file__)))
 
 
-def test_a_mosaic_gpu_pallas_call_says_why_it_is_lowered_with_triton():
+def test_a_mosaic_gpu_pallas_call_cannot_be_lowered_and_says_what_to_write():
     fn, args = CATALOG["mosaic_gpu_pallas_call"].case()
     (result,) = pallaslab.lower(fn, *args, target="gpu-h100").kernels
-    assert result.backend == "triton" and result.ok
-    (note,) = [d for d in result.diagnostics if d.code == "mosaic-gpu-pallas-call"]
-    assert note.severity == "warning"
-    assert note.message == (
-        "kernel '_add_one' is a pallas_call with Mosaic GPU compiler params (all defaults), "
-        "which JAX 0.12 cannot lower with Mosaic GPU: pallas_call chooses its GPU lowering by "
-        "the CompilerParams type and only Triton's is registered; Mosaic GPU lowering is for "
-        "plgpu.kernel. Shown instead: the Triton lowering of the same kernel body, without "
-        "those params.")
+    assert result.backend == "mosaic-gpu" and not result.ok
+    (error,) = result.errors
+    assert error.code == "mosaic-gpu-pallas-call"
+    assert error.message.startswith(
+        "kernel '_add_one' is a pallas_call with Mosaic GPU compiler params")
+    assert "plgpu.kernel(...)" in error.message
 
 
 def test_what_the_gpu_interpreter_cannot_run_is_said_in_one_line():

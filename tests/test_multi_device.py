@@ -14,6 +14,7 @@ from pathlib import Path
 import kernels_multi
 import numpy as np
 import pytest
+from helpers import line_ref
 from kernels import CATALOG
 
 import pallaslab
@@ -66,8 +67,8 @@ def test_a_missing_signal_is_a_deadlock_finding_not_a_hang():
     for device in range(DEVICES):
         assert f"device {device} (core 0) waits on semaphore" in finding.message
     assert "for a count of 1, which stays at 0" in finding.message
-    assert finding.message.endswith("kernels_multi.py:"
-                                    f"{_line('pl.semaphore_wait(sem, 1)')})")
+    wait = line_ref("pl.semaphore_wait(sem, 1)", kernels_multi.__file__)
+    assert finding.message.endswith(f"{wait})")
     assert result.error == f"deadlock: {finding.message}"
 
 
@@ -100,11 +101,6 @@ def test_cli_compare_on_devices(capsys):
     assert out["executors"] == ["tpu-interpret", "reference"] and out["passed"]
     assert main(["compare", case, "--devices", "0"]) == 2
     assert "number of simulated CPU devices" in capsys.readouterr().err
-
-
-def _line(text: str) -> int:
-    lines = Path(kernels_multi.__file__).read_text().splitlines()
-    return next(n for n, line in enumerate(lines, 1) if text in line)
 
 
 def test_inspect_json_has_the_device_mesh_and_the_device_id(capsys):

@@ -5,9 +5,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import pytest
+from helpers import kernel_of
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from kernels import CATALOG, matmul
+from kernels import matmul
 
 import pallaslab
 from pallaslab.analysis.chips import chip
@@ -17,11 +18,6 @@ from pallaslab.analysis.vmem_findings import vmem_findings
 
 S = jax.ShapeDtypeStruct
 KiB = 1024
-
-
-def kernel_of(name):
-    fn, args = CATALOG[name].case()
-    return pallaslab.capture(fn, *args)[0]
 
 
 def copy_kernel(x_ref, o_ref):

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import line_of
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
@@ -25,11 +26,6 @@ from pallaslab.model._jax.deadlock import BlockedWait, Deadlock
 HERE = Path(__file__).name
 ANY = pl.BlockSpec(memory_space=pl.ANY)
 R, NB = 8, 4  # rows per copy, copies
-
-
-def line_of(text: str) -> int:
-    return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
-                if text in line)
 
 
 def _add(x_ref, y_ref, o_ref):
@@ -177,7 +173,8 @@ def test_a_local_dma_race_speaks_of_async_copies_once_each():
                            executor="tpu-interpret")
     races = [f.message for f in result.findings if f.code == "data-race"]
     assert races and len(races) == len(set(races))
-    start, read = line_of("the prefetch of the next slot"), line_of("# the read")
+    start = line_of("the prefetch of the next slot", __file__)
+    read = line_of("# the read", __file__)
     slot = races[0].split("write of scratch[0][")[1][0]  # the slot the prefetch writes
     assert races[0] == (
         f"_double_buffered: scratch[0]: data race in the kernel's only program: write of "
@@ -199,7 +196,7 @@ def test_a_deadlock_names_the_semaphore_as_the_kernel_does_and_no_idle_core():
                            executor="tpu-interpret", timeout=120)
     assert result.status == "failed"
     (finding,) = [f for f in result.findings if f.code == "deadlock"]
-    second = line_of("a second wait on the same copy")
+    second = line_of("a second wait on the same copy", __file__)
     assert finding.message.startswith(
         f"the kernel is blocked for good: it waits on semaphore scratch[2][0] at "
         f"{HERE}:{second} for a count of 4096, which stays at 0. A signal or DMA that never "

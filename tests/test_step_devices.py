@@ -9,6 +9,7 @@ import json
 import types
 
 import pytest
+from helpers import workbench
 from kernels import CATALOG
 
 import pallaslab
@@ -26,11 +27,6 @@ DEVICES = 4
 _CACHE: dict[str, types.SimpleNamespace] = {}  # one stepped run per kernel for every test
 
 
-def workbench(name: str, **options):
-    fn, args = CATALOG[name].case()
-    return Workbench(pallaslab.capture(fn, *args), options=options)
-
-
 def snap(view: DeviceStepView) -> types.SimpleNamespace:
     st = view.stepper
     assert st is not None
@@ -44,7 +40,7 @@ def ring() -> types.SimpleNamespace:
     """ring_all_gather on 4 devices: before any step, device 0 asked to step too early, one
     lockstep step (through the widget's selection), device 0 alone, then to the end."""
     if "ring" not in _CACHE:
-        wb = workbench("ring_all_gather", devices=DEVICES)
+        wb = workbench("ring_all_gather", options={"devices": DEVICES})
         view = wb.step()
         assert isinstance(view, DeviceStepView)
         before = types.SimpleNamespace(payload=view._payload(live=False), text=view.to_text(),
@@ -67,7 +63,7 @@ def ring() -> types.SimpleNamespace:
 def deadlock() -> types.SimpleNamespace:
     if "deadlock" not in _CACHE:
         ring()  # (a new stepped run ends the one before it in the worker)
-        view = workbench("missing_signal", devices=DEVICES).step()
+        view = workbench("missing_signal", options={"devices": DEVICES}).step()
         view.step()
         _CACHE["deadlock"] = types.SimpleNamespace(view=view, first=snap(view))
     return _CACHE["deadlock"]
@@ -86,7 +82,7 @@ def test_the_step_tab_steps_a_shard_map_kernel_only_when_opened_with_devices():
     plain = pallaslab.inspect(fn, *args)
     assert "step" not in [t.name for t in plain.tabs(0)]  # as before: no Step tab
     assert "devices" in [t.name for t in plain.tabs(0)]
-    wb = workbench("ring_all_gather", devices=DEVICES)
+    wb = workbench("ring_all_gather", options={"devices": DEVICES})
     assert "step" in [t.name for t in wb.tabs(0)]
     view = plain.view("step", devices=DEVICES)  # or asked for explicitly
     assert isinstance(view, DeviceStepView) and view.devices == DEVICES

@@ -1,23 +1,15 @@
 """The program stepper: one program at a time, undo, and the kernel body equation by equation."""
 
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import line_of
 from kernels import CATALOG, shifted_block_reference
 
 import pallaslab
 from pallaslab.errors import UnavailableError
 from pallaslab.execute import run
-
-CATALOG_FILE = Path(__file__).with_name("kernels.py")
-
-
-def line_of(text, path=CATALOG_FILE):
-    """The line of the catalog's kernels.py holding `text` (catalog edits move lines)."""
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
 def bits(arrays):

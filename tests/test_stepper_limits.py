@@ -1,7 +1,6 @@
 """The stepper never hangs: each program runs in a worker process with a time limit and
 Ctrl-C; a program that spins inside a compiled loop is stopped and the stepper stays usable."""
 
-import faulthandler
 import os
 import signal
 import threading
@@ -10,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import failing_on_hang
 from jax import lax
 from jax.experimental import pallas as pl
 from kernels import CATALOG
@@ -24,10 +24,8 @@ GUARD = 240  # seconds: a hang fails the run (with every thread's traceback) ins
 
 @pytest.fixture(autouse=True)
 def hang_guard():
-    # faulthandler's watchdog thread fires even while the main thread is stuck in XLA.
-    faulthandler.dump_traceback_later(GUARD, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
+    with failing_on_hang(GUARD):
+        yield
 
 
 def spin_kernel(x_ref, o_ref):

@@ -6,17 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import kernel_of
 from jax.experimental import pallas as pl
-from kernels import CATALOG, abstract, rand
+from kernels import CATALOG, rand
 
 import pallaslab
 from pallaslab.analysis.tiling import tile, tiling_unavailable_reason
 from pallaslab.model import _jax
-
-
-def kernel_of(name, *, concrete=True, index=0):
-    fn, args = CATALOG[name].case()
-    return pallaslab.capture(fn, *(args if concrete else abstract(args)))[index]
 
 
 def test_matmul_tables_and_fetches_by_hand():

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import line_of, workbench
 from jax.experimental import pallas as pl
 from kernels import CATALOG, add_kernel
 
@@ -21,7 +22,6 @@ from pallaslab.views import lowering as lv
 from pallaslab.views import registry
 from pallaslab.views.context import KernelContext
 from pallaslab.views.report import encode_buffers
-from pallaslab.workbench import Workbench
 
 KERNELS_PY = str(Path(__file__).resolve().parent / "kernels.py")
 EVIL = "<script>alert(1)</script>"
@@ -31,16 +31,6 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
 
 
 pytestmark = pytest.mark.usefixtures("private_lowering_cache")
-
-
-def workbench(name, **kw):
-    fn, args = CATALOG[name].case()[:2]
-    return Workbench(pallaslab.capture(fn, *args), **kw)
-
-
-def line_of(text):
-    lines = Path(KERNELS_PY).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def triples(stage_payload):
@@ -385,7 +375,7 @@ def test_step_equations_cut_inside_a_colour_sequence_leave_no_escape():
 @pytest.mark.tpu_compiler
 def test_libtpu_compile_fills_vmem_and_smem_and_says_where_from():
     # matmul_f32: 128^3 f32 blocks, 2 x 3 blocks of 64 KiB + the 64 KiB accumulator = 448 KiB,
-    # exactly what --vmem-exact measures (design.md); no SMEM buffers
+    # exactly what --vmem-exact measures (docs/architecture.md); no SMEM buffers
     view = workbench("matmul_f32").lowering()
     view.select(compile=True)
     low = view.payload()["lowerings"]["tpu-v5e"]

@@ -5,7 +5,7 @@ import json
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.experimental import pallas as pl
+from helpers import copy_kernel_named, workbench
 from kernels import CATALOG, matmul
 
 import pallaslab
@@ -16,11 +16,6 @@ from pallaslab.workbench import Workbench
 KiB, MiB = 1024, 1 << 20
 S = jax.ShapeDtypeStruct
 EVIL = '<img src=x onerror="alert(1)">&</script>'
-
-
-def workbench(name, **kw):
-    fn, args = CATALOG[name].case()[:2]
-    return Workbench(pallaslab.capture(fn, *args), **kw)
 
 
 def test_matmul_f32_payload_by_hand():
@@ -118,20 +113,8 @@ def test_what_if_updates_a_view_in_place():
     assert [r["block_sizes"] for r in view.payload()["what_if"]["rows"]] == ["(128, 128, 128)"]
 
 
-def evil_capture():
-    def body(x_ref, o_ref):
-        o_ref[...] = x_ref[...]
-
-    def fn(x):
-        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
-        return pl.pallas_call(body, out_shape=S(x.shape, x.dtype), grid=(2,), in_specs=[spec],
-                              out_specs=spec, name=EVIL)(x)
-
-    return pallaslab.capture(fn, S((16, 128), jnp.float32))
-
-
 def test_user_strings_are_escaped():
-    ctx = Workbench(evil_capture()).context(0)
+    ctx = Workbench(copy_kernel_named(EVIL)).context(0)
 
     def make(candidate):
         raise ValueError(candidate)
@@ -292,7 +275,6 @@ def test_what_if_analysis_failure_is_an_error_row(monkeypatch):
 
 
 def test_a_narrow_block_shows_why_it_takes_no_scoped_vmem():
-    from kernels import CATALOG
 
     from pallaslab.analysis.occupancy import occupancy
     from pallaslab.views.memory import memory_payload

@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental import pallas as pl
-from kernels import CATALOG, elementwise_2d
+from helpers import copy_kernel_named, workbench
+from kernels import elementwise_2d
 
 import pallaslab
 from pallaslab.analysis.pipeline import Pipeline, simulate
@@ -21,11 +21,6 @@ from pallaslab.workbench import Workbench
 
 S = jax.ShapeDtypeStruct
 EVIL = '<img src=x onerror="alert(1)">&</script>'
-
-
-def workbench(name, **kw):
-    fn, args = CATALOG[name].case()[:2]
-    return Workbench(pallaslab.capture(fn, *args), **kw)
 
 
 def columns(track):
@@ -148,15 +143,7 @@ def test_chip_from_the_workbench():
 
 
 def test_escaping_of_the_kernel_name():
-    def body(x_ref, o_ref):
-        o_ref[...] = x_ref[...]
-
-    def fn(x):
-        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
-        return pl.pallas_call(body, out_shape=S(x.shape, x.dtype), grid=(2,), in_specs=[spec],
-                              out_specs=spec, name=EVIL)(x)
-
-    view = Workbench(pallaslab.capture(fn, S((16, 128), jnp.float32))).pipeline()
+    view = Workbench(copy_kernel_named(EVIL)).pipeline()
     html = view.to_html()
     assert "<img" not in html and "</script>" not in html
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html

@@ -242,7 +242,8 @@ def test_estimate_matches_compiler(compiler_needs, name, chip):
 
 
 @pytest.mark.tpu_compiler
-def test_ground_truth_from_design(compiler_needs):
+def test_ground_truth_measured_with_libtpu(compiler_needs):
+    # the needs measured when pallaslab was designed (docs/architecture.md, "Facts")
     assert compiler_needs["cases"]["matmul_f32_128"] == {"v5e": 448 * 1024, "v6e": 448 * 1024}
     assert compiler_needs["cases"]["matmul_bf16_256x512x256"]["v5e"] == 1612 * 1024
 

@@ -1,8 +1,9 @@
 """Findings: what the tiling tables say is wrong or worth knowing about a kernel.
 
 Each rule is a small function of (kernel, tiling, rules) returning findings with the stable
-codes of design.md. TPU rules apply to kernels written for TPU (or that do not say); GPU rules
-to kernels with Triton / Mosaic GPU compiler params, or when a GPU target is asked for.
+codes of docs/architecture.md. TPU rules apply to kernels written for TPU (or that do not
+say); GPU rules to kernels with Triton / Mosaic GPU compiler params, or when a GPU target is
+asked for.
 """
 
 from __future__ import annotations
@@ -10,11 +11,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
 
 import numpy as np
 
 from pallaslab.analysis.coverage import MAX_EXAMPLES, coverage
+from pallaslab.analysis.finding import Finding, Severity
+from pallaslab.analysis.output_writes import (
+    only_atomic,
+    revisit_any,
+    unwritten_outputs,
+    written_for_interpreter,
+)
 from pallaslab.analysis.tiling import (
     OperandTiling,
     Tiling,
@@ -24,7 +31,6 @@ from pallaslab.analysis.tiling import (
 )
 from pallaslab.model import Kernel, Operand
 
-Severity = Literal["error", "warning", "info"]
 HEAD_STEPS = 64 * MAX_EXAMPLES  # steps a rule keeps to pick its examples from
 
 CODES = (
@@ -34,6 +40,7 @@ CODES = (
     "block-out-of-bounds",
     "partial-block",
     "uncovered-output",
+    "unwritten-output",
     "output-revisit",
     "parallel-write-conflict",
     "out-of-bounds-access",
@@ -48,33 +55,32 @@ CODES = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: Severity
-    message: str
-    operand: str | None = None  # origin of the operand concerned
-    programs: tuple[tuple[int, ...], ...] = ()  # example program ids (at most 8)
-    blocks: tuple[tuple[int, ...], ...] = ()  # example block indices of `operand` (at most 8)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code, "severity": self.severity, "message": self.message,
-            "operand": self.operand, "programs": [list(p) for p in self.programs],
-            "blocks": [list(b) for b in self.blocks],
-        }
-
-
-@dataclasses.dataclass(frozen=True)
 class Rules:
-    """Which hardware's semantics the findings are judged by."""
+    """Which hardware's semantics the findings are judged by. `hardware` False: the kernel
+    targets no hardware (written for the interpreter, no target named), so what would fail
+    only on a TPU is a warning that says so."""
 
     tpu: bool
     gpu: bool
+    hardware: bool = True
 
     @classmethod
     def for_kernel(cls, kernel: Kernel, backend: str | None = None) -> Rules:
         chosen = backend or kernel.backend
-        return cls(tpu=chosen in (None, "tpu"), gpu=chosen in ("triton", "mosaic_gpu"))
+        hardware = backend is not None or not written_for_interpreter(kernel)
+        return cls(tpu=chosen in (None, "tpu"), gpu=chosen in ("triton", "mosaic_gpu"),
+                   hardware=hardware)
+
+    def judged(self, finding: Finding) -> Finding:
+        """A hardware-only finding as these rules see it: unchanged for a target, else a
+        warning saying where it would fail."""
+        if self.hardware or finding.severity != "error":
+            return finding
+        return dataclasses.replace(
+            finding, severity="warning",
+            message=f"on TPU: {finding.message} The kernel is written for the interpreter "
+                    "(interpret=True, no compiler params) and targets no hardware, so this is "
+                    "a warning here; `pallaslab check --target tpu-v5e` judges it as an error.")
 
 
 def find(
@@ -86,13 +92,14 @@ def find(
     if rules.tpu:
         rules_here = [r for r in TPU_OPERAND_RULES
                       if kernel.kind != "pipeline" or r is not tpu_buffer_count]
-        found += [f for op in kernel.blocked_operands for rule in rules_here
+        found += [rules.judged(f) for op in kernel.blocked_operands for rule in rules_here
                   if (f := rule(op)) is not None]
     if kernel.programs == 0:
         found.append(empty_grid(kernel))
     found += [Finding("structure-unread", "warning", f"{kernel.name}: {note}: the analysis "
                       "and the views leave it out (a gap of pallaslab's, not of the kernel)")
               for note in kernel.structure_notes]
+    found += unwritten_outputs(kernel)
     if tiling is None:
         reason = tiling_unavailable_reason(kernel)
         if reason and kernel.kind == "pallas_call":
@@ -119,7 +126,13 @@ def tpu_block_shape(op: Operand) -> Finding | None:
     # Like Mosaic, compare positionally with squeezed dims counting as size 1.
     kept = [(d.size, s) for d, s in zip(op.block_dims, op.shape, strict=True)]
     if not kept:
-        return None
+        return Finding(
+            "tpu-block-shape", "error",
+            f"{_named(op)}: a rank-0 (scalar) {op.dtype} block in {op.memory_space} memory "
+            "breaks the TPU rule that a block outside SMEM has rank >= 1 (\"The Pallas TPU "
+            "lowering currently supports only blocks of rank >= 1\"). Rule: put a scalar in "
+            "SMEM (memory_space=pltpu.SMEM), or give it shape (1,) or (1, 1).",
+            operand=op.origin)
     problems: list[str] = []
     if len(kept) >= 2:
         for (size, dim), quantum, which in ((kept[-1], 128, "last"), (kept[-2], 8, "second-last")):
@@ -334,23 +347,27 @@ def output_revisits(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Fi
     """An output block written in non-consecutive steps: its later write-back clobbers the first."""
     if not rules.tpu:
         return
+    # RevisitMode.ANY: Mosaic re-reads the block from HBM on a revisit, so any order is safe.
+    anywhere = revisit_any(kernel)
     for ot in tiling.operands.values():
-        if ot.role != "output" or not ot.windowed:
+        if ot.role != "output" or not ot.windowed or ot.origin in anywhere:
             continue
         keys, nkeys = ot.block_key()
         count, steps = revisited_runs(keys, nkeys, ot.fetch_mask)
         if not count:
             continue
         blocks = _blocks(ot, steps)
-        yield Finding(
+        yield rules.judged(Finding(
             "output-revisit", "error",
             f"{ot.origin}: {count} output block visit(s) are not consecutive; e.g. block "
             f"{blocks[0]} is left and written back, then revisited at program "
             f"{tiling.program_at(int(steps[0]))}. On TPU the output buffer is not re-read from "
             "HBM on a revisit, so the later write-back clobbers the earlier result. Rule: visit "
-            "each output block in one run of consecutive steps (put reduction axes last).",
+            "each output block in one run of consecutive steps (put reduction axes last), "
+            "or let it be revisited anywhere with pl.Buffered(1, "
+            "revisit=pl.RevisitMode.ANY).",
             operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
-        )
+        ))
 
 
 def revisited_runs(keys: np.ndarray, nkeys: int, fetch_mask: np.ndarray
@@ -386,8 +403,12 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             yield from gpu_stores.store_findings(kernel, tiling)
             return
     concurrent = concurrent_dims(kernel, len(tiling.grid), rules)
+    rule = ("programs that differ along a parallel dimension must write different output "
+            "blocks (mark reduction dimensions \"arbitrary\")")
     if rules.gpu:
         why = "on GPU every program may run concurrently"
+        rule = ("programs must write different output blocks, or combine into a shared one "
+                "with atomics only (plt.atomic_add, plt.atomic_max, ...)")
     else:
         why = "grid dimension(s) {} are marked \"parallel\"".format(
             ", ".join(str(d) for d in concurrent))
@@ -399,6 +420,8 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
         # (tpu-interpret's race detector sees the real writes).
         if ot.role != "output" or not ot.windowed:
             continue
+        if only_atomic(kernel, ot.origin):  # atomic read-modify-writes combine, never race
+            continue
         keys, nkeys = ot.block_key()
         steps = _conflicting_steps(keys, nkeys, tiling.grid, concurrent)
         if steps is None:
@@ -407,9 +430,7 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
         yield Finding(
             "parallel-write-conflict", "error",
             f"{ot.origin}: programs {', '.join(str(p) for p in _examples(tiling, steps)[:3])} "
-            f"all write output block {blocks[0]}, and {why}: they race. Rule: programs that "
-            "differ along a parallel dimension must write different output blocks (mark "
-            "reduction dimensions \"arbitrary\").",
+            f"all write output block {blocks[0]}, and {why}: they race. Rule: {rule}.",
             operand=ot.origin, programs=_examples(tiling, steps), blocks=blocks,
         )
 

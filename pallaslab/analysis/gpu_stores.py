@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from pallaslab.analysis.findings import Finding
+from pallaslab.analysis.finding import Finding
+from pallaslab.analysis.output_writes import unwritten_outputs
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.model import Kernel, Operand
 from pallaslab.model._jax import stores
@@ -145,8 +146,11 @@ def _conflicts(kernel: Kernel, tiling: Tiling,
 
 def _uncovered(kernel: Kernel, stored: Sequence[stores.StoredElements]) -> Iterator[Finding]:
     """Output elements no program stores (the window rule's `uncovered-output`, per element)."""
+    never = {f.operand for f in unwritten_outputs(kernel)}  # said once, by that rule
     for op, elements in zip(kernel.outputs, stored, strict=True):
         if op.aliased_with is not None:  # unstored elements keep the input's values
+            continue
+        if op.origin in never:
             continue
         written = elements.written if elements.written is not None else elements.count > 0
         missing = np.flatnonzero(~written)

@@ -41,9 +41,10 @@ def inspect_kernel(
     tiling = tile(kernel)
     findings = find(kernel, tiling, backend=backend)
     vmem: dict[str, Any] = {}
-    if Rules.for_kernel(kernel, backend).tpu and chips:
+    rules = Rules.for_kernel(kernel, backend)
+    if rules.tpu and chips:
         vmem = vmem_section(kernel, chips)
-        findings += vmem_findings(kernel, chips)
+        findings += tuple(rules.judged(f) for f in vmem_findings(kernel, chips))
     return KernelInspection(kernel, tiling, findings, vmem)
 
 
@@ -54,7 +55,7 @@ def inspect_capture(
 
 
 def kernel_json(insp: KernelInspection) -> dict[str, Any]:
-    """The contract's per-kernel object (design.md, `pallaslab inspect --json`).
+    """The contract's per-kernel object (docs/architecture.md, `pallaslab inspect --json`).
 
     Per operand, `buffer_count` is what its pipeline mode asks for and `buffers` the VMEM
     slots the kernel really gets (1 for a constant index map or a single-step grid)."""

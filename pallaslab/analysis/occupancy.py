@@ -101,7 +101,7 @@ class Occupancy:
         if not self.large_values:
             return None
         shape, dtype, size = self.large_values[0]
-        return (f"the kernel body computes a {dtype}{list(shape)} value ({_kib(size)}); the "
+        return (f"the kernel body computes a {dtype}{list(shape)} value ({kib(size)}); the "
                 "compiler may spill values this large to scoped VMEM beyond the buffers counted "
                 "here (measured with libtpu: up to about twice the largest such value)")
 
@@ -145,20 +145,20 @@ class Occupancy:
         verdict = "fits" if self.fits else "DOES NOT FIT"
         if self.limit_source == "SparseCore subcore VMEM" and not self.limit:
             verdict = "DOES NOT RUN: the chip has no SparseCore"
-        lines = [f"{self.kernel} on {self.chip}: {_kib(self.bytes)} of {_kib(self.limit)} "
+        lines = [f"{self.kernel} on {self.chip}: {kib(self.bytes)} of {kib(self.limit)} "
                  f"scoped VMEM ({self.limit_source}) -- {verdict}"]
         for op in self.operands:
             if op.space == "hbm":
                 continue
             lines.append(f"  {op.origin:<12} {op.space:<9} {op.buffers} x "
                          f"{'x'.join(map(str, op.padded_shape)) or '()'} {op.dtype:<9} "
-                         f"{_kib(op.bytes):>12}")
+                         f"{kib(op.bytes):>12}")
         if self.spill_note:
             lines.append(f"  note: {self.spill_note}")
         return "\n".join(lines)
 
 
-def _kib(n: int) -> str:
+def kib(n: int) -> str:
     return f"{n / 1024:,.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):,.2f} MiB"
 
 
@@ -189,23 +189,23 @@ def padded_shape(shape: Sequence[int], dtype: Any, chip: Chip) -> tuple[int, ...
     Rank >= 2: the minor dimension to 128 lanes, the second-minor to `tiling_factor` rows.
     Rank 1: to a multiple of 128 x packing elements (f32 128, bf16 256, int8 512).
     """
-    dt = _storage_dtype(dtype)
+    dt = storage_dtype(dtype)
     bits = dt.itemsize * 8
     lanes = chip.lanes
     if len(shape) <= 1:
         n = shape[0] if shape else 1
-        return (_round_up(n, lanes * max(1, 32 // bits)),)
+        return (round_up(n, lanes * max(1, 32 // bits)),)
     rows = tiling_factor(shape[-2], bits, chip)
-    return (*shape[:-2], _round_up(shape[-2], rows), _round_up(shape[-1], lanes))
+    return (*shape[:-2], round_up(shape[-2], rows), round_up(shape[-1], lanes))
 
 
-def _storage_dtype(dtype: Any) -> np.dtype:
+def storage_dtype(dtype: Any) -> np.dtype:
     dt = np.dtype(dtype)
     # Booleans live as 32-bit words in VMEM (Mosaic has no i1 memrefs).
     return np.dtype(np.int32) if dt == np.bool_ else dt
 
 
-def _round_up(n: int, m: int) -> int:
+def round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
@@ -220,7 +220,7 @@ def operand_occupancy(
             and kernel is not None and kernel.kind == "mesh":
         space = "hbm"  # a mesh kernel's (pl.kernel, pl.core_map) operands stay in HBM
     shape = _buffer_shape(op)
-    dtype = _storage_dtype(op.dtype)
+    dtype = storage_dtype(op.dtype)
     if space == "hbm":
         return OperandOccupancy(op.origin, op.role, space, dtype.name, shape, shape, 0, 0, 0)
     if space == "semaphore":
@@ -230,7 +230,7 @@ def operand_occupancy(
                                                 shape, 1, count, count)
     if space == "smem":
         padded = shape
-        size = _round_up(math.prod(shape) * dtype.itemsize, _SMEM_WORD) if shape else _SMEM_WORD
+        size = round_up(math.prod(shape) * dtype.itemsize, _SMEM_WORD) if shape else _SMEM_WORD
     else:
         padded = padded_shape(shape, dtype, chip)
         size = math.prod(padded) * dtype.itemsize
@@ -388,7 +388,7 @@ def large_values(kernel: Kernel, chip: Chip) -> tuple[tuple[tuple[int, ...], str
     # 1 is not padded to 128 lanes: libtpu compiles tokamax's RoPE, int32[128, 128, 1] values
     # included, in exactly its 192 KiB of buffers)
     for shape, dtype, _ in _jax.kernel_body_values(kernel):
-        size = math.prod(shape) * _storage_dtype(dtype).itemsize
+        size = math.prod(shape) * storage_dtype(dtype).itemsize
         if size >= SPILL_RISK_BYTES:
             seen[(shape, np.dtype(dtype).name)] = size
     ranked = sorted(seen.items(), key=lambda kv: -kv[1])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from pallaslab.analysis.occupancy import _round_up
+from pallaslab.analysis.occupancy import round_up
 from pallaslab.model import Kernel, Operand, _jax
 
 
@@ -65,7 +65,7 @@ def gpu_occupancy(shared_bytes: int, registers: int, num_warps: int,
     if registers > lim.max_registers_per_thread:
         by_regs = 0
     else:
-        per_warp = _round_up(max(registers, 1) * 32, lim.register_allocation_unit)
+        per_warp = round_up(max(registers, 1) * 32, lim.register_allocation_unit)
         by_regs = lim.registers_per_sm // (per_warp * num_warps)
     if shared_bytes > lim.max_shared_memory_per_block:
         by_smem = 0
@@ -122,9 +122,9 @@ class MosaicGpuResources:
         end = 0
         for b in self.buffers:
             if b.dtype != "barrier":
-                end = _round_up(end, SMEM_ALIGNMENT) + b.nbytes
+                end = round_up(end, SMEM_ALIGNMENT) + b.nbytes
         barriers = sum(b.nbytes for b in self.buffers if b.dtype == "barrier")
-        return _round_up(end, SMEM_ALIGNMENT) + barriers if barriers else end
+        return round_up(end, SMEM_ALIGNMENT) + barriers if barriers else end
 
     def occupancy(self, gpu: str) -> GpuOccupancy | str:
         """Blocks per SM on `gpu`, or why Mosaic GPU does not run there."""

@@ -10,15 +10,15 @@ import numpy as np
 
 from pallaslab.analysis.chips import DEFAULT_CHIPS, Chip
 from pallaslab.analysis.chips import chip as get_chip
-from pallaslab.analysis.findings import Finding
+from pallaslab.analysis.finding import Finding
 from pallaslab.analysis.occupancy import (
     SPILL_RISK_BYTES,
     Occupancy,
-    _kib,
-    _storage_dtype,
     applies,
+    kib,
     occupancy,
     on_sparse_core,
+    storage_dtype,
 )
 from pallaslab.model import Kernel, _jax
 
@@ -51,7 +51,7 @@ def largest_product(kernel: Kernel) -> tuple[tuple[int, ...], str, int] | None:
     SPILL_RISK_BYTES: the MXU's result lands in VMEM whole before what uses it (flash
     attention's scores), where an elementwise value streams into its output (libtpu compiles
     `o[...] = x[...] * 2` over 64 MiB of buffers with no VMEM for the 16 MiB product)."""
-    products = [(shape, np.dtype(dtype).name, math.prod(shape) * _storage_dtype(dtype).itemsize)
+    products = [(shape, np.dtype(dtype).name, math.prod(shape) * storage_dtype(dtype).itemsize)
                 for shape, dtype, primitive in _jax.kernel_body_values(kernel)
                 if primitive == "dot_general"]
     big = [p for p in products if p[2] >= SPILL_RISK_BYTES]
@@ -62,10 +62,10 @@ def spill_risk_finding(occ: Occupancy, product: tuple[tuple[int, ...], str, int]
     shape, dtype, size = product
     return Finding(
         code="vmem-spill-risk", severity="warning",
-        message=f"{occ.kernel} on TPU {occ.chip}: its buffers need {_kib(occ.bytes)} of the "
-                f"{_kib(occ.effective_limit)} scoped-VMEM limit, and its body computes a "
-                f"{dtype}{list(shape)} matrix product ({_kib(size)}) that the compiler keeps in "
-                f"scoped VMEM too: {_kib(occ.bytes + size)} would not fit. Rule: a matrix "
+        message=f"{occ.kernel} on TPU {occ.chip}: its buffers need {kib(occ.bytes)} of the "
+                f"{kib(occ.effective_limit)} scoped-VMEM limit, and its body computes a "
+                f"{dtype}{list(shape)} matrix product ({kib(size)}) that the compiler keeps in "
+                f"scoped VMEM too: {kib(occ.bytes + size)} would not fit. Rule: a matrix "
                 "product larger than the vector registers lands in scoped VMEM (libtpu was "
                 "measured to need up to about twice the largest); shrink the blocks that size "
                 "it or raise `vmem_limit_bytes`, and compile for the target (`pallaslab lower "
@@ -87,9 +87,9 @@ def limit_above_chip_finding(occ: Occupancy) -> Finding:
     return Finding(
         code="vmem-limit-above-chip", severity="info",
         message=f"{occ.kernel} on TPU {occ.chip} asks for vmem_limit_bytes={occ.limit} "
-                f"({_kib(occ.limit)}), more than the chip's {_kib(occ.vmem_capacity)} of VMEM: "
-                f"the compiler caps the limit at the {_kib(occ.effective_limit)} it lets "
-                f"kernels use, and the {_kib(occ.bytes)} the kernel needs fit under it. Rule: "
+                f"({kib(occ.limit)}), more than the chip's {kib(occ.vmem_capacity)} of VMEM: "
+                f"the compiler caps the limit at the {kib(occ.effective_limit)} it lets "
+                f"kernels use, and the {kib(occ.bytes)} the kernel needs fit under it. Rule: "
                 "scoped VMEM is bounded by min(vmem_limit_bytes, the chip's usable VMEM).",
     )
 
@@ -98,19 +98,19 @@ def overflow_finding(occ: Occupancy) -> Finding:
     space = "smem" if occ.smem_bytes > occ.smem_capacity else "vmem"
     top = sorted((o for o in occ.operands if o.space == space and o.bytes),
                  key=lambda o: -o.bytes)[:3]
-    parts = ", ".join(f"{o.origin} {o.buffers} x {_kib(o.buffer_bytes)}" for o in top)
+    parts = ", ".join(f"{o.origin} {o.buffers} x {kib(o.buffer_bytes)}" for o in top)
     largest = f" Largest: {parts}." if parts else ""
     if occ.smem_bytes > occ.smem_capacity:
-        what = f"needs {_kib(occ.smem_bytes)} of SMEM, more than the {_kib(occ.smem_capacity)}"
+        what = f"needs {kib(occ.smem_bytes)} of SMEM, more than the {kib(occ.smem_capacity)}"
     elif occ.limit > occ.effective_limit:
-        what = (f"needs {_kib(occ.bytes)} of scoped VMEM, more than the "
-                f"{_kib(occ.effective_limit)} of the chip's {_kib(occ.vmem_capacity)} of VMEM "
+        what = (f"needs {kib(occ.bytes)} of scoped VMEM, more than the "
+                f"{kib(occ.effective_limit)} of the chip's {kib(occ.vmem_capacity)} of VMEM "
                 f"the compiler lets kernels use (it caps vmem_limit_bytes={occ.limit} there)")
     else:
-        what = (f"needs {_kib(occ.bytes)} of scoped VMEM but the limit is {_kib(occ.limit)} "
+        what = (f"needs {kib(occ.bytes)} of scoped VMEM but the limit is {kib(occ.limit)} "
                 f"({occ.limit_source})")
     hint = ("raise `vmem_limit_bytes` in pltpu.CompilerParams (up to "
-            f"{_kib(occ.vmem_capacity)}) or use smaller blocks / pl.Buffered(1)")
+            f"{kib(occ.vmem_capacity)}) or use smaller blocks / pl.Buffered(1)")
     return Finding(
         code="vmem-overflow", severity="error",
         message=f"{occ.kernel} on TPU {occ.chip} {what}.{largest} Rule: all pipeline "

@@ -4,6 +4,10 @@ Each subcommand lives in its own module exposing `register(subparsers)`; the mod
 `func` on its parser to a function `(argparse.Namespace) -> int` (the exit status). Errors
 that end a command propagate to `main`, which reports them the same way for every
 subcommand (see `_shared.EXIT_STATUS_HELP`).
+
+Its modules: `inspect`, `check`, `lower`, `compare`, `report` and `cache` (one subcommand
+each) and `_shared` (loading cases, option checks, exit statuses, one JSON object on stdout
+with --json). It is a shell: it may import any layer, and nothing of pallaslab imports it.
 """
 
 from __future__ import annotations

@@ -63,8 +63,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_exit_status(parser: argparse.ArgumentParser) -> None:
-    """Every --help ends with the exit statuses."""
-    parser.epilog = EXIT_STATUS_HELP
+    """Every --help ends with the exit statuses (after the subcommand's own epilog)."""
+    parser.epilog = f"{parser.epilog}\n\n{EXIT_STATUS_HELP}" if parser.epilog else \
+        EXIT_STATUS_HELP
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
@@ -138,12 +139,13 @@ def stage_name(text: str) -> str:
 
 
 def executor_list(text: str) -> list[str]:
-    from pallaslab.execute import EXECUTOR_NAMES
+    from pallaslab.execute import executor_names
 
     names = [e.strip() for e in text.split(",") if e.strip()]
-    valid = f"valid executors: {', '.join(EXECUTOR_NAMES)}"
+    known = executor_names()
+    valid = f"valid executors: {', '.join(known)}"
     for name in names:
-        if name not in EXECUTOR_NAMES:
+        if name not in known:
             raise argparse.ArgumentTypeError(f"unknown executor {name!r}; {valid}")
     for name in names:
         if names.count(name) > 1:

@@ -1,7 +1,8 @@
 """`pallaslab cache [info|clear] [--json]`: where the lowering cache is, its size; empty it.
 
 The cache holds lowering and compile results (lowering/cache.py), in $PALLASLAB_CACHE_DIR,
-else $XDG_CACHE_HOME/pallaslab, else ~/.cache/pallaslab.
+else $XDG_CACHE_HOME/pallaslab, else ~/.cache/pallaslab. `clear` removes only the regular files
+pallaslab wrote there and refuses a cache directory that is a symbolic link (exit status 2).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cache", help="show where the lowering cache is and its size; clear it",
                        description="Show where the lowering cache is, how many entries it "
                                    "holds and their size (info, the default), or remove "
-                                   "every entry (clear). Location: $PALLASLAB_CACHE_DIR, else "
-                                   "$XDG_CACHE_HOME/pallaslab, else ~/.cache/pallaslab.")
+                                   "every entry (clear): only the files pallaslab wrote, never "
+                                   "through a symbolic link. Location: $PALLASLAB_CACHE_DIR (an "
+                                   "absolute path), else $XDG_CACHE_HOME/pallaslab, else "
+                                   "~/.cache/pallaslab; the directory is private to you.")
     p.add_argument("action", nargs="?", default="info", choices=("info", "clear"),
                    help="info (default) or clear")
     p.add_argument("--json", action="store_true",

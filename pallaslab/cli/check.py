@@ -136,6 +136,9 @@ def _check(spec: str, cap: Capture, target: str | None, args: argparse.Namespace
                          if args.warnings or d.severity == "error"]
             warnings += [d.code for d in kl.diagnostics if d.severity == "warning"]
             failed += 0 if kl.ok else max(1, len(kl.errors))
+        elif target is None and (said := _unlowerable(insp.kernel)) is not None:
+            problems.append(Problem(said.severity, said.code, said.message))
+            failed += 1
         verdicts.append(KernelVerdict(spec, insp.kernel.index, insp.kernel.name, target,
                                       failed, tuple(problems), tuple(warnings)))
     return verdicts
@@ -174,6 +177,14 @@ def _render(verdicts: list[KernelVerdict]) -> None:
         if unlisted:  # without --warnings: the codes on one line, so an "ok" is not silent
             out.print(f"      [yellow]warnings[/]: {safe(', '.join(unlisted))} "
                       "[dim](--warnings shows them)[/]")
+
+
+def _unlowerable(kernel: Any) -> Any:
+    """With no --target, the kernel's own backend is the target: a kernel no target of it
+    can lower (a pallas_call with Mosaic GPU params) fails as `lower` would."""
+    from lowering.params import unlowerable
+
+    return unlowerable(kernel)
 
 
 def _lower(cap: Capture, target: str, compile: bool, devices: int | None):

@@ -12,6 +12,7 @@ or the case cannot be loaded.
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 import numpy as np
 from rich.table import Table
@@ -34,7 +35,7 @@ from pallaslab.cli._shared import (
     safe,
     simulate_cpu_devices,
 )
-from pallaslab.execute import EXECUTOR_NAMES, Comparison, compare
+from pallaslab.execute import Comparison, compare, executor_names, executor_specs
 from pallaslab.execute.comparison import OutputComparison
 from pallaslab.execute.pair import PairComparison, is_float
 
@@ -46,11 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="run under several executors and compare the outputs",
                        description="Run a case under several executors and compare every "
                                    "pair of outputs; a mismatch names the grid programs that "
-                                   "wrote the wrong blocks.")
+                                   "wrote the wrong blocks.",
+                       epilog=executors_epilog())
     p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
     p.add_argument("--executors", default=None, metavar="E1,E2,...",
-                   type=executor_list,
-                   help=f"two or more, comma-separated, from: {', '.join(EXECUTOR_NAMES)} "
+                   type=executors_arg,
+                   help=f"two or more (or one with --reference), comma-separated, from: "
+                        f"{', '.join(executor_names())} "
                         "(default: the interpreter that can run the kernels, against "
                         "--reference if given, else interpret against tpu-interpret; the "
                         "result's notes say which). With --reference, 'reference' is added "
@@ -79,7 +82,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def executors_arg(text: str) -> list[str]:
+    """--executors: as `executor_list`, but one name is accepted (--reference, when given,
+    is the second; `run` refuses one name without it)."""
+    names = [e.strip() for e in text.split(",") if e.strip()]
+    if len(names) == 1 and names[0] in executor_names():
+        return names
+    return executor_list(text)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.executors is not None and len(args.executors) == 1 and not args.reference:
+        raise UsageError(f"argument --executors: a comparison needs at least two executors, "
+                         f"got {args.executors[0]!r} alone; name another, or give --reference "
+                         "FILE.py:FUNC (the reference is then the second)",
+                         prog="pallaslab compare")
     if args.executors is not None and "reference" in args.executors and not args.reference:
         raise UsageError("argument --executors: the 'reference' executor needs --reference "
                          "FILE.py:FUNC (a pure-JAX function with the kernel function's "
@@ -105,6 +122,16 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     # A mismatch, or the kernel's error (a race, unwritten output, a deadlock): exit 1.
     return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def executors_epilog() -> str:
+    """The registered executors, one per line with its description (`ExecutorSpec`)."""
+    specs = executor_specs()
+    width = max((len(s.name) for s in specs), default=0)
+    indent = " " * (width + 4)
+    lines = [textwrap.fill(s.description, 79, initial_indent=f"  {s.name:<{width}}  ",
+                           subsequent_indent=indent) for s in specs]
+    return "executors:\n" + "\n".join(lines)
 
 
 def render(result: Comparison) -> None:

@@ -1,13 +1,34 @@
-"""Executors (interpret, tpu-interpret, gpu-interpret, device, reference), compare, stepper."""
+"""Executors (interpret, tpu-interpret, gpu-interpret, vectorized, device, reference), compare,
+stepper. Executors are found by name in `pallaslab.execute.registry`; `EXECUTOR_NAMES` is the
+registered names, read when asked (an executor registered later is in it).
 
+- the protocol and the executors: `protocol`, `registry`, `builtin`, `prepared` and `data`
+  (concrete arguments), `executors` (`run`), `choice` and `auto` (which executor, and the
+  magic's cell value), one module per executor (`interpret`, `tpu_interpret`,
+  `gpu_interpret`, `vectorized` with `vectorize_layout`, `device`, `reference`), `running`,
+  `capabilities` (what each interpreter cannot run), `result`;
+- comparing: `comparison` (`compare`), `pair`, `static_checks`, `unwritten`, `diagnostics`;
+- stepping: `stepper` (`step`), `core_stepper`, `device_stepper`, `mesh_stepping`,
+  `gated_run`, `step_requests`, `step_worker`;
+- running safely: `isolation` and `_worker` (the killable worker process, time limits),
+  `monitor` (the program running, prints, progress, Ctrl-C); `profile` (profiler timelines).
+
+Adding an executor: docs/executors.md.
+"""
+
+from typing import Any
+
+import pallaslab.execute.builtin  # noqa: F401 - registers the built-in executors first
 from pallaslab.execute.comparison import Comparison, OutputComparison, PairComparison, compare
-from pallaslab.execute.executors import (
-    EXECUTOR_NAMES,
-    Executor,
-    ExecutorError,
+from pallaslab.execute.executors import prepare, run
+from pallaslab.execute.protocol import Executor, ExecutorError, ExecutorSpec
+from pallaslab.execute.registry import (
+    executor_names,
+    executor_spec,
+    executor_specs,
     get_executor,
-    prepare,
-    run,
+    register_executor,
+    unregister_executor,
 )
 from pallaslab.execute.result import OutputInfo, ProgramPrint, RunResult
 from pallaslab.execute.stepper import ProgramBlocks, Stepper, step
@@ -17,6 +38,7 @@ __all__ = [
     "Comparison",
     "Executor",
     "ExecutorError",
+    "ExecutorSpec",
     "OutputComparison",
     "OutputInfo",
     "PairComparison",
@@ -25,8 +47,19 @@ __all__ = [
     "RunResult",
     "Stepper",
     "compare",
+    "executor_names",
+    "executor_spec",
+    "executor_specs",
     "get_executor",
     "prepare",
+    "register_executor",
     "run",
     "step",
+    "unregister_executor",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EXECUTOR_NAMES":  # live: the names registered now
+        return executor_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -71,7 +71,7 @@ def handle(data: bytes) -> Any:
     if kind == "run-program":
         return run_program(request)
     if kind == "device-step":
-        from pallaslab.execute.device_stepper import handle_request
+        from pallaslab.execute.step_requests import handle_request
 
         return handle_request(request, None)
     try:
@@ -86,7 +86,7 @@ def handle(data: bytes) -> Any:
     if kind == "open-stepper":
         return open_stepper(work, request["config"])
     if kind == "open-device-stepper":
-        from pallaslab.execute.device_stepper import handle_request
+        from pallaslab.execute.step_requests import handle_request
 
         return handle_request(request, work)
     return execute(work)
@@ -94,7 +94,9 @@ def handle(data: bytes) -> Any:
 
 def execute(work: dict[str, Any]) -> Any:
     from pallaslab.execute import capabilities
-    from pallaslab.execute.executors import execute_here, prepare, with_unwritten_findings
+    from pallaslab.execute.executors import with_unwritten_findings
+    from pallaslab.execute.prepared import prepare
+    from pallaslab.execute.running import execute_here
 
     executor = work["executor"]
     if (devices := work.get("devices")) is not None:

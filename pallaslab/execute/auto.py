@@ -25,7 +25,22 @@ from typing import Any
 import jax
 
 from pallaslab.errors import PallasLabError
+from pallaslab.execute import isolation
+from pallaslab.execute.choice import (  # noqa: F401 - re-exported: where they used to live
+    default_executor_for,
+    default_executors,
+    fallback_note,
+    interpreter_choice,
+    interpreter_for,
+    needs_tpu_semantics,
+    run_executor_for,
+)
+from pallaslab.execute.device import attached_accelerator
+from pallaslab.execute.executors import execute
+from pallaslab.execute.prepared import Prepared, output_info
+from pallaslab.execute.registry import executor_spec, find_spec, get_executor
 from pallaslab.execute.result import ProgramPrint, RunResult
+from pallaslab.execute.running import execute_here
 from pallaslab.model import Capture, Kernel, _jax
 from pallaslab.model._jax.compiled import cached_jaxpr_callable
 
@@ -65,125 +80,10 @@ def runs_here_as_written(kernel: Kernel) -> bool:
 def needing_interpretation(cap: Capture) -> tuple[Kernel, ...]:
     """The kernels that cannot run here as written: compiled-mode kernels (no `interpret=`)
     when no TPU or GPU is attached. Empty when an accelerator is attached."""
-    from pallaslab.execute.executors import attached_accelerator
-
     pending = tuple(k for k in cap if not runs_here_as_written(k))
     if not pending or attached_accelerator()[0] is not None:
         return ()
     return pending
-
-
-def interpreter_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
-    """The executor that can run every kernel of the capture interpreted: the HLO
-    interpreter (the fastest) unless it cannot (TPU mesh kernels, kernels that talk between
-    devices, shard_map kernels run on several devices: TPU interpret mode)."""
-    from pallaslab.execute import capabilities
-
-    if _on_devices(cap, devices):
-        return "tpu-interpret"
-    mesh = [k for k in cap if k.kind == "mesh"]
-    if mesh and all(k.backend == "mosaic_gpu" for k in mesh):
-        return "gpu-interpret"
-    if capabilities.hlo_interpreter_refusal(cap) is not None:
-        return "tpu-interpret"
-    return "interpret"
-
-
-def _on_devices(cap: Sequence[Kernel], devices: int | None) -> bool:
-    """Kernels inside shard_map run on several simulated devices: whether they talk to each
-    other depends on the device count, which this process's capture may not have."""
-    return devices is not None and devices > 1 and any(k.device_mesh for k in cap)
-
-
-def default_executor_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
-    """`interpreter_for`, with the `vectorized` executor (interpret mode's results, programs
-    batched where provably equivalent, else interpreted) in place of the HLO interpreter on a
-    CPU host: the fast everyday default."""
-    name = interpreter_for(cap, devices)
-    return "vectorized" if name == "interpret" and jax.default_backend() == "cpu" else name
-
-
-def interpreter_choice(cap: Sequence[Kernel], devices: int | None = None) -> str | None:
-    """Why `interpreter_for` did not choose the HLO interpreter (None when it did)."""
-    from pallaslab.execute import capabilities
-
-    if interpreter_for(cap, devices) == "interpret":  # (or `vectorized`: interpret mode)
-        return None
-    if why := capabilities.hlo_interpreter_refusal(cap):
-        return why
-    if _on_devices(cap, devices):
-        return (f"kernels inside shard_map on {devices} devices may talk to each other "
-                "(remote DMAs, semaphores): tpu-interpret runs them")
-    return "Mosaic GPU kernels: gpu-interpret"
-
-
-def needs_tpu_semantics(cap: Sequence[Kernel]) -> str | None:
-    """Why a TPU kernel must run where DMAs take time and waits block (TPU interpret mode),
-    or None. Interpret mode completes a DMA when it starts and lets every semaphore wait
-    pass, so a missing signal, or a missing or misplaced wait, would pass unseen."""
-    for k in cap:
-        if k.backend not in (None, "tpu"):
-            continue
-        for op in k.semaphore_ops:
-            if op.kind in ("wait", "dma_wait"):
-                return (f"kernel {k.name} waits on semaphore {op.semaphore}{_at(op.source)}: "
-                        "interpret mode does not block on semaphore waits, so a missing "
-                        "signal would pass unseen; TPU interpret mode models them")
-        for dma in k.dmas:
-            if dma.kind in ("async", "remote"):
-                return (f"kernel {k.name} starts a DMA into {dma.dst}{_at(dma.source)}: "
-                        "interpret mode completes a DMA as it starts, so a missing wait would "
-                        "pass unseen; TPU interpret mode models DMAs in flight")
-    return None
-
-
-def _at(source: str | None) -> str:
-    return f" at {source.rsplit('/', 1)[-1]}" if source else ""
-
-
-def run_executor_for(cap: Sequence[Kernel], devices: int | None = None
-                     ) -> tuple[str, str | None]:
-    """(the executor a single run uses, why when not interpret mode): `default_executor_for`,
-    except that kernels with DMAs or semaphore waits run under TPU interpret mode, which
-    keeps a DMA in flight until it is waited on and blocks on a wait as the chip does (and
-    reports a deadlock) where interpret mode passes both by."""
-    name = default_executor_for(cap, devices)
-    if name in ("interpret", "vectorized") and (why := needs_tpu_semantics(cap)) is not None:
-        return "tpu-interpret", why
-    return name, interpreter_choice(cap, devices)
-
-
-def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None,
-                      devices: int | None = None) -> tuple[tuple[str, str], str]:
-    """The executors a comparison runs when none are named, and a note saying which: the
-    executor that can run the kernels (`default_executor_for`: `vectorized` on a CPU host,
-    the HLO interpreter elsewhere, unless another interpreter must) against the reference
-    when one is given, else against TPU interpret mode."""
-    from pallaslab.execute.executors import ExecutorError
-
-    first = default_executor_for(kernels, devices)
-    why = interpreter_choice(kernels, devices)
-    if reference is not None and not any(op.kind == "read" for k in kernels
-                                         for op in k.semaphore_ops):
-        # against a reference alone, a kernel with DMAs or semaphore waits runs where they
-        # take effect (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
-        first, why = run_executor_for(kernels, devices)
-    second = "reference" if reference is not None else (
-        "tpu-interpret" if first in ("interpret", "vectorized") else None)
-    if second is None:
-        raise ExecutorError(
-            f"only {first} can run these kernels here ({why}), so there is nothing to compare "
-            f"it with: pass reference=my_ref (a pure-JAX function with the kernel function's "
-            f"signature), or name the executors")
-    because = f" ({why})" if why else ""
-    return (first, second), f"executors chosen by default: {first}, {second}{because}"
-
-
-def fallback_note(unavailable: str, executor: str) -> str:
-    """Why a run that needed TPU interpret mode's semaphores ran under another executor."""
-    short = unavailable.split(", used by")[0]
-    return (f"tpu-interpret could not run it: {short}; ran under {executor}, which "
-            "does not block on semaphore waits: a missing signal would not be seen")
 
 
 def evaluate(cap: Capture, *, timeout: float | None = None,
@@ -213,8 +113,9 @@ def stopped_in(comparison: Any) -> Evaluation | None:
     computing the value would not end either (in this process nothing can stop a program
     spinning inside a compiled loop): the evaluation is that stop. Else None."""
     result = None
-    for name in ("interpret", "vectorized"):
-        if comparison is not None and name in getattr(comparison, "executors", ()):
+    interpret_mode = executor_spec("interpret").label  # `vectorized` gives its results too
+    for name in getattr(comparison, "executors", ()) if comparison is not None else ():
+        if (spec := find_spec(name)) is not None and spec.label == interpret_mode:
             result = comparison.result(name)
     if result is None or result.status != "timed-out":
         return None
@@ -253,20 +154,11 @@ def devices_evaluation(result: RunResult) -> Evaluation | None:
 def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | None,
                  call: tuple[Callable[..., Any], Sequence[Any], dict[str, Any]] | None = None
                  ) -> Evaluation:
-    from pallaslab.execute import isolation
-    from pallaslab.execute.executors import (
-        Prepared,
-        _output_info,
-        execute,
-        execute_here,
-        get_executor,
-    )
-
     name, why_not_interpret = run_executor_for(cap)
     handle = cap.handle
     fn = _jax.jaxpr_callable(handle.closed_jaxpr)
     fn.__name__ = cap.function_name
-    here = Prepared(fn, tuple(handle.flat_args), {}, cap, _output_info(cap))
+    here = Prepared(fn, tuple(handle.flat_args), {}, cap, output_info(cap))
     limit = isolation.time_limit(timeout)
 
     def run(executor: str) -> RunResult:
@@ -279,26 +171,25 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
         # the worker could not rebuild or trace the call as this process did: run here
         why = (result.error or "").splitlines()[0][:200]
         result = execute_here(get_executor(executor), here, limit)
-        return dataclasses.replace(result, notes=(
-            *result.notes, f"ran in the notebook's process ({why}): the time limit is checked "
-                           "between programs only"))
+        note = f"ran in the notebook's process ({why}): the time limit is checked between " \
+               "programs only"
+        return dataclasses.replace(result, notes=(*result.notes, note), in_process=note)
 
     kernels = f"{len(pending)} kernel{'s' if len(pending) != 1 else ''}"
-    mode = {"interpret": "interpret mode", "vectorized": "interpret mode",
-            "tpu-interpret": "TPU interpret mode", "gpu-interpret": "GPU interpret mode"}[name]
+    mode = executor_spec(name).label
     head = "pallaslab: no TPU/GPU attached"
     names = tuple(k.name for k in pending)
     result = run(name)
     if result.status == "unavailable" and name != (other := default_executor_for(cap)):
         fallback = fallback_note(result.unavailable or "", other)
-        name, mode = other, "interpret mode"
+        name, mode = other, executor_spec(other).label
         result = run(name)
         why_not_interpret = fallback
     # Why not the HLO interpreter, when it was not chosen: the note says which and why.
     under = f"{mode} ({why_not_interpret})" if why_not_interpret else mode
-    if result.executor == "vectorized" and not any("fell back" in n for n in result.notes):
-        under += " (vectorized)"
-    stayed = "".join(f"; {n}" for n in result.notes if n.startswith("ran in the notebook's"))
+    if result.batching and result.ran_under is None:  # batched, not handed to an interpreter
+        under += f" ({result.executor})"
+    stayed = f"; {result.in_process}" if result.in_process else ""
     prints = tuple(result.prints)
     if result.status == "ran":
         assert result.outputs is not None

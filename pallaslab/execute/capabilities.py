@@ -30,9 +30,6 @@ TPU_MESH_KINDS = ("TensorCoreMesh", "VectorSubcoreMesh", "ScalarSubcoreMesh")
 _MISSING_RULE = re.compile(
     r"(?:MLIR translation rule|lowering rule) for primitive '(?P<prim>[\w.-]+)' not found"
     r"(?: for platform (?P<platform>\w+))?")
-_INTERPRETERS = {"tpu-interpret": "JAX's TPU interpreter (TPU interpret mode)",
-                 "interpret": "JAX's HLO interpreter (interpret=True)",
-                 "gpu-interpret": "JAX's Mosaic GPU interpreter"}
 _NOT_IMPLEMENTED = re.compile(r"NotImplementedError: (?P<what>[^\n]+)")
 
 
@@ -69,10 +66,10 @@ def tpu_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
     return None
 
 
-def unimplemented(executor: str, message: str, kernels: Sequence[Kernel]) -> str | None:
-    """One line saying JAX's interpreter does not implement a primitive the kernel uses,
-    when `message` (an error the run raised) says so; None for any other error."""
-    mode = _INTERPRETERS.get(executor)
+def unimplemented(mode: str | None, message: str, kernels: Sequence[Kernel]) -> str | None:
+    """One line saying JAX's interpreter `mode` (an executor's `spec.interpreter`) does not
+    implement a primitive the kernel uses, when `message` (an error the run raised) says so;
+    None for any other error."""
     if mode is None:  # another executor's error (a reference raising) is its own
         return None
     if m := _MISSING_RULE.search(message):
@@ -96,11 +93,11 @@ _INTERNAL_FRAME = re.compile(
 _INTERNAL_ERRORS = ("AttributeError", "TypeError")
 
 
-def interpreter_internal_error(executor: str, err: BaseException) -> str | None:
-    """One line when an interpreter broke inside JAX's own Pallas code with an internal error
-    (an AttributeError/TypeError there means it does not handle something the kernel does),
-    None for any other error (a kernel bug the interpreter reports, a user error)."""
-    mode = _INTERPRETERS.get(executor)
+def interpreter_internal_error(mode: str | None, err: BaseException) -> str | None:
+    """One line when JAX's interpreter `mode` (an executor's `spec.interpreter`) broke inside
+    JAX's own Pallas code with an internal error (an AttributeError/TypeError there means it
+    does not handle something the kernel does), None for any other error (a kernel bug the
+    interpreter reports, a user error)."""
     if mode is None:
         return None
     text = f"{type(err).__name__}: {err}"

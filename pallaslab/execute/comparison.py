@@ -21,8 +21,9 @@ kept and only executors that ran are compared.
 - "mismatch": a pair of executors that ran disagrees;
 - "errors": the kernel was found wrong without a mismatch: a run reported an error finding
   about the kernel (a deadlock, an out-of-bounds read, a race, unwritten output, ...), even
-  one that stopped the run, or the static analysis found an error the interpreters cannot
-  show (`pallaslab.execute.static_checks`, e.g. `block-out-of-bounds`);
+  one that stopped the run, or the static analysis found an error `pallaslab check` reports
+  (`pallaslab.execute.static_checks`, e.g. `block-out-of-bounds`, `parallel-write-conflict`):
+  compare never passes a kernel check fails;
 - "incomplete": fewer than two executors ran, or an executor the caller named (or the
   reference, whenever `reference=` is given) did not run for a reason that is not the
   kernel's (unavailable here, the executor failed, the reference raised or returned other
@@ -44,17 +45,11 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
+from pallaslab.analysis.inspection import KernelInspection, inspect_kernel
+from pallaslab.analysis.tiling import OperandTiling, Tiling
+from pallaslab.execute.choice import default_executors
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.executors import (
-    EXECUTOR_NAMES,
-    Executor,
-    ExecutorError,
-    Prepared,
-    execute,
-    get_executor,
-    prepare,
-)
+from pallaslab.execute.executors import execute
 from pallaslab.execute.isolation import time_limit
 from pallaslab.execute.mesh_stepping import core_mismatches
 from pallaslab.execute.pair import (
@@ -63,9 +58,13 @@ from pallaslab.execute.pair import (
     default_rtol,
     ulp_distance,
 )
+from pallaslab.execute.prepared import Prepared, prepare
+from pallaslab.execute.protocol import Executor, ExecutorError
 from pallaslab.execute.reference import located
+from pallaslab.execute.registry import executor_names, get_executor
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
-from pallaslab.execute.static_checks import StaticFinding, hardware_findings, why_the_runs_agree
+from pallaslab.execute.static_checks import StaticFinding, check_errors, why_the_runs_agree
+from pallaslab.execute.unwritten import unwritten_findings
 from pallaslab.model import Kernel
 
 __all__ = ["Comparison", "OutputComparison", "PairComparison", "compare", "compare_arrays",
@@ -230,7 +229,8 @@ class Comparison:
         return tuple(seen)
 
     def to_json(self) -> dict[str, Any]:
-        """The contract of `pallaslab compare --json` (design.md), plus run details."""
+        """The contract of `pallaslab compare --json` (docs/architecture.md, "Stable
+        contracts"), plus run details."""
         return {
             "executors": list(self.executors),
             "executors_status": {k: v.to_json() for k, v in self.statuses.items()},
@@ -277,6 +277,31 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     (a deadlock, an out-of-bounds read: `outcome` "errors").
     `devices=N` runs every executor (the reference too) on N simulated CPU devices, in a worker
     process (see `pallaslab.execute.executors.check_devices`).
+
+    Args:
+        fn: the function that launches the kernels, or one captured `Kernel`.
+        *args: its arguments: arrays, or `jax.ShapeDtypeStruct`s (filled with seeded random
+            data, the same for every executor).
+        executors: executor names or `Executor`s, at least two once the reference is added;
+            None chooses.
+        reference: a pure-JAX function with `fn`'s signature whose outputs are the expected ones.
+        rtol: the relative tolerance (None: by dtype, see the module's table).
+        atol: the absolute tolerance (None: `rtol * max|b|`).
+        seed: the seed of the random data for abstract arguments.
+        timeout: each run's time limit in seconds (None: $PALLASLAB_TIMEOUT, else 300).
+        equal_nan: count NaN equal to NaN.
+        devices: run on this many simulated CPU devices, in a worker process.
+        **kwargs: the function's keyword arguments.
+
+    Returns:
+        A frozen `Comparison`: per output and pair of executors the errors, the mismatched
+        blocks and the programs that wrote them, the executors' statuses, `complete` and
+        `allclose`; `to_json()` is the `pallaslab compare --json` object.
+
+    Raises:
+        ExecutorError: an unknown executor, fewer than two executors, a negative or
+            non-finite `rtol` or `atol`, or a bad `devices`.
+        TimeoutValueError: `timeout` is not a positive number of seconds.
     """
     _check_tolerance("rtol", rtol)
     _check_tolerance("atol", atol)
@@ -290,11 +315,10 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     time_limit(timeout)  # a bad limit is an error before anything runs
     prepared = prepare(fn, args, kwargs, seed=seed, devices=devices)
     if runners is None:
-        from pallaslab.execute.auto import default_executors
-
         names, note = default_executors(prepared.capture, reference, prepared.devices)
         runners, notes = _runners(list(names), reference), (note,)
-    results = tuple(execute(r, prepared, timeout=timeout) for r in runners)
+    results = tuple(_unwritten_confirmed(execute(r, prepared, timeout=timeout), prepared)
+                    for r in runners)
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
     required = tuple(r.name for r in runners) if named is not None else (
         ("reference",) if reference is not None else ())
@@ -303,6 +327,16 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     notes = (*notes, *device_mismatches(compared), *core_mismatches(compared),
              *why_the_runs_agree(compared.static_findings))
     return dataclasses.replace(compared, notes=notes, required=required)
+
+
+def _unwritten_confirmed(result: RunResult, prepared: Prepared) -> RunResult:
+    """The result with its integer `unwritten-output` errors judged again with the capture at
+    hand: by a second run with another fill, not by the value alone (`unwritten`)."""
+    if not any(f.code == "unwritten-output" and f.severity == "error" for f in result.findings):
+        return result
+    kept = tuple(f for f in result.findings if f.code != "unwritten-output")
+    found = unwritten_findings(dataclasses.replace(result, findings=kept), prepared.capture)
+    return dataclasses.replace(result, findings=(*kept, *found))
 
 
 def _with_reference(executors: Sequence[str | Executor] | str,
@@ -390,7 +424,7 @@ def check_executors(executors: Sequence[str | Executor] | str) -> list[str | Exe
         raise ExecutorError(
             f"a comparison needs at least two executors; got {len(names)} "
             f"({', '.join(labels) or 'none'}). "
-            f"Choose from {', '.join(EXECUTOR_NAMES)}, e.g. executors=\"interpret,reference\"")
+            f"Choose from {', '.join(executor_names())}, e.g. executors=\"interpret,reference\"")
     for label in labels:
         if labels.count(label) > 1:
             raise ExecutorError(f"executor {label!r} is listed twice in {labels}: each "
@@ -409,10 +443,13 @@ def _check_tolerance(name: str, value: float | None) -> None:
 def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
                     rtol: float | None = None, atol: float | None = None,
                     equal_nan: bool = False) -> Comparison:
-    # Kernels captured here on another device count than the run's may tile differently:
-    # then mismatches are not attributed to programs (`devices_note` says so).
+    # One inspection per kernel, as `pallaslab check` makes it: its tiling attributes the
+    # mismatches, its errors are the static findings. Kernels captured here on another device
+    # count than the run's may tile differently: then mismatches are not attributed to
+    # programs (`devices_note` says so).
+    inspections = [inspect_kernel(k) for k in prepared.capture]
     tilings: dict[int, Tiling | None] = {} if devices_note(prepared) else \
-        {k.index: tile(k) for k in prepared.capture}
+        {i.kernel.index: i.tiling for i in inspections}
     usable = [r for r in results if r.status == "ran"]
     outputs = []
     for i, info in enumerate(prepared.output_info):
@@ -427,16 +464,15 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
             block_shape=tuple(ot.extent) if ot is not None else None, pairs=pairs))
     return Comparison(tuple(r.executor for r in results), tuple(results), tuple(outputs),
                       tuple(prepared.capture),
-                      static_findings=_static_findings(prepared, tilings, results))
+                      static_findings=_static_findings(inspections, results))
 
 
-def _static_findings(prepared: Prepared, tilings: dict[int, Tiling | None],
-                     results: Sequence[RunResult]) -> tuple[StaticFinding, ...]:
-    """The kernels' static error findings no run already reported (tpu-interpret reports an
-    output revisit itself), from the tilings the comparison made."""
+def _static_findings(inspections: Sequence[KernelInspection], results: Sequence[RunResult]
+                     ) -> tuple[StaticFinding, ...]:
+    """The errors `pallaslab check` reports for the kernels (`static_checks`) that no run
+    already reported (tpu-interpret reports an output revisit itself)."""
     reported = {(f.code, f.operand) for r in results for f in r.findings}
-    return tuple(s for k in prepared.capture if k.index in tilings
-                 for s in hardware_findings(k, tilings[k.index])
+    return tuple(s for insp in inspections for s in check_errors(insp)
                  if (s.finding.code, s.finding.operand) not in reported)
 
 

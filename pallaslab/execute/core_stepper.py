@@ -14,9 +14,9 @@ each event with its core) are read. A step after which no core can ever move aga
 core blocked, or finished) ends the run with the `deadlock` finding, as an unstepped run does;
 the last step gives the run's result (outputs, findings, record).
 
-It reuses the multi-device stepper's machinery (`device_stepper`: its gate, its gated
-executor, its worker requests): the run lives in the executor worker process, so a core that
-never ends can be stopped at the time limit. `close()` (or a new stepper) ends it.
+It shares the multi-device stepper's machinery (`gated_run`: the gate, the gated executor,
+the worker's stepped runs): the run lives in the executor worker process, so a core that never
+ends can be stopped at the time limit. `close()` (or a new stepper) ends it.
 """
 
 from __future__ import annotations
@@ -34,21 +34,24 @@ from typing import Any
 from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute import isolation
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.device_stepper import (
+from pallaslab.execute.gated_run import (
     QUIET,
+    SESSIONS,
+    Gate,
+    GatedTpuInterpret,
     SteppedRun,
-    _Gate,
-    _GatedTpuInterpret,
     checked_reply,
+    close_runs,
 )
-from pallaslab.execute.executors import Prepared, execute_here, prepare
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.protocol import Prepared
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.running import execute_here
 from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
 from pallaslab.model import Kernel, select_kernel
 from pallaslab.model.devices import SemaphoreEvent, Transfer
 
 _KEYS = itertools.count()
-_SESSIONS: dict[str, CoreStepSession] = {}  # in the worker (or here): key -> the stepped run
 STATES = ("waiting", "running", "blocked", "finished")
 
 
@@ -69,7 +72,7 @@ def talking_cores(kernel: Kernel) -> str | None:
 # --- where the run is (the worker) ---------------------------------------------------------------
 
 
-class _CoreGate(_Gate):
+class _CoreGate(Gate):
     """The device stepper's gate, knowing each thread's core (the recorder is told it)."""
 
     def __init__(self) -> None:
@@ -89,7 +92,7 @@ class _CoreGate(_Gate):
         return thread in self.waiting and self.passed.get(thread, 0) >= self.allowance(thread)
 
 
-class _CoreGatedTpuInterpret(_GatedTpuInterpret):
+class _CoreGatedTpuInterpret(GatedTpuInterpret):
     def params(self, recorder: Callable[..., Any] | None = None,
                logging_mode: Any = None) -> Any:
         gate = self.gate
@@ -252,28 +255,23 @@ def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -
     "device-step"; each with "stepper": "cores")."""
     key = request["key"]
     if work is not None:
-        from pallaslab.execute import device_stepper
-
-        olds: list[Any] = [*_SESSIONS.values(), *device_stepper._SESSIONS.values()]
-        for old in olds:
-            old.close()  # one gated interpreted run at a time
-        _SESSIONS.clear()
-        device_stepper._SESSIONS.clear()
+        close_runs()  # one gated interpreted run at a time
         try:
             prepared = prepare(work["fn"], work["args"], work["kwargs"])
         except Exception as err:
             return {"error": f"capturing the function failed: {type(err).__name__}: "
                              f"{(str(err).splitlines() or [''])[0]}"}
-        session = _SESSIONS[key] = CoreStepSession(prepared, work["kernel"], work["cores"])
+        session = CoreStepSession(prepared, work["kernel"], work["cores"])
+        SESSIONS["cores", key] = session
         session.settle()
         return session.state()
-    found = _SESSIONS.get(key)
+    found = SESSIONS.get(("cores", key))
     if found is None:
         return {"missing": True}
     session = found
     if request.get("close"):
         session.close()
-        del _SESSIONS[key]
+        del SESSIONS["cores", key]
         return {"closed": True}
     why = session.release(request.get("core"))
     if why is not None:

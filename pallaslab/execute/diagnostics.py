@@ -18,7 +18,7 @@ from pallaslab.analysis.findings import Finding
 from pallaslab.execute.monitor import RunMonitor
 from pallaslab.model import Kernel, _jax
 
-# Finding codes the executors add to the analysis codes of design.md.
+# Finding codes the executors add to the analysis codes (docs/architecture.md, "Stable contracts").
 EXECUTOR_CODES = ("data-race", "out-of-bounds-read", "output-revisit", "interpret-error",
                   "interrupted", "unwritten-output", "debug-check-failed")
 

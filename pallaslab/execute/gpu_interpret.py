@@ -13,17 +13,32 @@ import numpy as np
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.execute import capabilities, diagnostics
-from pallaslab.execute.executors import Prepared, _numpy
 from pallaslab.execute.monitor import RunMonitor
+from pallaslab.execute.prepared import Prepared
+from pallaslab.execute.protocol import ExecutorSpec, numpy_values
 from pallaslab.execute.result import RunResult
 from pallaslab.model import Kernel, _jax
 from pallaslab.model.devices import DeviceRecord
 
 
+def gpu_interpret_refusal(kernels: Sequence[Kernel]) -> str | None:
+    """Why Mosaic GPU interpret mode cannot run these kernels (None: it can)."""
+    for k in kernels:
+        if k.kind != "mesh" or k.backend != "mosaic_gpu":
+            return (f"kernel {k.name} is a {k.kind} kernel for {k.backend or 'no backend'}: "
+                    "GPU interpret mode runs plgpu.kernel (Mosaic GPU mesh) kernels only")
+    return None
+
+
 class GpuInterpretExecutor:
     """Mosaic GPU interpret mode, for `plgpu.kernel` kernels."""
 
-    name = "gpu-interpret"
+    spec = ExecutorSpec(
+        name="gpu-interpret", label="GPU interpret mode",
+        description="Mosaic GPU interpret mode, for plgpu.kernel kernels (warpgroup races "
+                    "found)",
+        interpreter="JAX's Mosaic GPU interpreter", refusal=gpu_interpret_refusal)
+    name = spec.name
 
     def unavailable(self) -> str | None:
         try:
@@ -34,11 +49,7 @@ class GpuInterpretExecutor:
         return None
 
     def cannot_run(self, prepared: Prepared) -> str | None:
-        for k in prepared.capture:
-            if k.kind != "mesh" or k.backend != "mosaic_gpu":
-                return (f"kernel {k.name} is a {k.kind} kernel for {k.backend or 'no backend'}: "
-                        "GPU interpret mode runs plgpu.kernel (Mosaic GPU mesh) kernels only")
-        return None
+        return self.spec.refusal(prepared.capture)
 
     def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -68,11 +79,11 @@ class GpuInterpretExecutor:
                 outs = compiled(*prepared.args, **prepared.kwargs)
                 jax.block_until_ready(outs)
                 jax.effects_barrier()
-                outputs = _numpy(jax.tree.leaves(outs))
+                outputs = numpy_values(jax.tree.leaves(outs))
             except Exception as err:
                 # JAX's interpreter lacking a feature is no verdict on the kernel.
                 unavailable = capabilities.unimplemented(
-                    self.name, f"{type(err).__name__}: {err}", list(prepared.capture))
+                    self.spec.interpreter, f"{type(err).__name__}: {err}", list(prepared.capture))
                 if unavailable is None:
                     error = diagnostics.short_error(str(err))
                     findings.append(Finding("interpret-error", "error", error))
@@ -82,7 +93,7 @@ class GpuInterpretExecutor:
                          compile_time, prints=monitor.prints, findings=tuple(findings),
                          error=error, unavailable=unavailable,
                          notes=(diagnostics.GPU_SAME_WARPGROUP_NOTE,) if left_out else (),
-                         inputs=_numpy(prepared.flat_args),
+                         inputs=numpy_values(prepared.flat_args),
                          device_record=None if recorder is None else _barrier_record(
                              recorder, kernels))
 

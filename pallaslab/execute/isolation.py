@@ -42,13 +42,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pallaslab.errors import PallasLabError
+from pallaslab.execute import capabilities
 from pallaslab.execute import monitor as monitor_module
 from pallaslab.execute.monitor import describe_program, progress
+from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.running import execute_here
 from pallaslab.util.tempdir import session_subdir
 
 if TYPE_CHECKING:
-    from pallaslab.execute.executors import Executor, Prepared
+    from pallaslab.execute.prepared import Prepared
+    from pallaslab.execute.protocol import Executor
 
 DEFAULT_TIMEOUT = 300.0  # seconds: a few minutes, enough for tpu-interpret on a big grid
 WORKER_START_TIMEOUT = 180.0  # importing JAX on a loaded 2-core machine can be slow
@@ -89,11 +93,8 @@ def _own_devices() -> int:
 
 def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunResult:
     """Run in the worker when the work can travel there, else in this process."""
-    from pallaslab.execute import capabilities
-    from pallaslab.execute.executors import execute_here
-
     devices = prepared.devices
-    if not getattr(executor, "isolated", True) and devices is None:
+    if not spec_for(executor).isolated and devices is None:
         return execute_here(executor, prepared, limit)
     try:
         request = encode_request({"executor": executor, "fn": prepared.fn,
@@ -110,8 +111,9 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
         result = execute_here(executor, prepared, limit)
         here = "this process, which has the devices asked for" if devices is not None \
             else "the notebook's process"
-        return _with_note(result, f"ran in {here} ({why_not_sent(err)}): the time limit is "
-                                  "checked between programs only")
+        note = f"ran in {here} ({why_not_sent(err)}): the time limit is checked between " \
+               "programs only"
+        return dataclasses.replace(result, notes=(*result.notes, note), in_process=note)
     name = executor.name
     kernels = list(prepared.capture)
     total = _total(prepared)
@@ -259,10 +261,6 @@ def why_not_sent(err: BaseException) -> str:
 def _config_value(value: Any) -> Any:
     # Enum-valued options (dtype promotion) are set back from their string value.
     return getattr(value, "value", value)
-
-
-def _with_note(result: RunResult, note: str) -> RunResult:
-    return dataclasses.replace(result, notes=(*result.notes, note))
 
 
 class _Worker:

@@ -13,7 +13,7 @@ from pallaslab.errors import UnavailableError
 from pallaslab.model import Kernel, _jax
 
 if TYPE_CHECKING:
-    from pallaslab.model._jax.stepper import ProgramRunner
+    from pallaslab.model._jax.runner import ProgramRunner
 
 
 class CoresSignalEachOther(UnavailableError):

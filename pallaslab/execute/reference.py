@@ -1,16 +1,61 @@
-"""Whether a reference function's outputs can be compared with the kernel function's."""
+"""The `reference` executor (the user's pure-JAX function), and whether a reference's
+outputs can be compared with the kernel function's."""
 
 from __future__ import annotations
 
 import functools
+import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import jax
 import numpy as np
 
-if TYPE_CHECKING:
-    from pallaslab.execute.executors import Prepared
+from pallaslab.execute.prepared import Prepared
+from pallaslab.execute.protocol import ExecutorError, ExecutorSpec, numpy_values
+from pallaslab.execute.result import RunResult
+from pallaslab.execute.running import error_text
+
+
+class ReferenceExecutor:
+    """The user's pure-JAX function, called with the same arguments."""
+
+    spec = ExecutorSpec(
+        name="reference", label="the reference function",
+        description="your pure-JAX function with the kernel function's signature "
+                    "(reference=fn, --reference FILE.py:FUNC)",
+        takes_reference=True)
+    name = spec.name
+
+    def __init__(self, reference: Callable[..., Any] | None):
+        self.reference = reference
+
+    def unavailable(self) -> str | None:
+        if self.reference is None:
+            return "no reference function was given (pass reference=fn or --reference FILE:FUNC)"
+        return None
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        return self.spec.refusal(prepared.capture)
+
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
+        assert self.reference is not None
+        name = getattr(self.reference, "__name__", "function")
+        try:
+            t0 = time.perf_counter()
+            compiled = jax.jit(self.reference).lower(*prepared.args, **prepared.kwargs).compile()
+            compile_time = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            outs = jax.block_until_ready(compiled(*prepared.args, **prepared.kwargs))
+            wall = time.perf_counter() - t1
+        except Exception as err:  # the user's function failing is its own, said as such
+            raise ExecutorError(f"the reference {name} raised {error_text(err)}") from err
+        leaves = numpy_values(jax.tree.leaves(outs))
+        if mismatch := reference_mismatch(name, leaves, prepared):
+            raise ExecutorError(mismatch)
+        return RunResult(self.name, leaves, prepared.output_info, wall, compile_time,
+                         inputs=numpy_values(prepared.flat_args))
 
 
 def reference_mismatch(name: str, leaves: Sequence[np.ndarray], prepared: Prepared

@@ -34,6 +34,25 @@ class OutputInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class KernelBatching:
+    """How the `vectorized` executor ran one kernel, and the rule that decided."""
+
+    kernel: str
+    how: Literal["batched", "scanned", "interpreted", "no-programs"]
+    dims: tuple[int, ...] = ()  # the grid dimensions batched (how == "batched")
+    rule: str | None = None  # why it is not (fully) batched; None when every dimension is
+
+
+@dataclasses.dataclass(frozen=True)
+class DefaultChoice:
+    """How a run with no executor named chose one (`auto`: the fastest that applies)."""
+
+    chose: str  # the executor chosen first
+    reason: str | None  # why that one, when not interpret mode (None: the everyday default)
+    fallback: str | None = None  # why `chose` could not run, so the result's executor ran
+
+
+@dataclasses.dataclass(frozen=True)
 class RunResult:
     """One execution of a function (or a lone kernel) by one executor."""
 
@@ -51,6 +70,18 @@ class RunResult:
     notes: tuple[str, ...] = ()  # how it ran, e.g. "in-process: the time limit is soft"
     # Several devices (tpu-interpret): every DMA between them and every semaphore signal/wait.
     device_record: DeviceRecord | None = None
+    # What code reads instead of the notes (which are for people):
+    ran_under: str | None = None  # the executor that really ran the kernels, when another
+    #   (the `vectorized` executor falling back to an interpreter); None: `executor` itself
+    fallback: str | None = None  # why `vectorized` handed the run to `ran_under`
+    batching: tuple[KernelBatching, ...] = ()  # how `vectorized` ran each kernel
+    default_choice: DefaultChoice | None = None  # set when no executor was named
+    in_process: str | None = None  # why it ran in the caller's process, not the worker
+
+    @property
+    def ran_as(self) -> str:
+        """The executor whose run gave these results (`ran_under`, else `executor`)."""
+        return self.ran_under or self.executor
 
     @property
     def ok(self) -> bool:

@@ -43,9 +43,8 @@ import numpy as np
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute import capabilities, isolation
-from pallaslab.execute.auto import needs_tpu_semantics
+from pallaslab.execute.choice import needs_tpu_semantics
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.executors import Prepared, prepare
 from pallaslab.execute.mesh_stepping import (
     CoresSignalEachOther,
     mesh_note,
@@ -53,6 +52,7 @@ from pallaslab.execute.mesh_stepping import (
     mesh_tiling,
 )
 from pallaslab.execute.monitor import Interruptible, progress
+from pallaslab.execute.prepared import Prepared, prepare
 from pallaslab.execute.step_worker import (  # the errors stay importable from here
     RUNNER_KEYS,
     CannotOpen,
@@ -449,7 +449,26 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
     a kernel inside shard_map is stepped in lockstep on N simulated devices
     (`pallaslab.execute.device_stepper.DeviceStepper`). A TPU mesh kernel whose cores signal
     each other is stepped core by core with its cores running together under tpu-interpret
-    (`pallaslab.execute.core_stepper.CoreStepper`)."""
+    (`pallaslab.execute.core_stepper.CoreStepper`).
+
+    Args:
+        fn: the function that launches the kernel.
+        *args: its arguments: arrays, or `jax.ShapeDtypeStruct`s (filled with seeded random
+            data).
+        kernel: which kernel of the call to step: its index in launch order or its name.
+        seed: the seed of the random data for abstract arguments.
+        timeout: each program's time limit in seconds.
+        devices: step a kernel inside `shard_map` on this many simulated CPU devices.
+        **kwargs: the function's keyword arguments.
+
+    Returns:
+        A `Stepper` (`step()`, `back()`, `run_to(...)`, `blocks()`, ...), or a `DeviceStepper` /
+        `CoreStepper` as above.
+
+    Raises:
+        KernelSelectionError: `kernel` names no kernel of the call.
+        UnavailableError: the kernel cannot be stepped here (the message says why).
+    """
     if devices is not None:
         from pallaslab.execute.device_stepper import DeviceStepper
 

@@ -13,19 +13,32 @@ import jax
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.execute import capabilities, diagnostics
-from pallaslab.execute.executors import Prepared, _timed_jaxpr_run
 from pallaslab.execute.monitor import RunMonitor, total_programs
+from pallaslab.execute.prepared import Prepared
+from pallaslab.execute.protocol import ExecutorSpec
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.running import timed_jaxpr_run
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import deadlock
 
 TPU_INTERPRET_CORES = 2
 
 
+def tpu_interpret_refusal(kernels: Sequence[Kernel]) -> str | None:
+    """Why TPU interpret mode cannot run these kernels (None: it can)."""
+    return _zero_size_refusal(kernels) or capabilities.tpu_interpreter_refusal(kernels)
+
+
 class TpuInterpretExecutor:
     """TPU interpret mode: HBM/VMEM/SMEM, DMAs, semaphores, race detection (slow)."""
 
-    name = "tpu-interpret"
+    spec = ExecutorSpec(
+        name="tpu-interpret", label="TPU interpret mode",
+        description="TPU interpret mode: HBM/VMEM/SMEM, DMAs, semaphores, races, "
+                    "out-of-bounds reads and deadlocks found (slow)",
+        integer_fill="max", interpreter="JAX's TPU interpreter (TPU interpret mode)",
+        refusal=tpu_interpret_refusal)
+    name = spec.name
 
     def __init__(self, cores: int = TPU_INTERPRET_CORES, detect_races: bool = True):
         self.cores = cores
@@ -35,8 +48,7 @@ class TpuInterpretExecutor:
         return None
 
     def cannot_run(self, prepared: Prepared) -> str | None:
-        return _zero_size_refusal(prepared.capture) or \
-            capabilities.tpu_interpreter_refusal(prepared.capture)
+        return self.spec.refusal(prepared.capture)
 
     def params(self, recorder: Callable[..., Any] | None = None,
                logging_mode: Any = None) -> Any:
@@ -87,8 +99,8 @@ class TpuInterpretExecutor:
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
         race_log = diagnostics.RaceLog(monitor)
         with race_log, _jax.DeadlockWatch() as watch, devices or contextlib.nullcontext():
-            result = _timed_jaxpr_run(
-                self.name, prepared, jaxpr, monitor,
+            result = timed_jaxpr_run(
+                self, prepared, jaxpr, monitor,
                 interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
                 reset=pltpu.reset_tpu_interpret_mode_state)
         if devices is not None:

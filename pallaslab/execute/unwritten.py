@@ -3,8 +3,15 @@
 Both JAX interpreters give an output buffer that is not aliased to an input a fill value before
 the kernel runs: `interpret` fills floats with NaN and integers with their minimum;
 `tpu-interpret` (with `uninitialized_memory="nan"`) fills floats with NaN and integers with
-their maximum. An element still holding its fill after the run was (almost surely) written
-by no program. Integers' fills are extreme values no kernel is likely to compute: an error.
+their maximum. Each executor declares its fill (`ExecutorSpec.integer_fill`, read from the
+registry for the executor that really ran: `RunResult.ran_as`). An element still holding its
+fill after the run was (almost surely) written by no program. An integer fill is a value
+kernels do compute (an int8 `x + x` gives -128 for x = -64), so the value alone does not say:
+integers holding the fill are run again once, the suspect kernels under TPU interpret mode with
+another fill (`uninitialized_memory="zero"`, or "nan", its maximum, where the first fill was
+0), and only the elements holding the fill both times are unwritten (an error). The second run
+happens only when some integer output holds its fill, and needs the capture; where it cannot
+run, the value alone judges.
 A float NaN may also be one a program stored: computed from scratch read before it was
 written (the interpreters fill scratch with NaN too), from a DMA that never landed, or from
 log(-1): unless no program's block covers it, the finding says both (a warning), and a
@@ -19,50 +26,111 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 from pallaslab.analysis.findings import MAX_EXAMPLES, Finding
 from pallaslab.analysis.tiling import Tiling, tile
+from pallaslab.execute.registry import find_spec
 from pallaslab.execute.result import RunResult
-from pallaslab.model import Kernel
+from pallaslab.model import Kernel, _jax
 
-# Integer fill per executor: "min" or "max" of the dtype.
-INTEGER_FILL = {"interpret": "min", "vectorized": "min", "tpu-interpret": "max"}
+
+def integer_fill(executor: str) -> str | None:
+    """"min" or "max": the integer fill of `executor`'s uninitialised memory (None: none)."""
+    spec = find_spec(executor)
+    return None if spec is None else spec.integer_fill
 
 
 def fill_mask(executor: str, value: np.ndarray) -> np.ndarray | None:
     """Elements holding `executor`'s fill for uninitialised output (None: not judged)."""
-    if executor not in INTEGER_FILL:
+    fill = integer_fill(executor)
+    if fill is None:
         return None
     dtype = value.dtype
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
-        return value == (info.min if INTEGER_FILL[executor] == "min" else info.max)
+        return value == (info.min if fill == "min" else info.max)
     if np.issubdtype(dtype, np.floating) or "float" in dtype.name:
         return np.isnan(value.astype(np.float32))
     return None
 
 
 def unwritten_findings(result: RunResult, kernels: Sequence[Kernel]) -> tuple[Finding, ...]:
-    """An `unwritten-output` finding per kernel output of the run that holds fill values."""
+    """An `unwritten-output` finding per kernel output of the run that holds fill values.
+    Given the `Capture` itself (not a list of its kernels), integers holding the fill are
+    confirmed by a second run with another fill (see the module's docstring)."""
     if result.outputs is None:
         return ()
-    tilings: dict[int, Tiling | None] = {}
-    found = []
-    for info, value in zip(result.output_info, result.outputs, strict=True):
+    suspects: dict[int, np.ndarray] = {}
+    for i, (info, value) in enumerate(zip(result.output_info, result.outputs, strict=True)):
         if info.kernel is None or info.origin is None or info.kernel >= len(kernels):
             continue
-        kernel = kernels[info.kernel]
-        if _aliased(kernel, info.origin):
+        if _aliased(kernels[info.kernel], info.origin):
             continue  # starts as its input's values: nothing to find
-        mask = fill_mask(result.executor, np.asarray(value))
-        if mask is None or not mask.any():
-            continue
+        mask = fill_mask(result.ran_as, np.asarray(value))
+        if mask is not None and mask.any():
+            suspects[i] = mask
+    suspects = _confirmed(result, kernels, suspects)
+    tilings: dict[int, Tiling | None] = {}
+    found = []
+    for i, mask in suspects.items():
+        info, kernel = result.output_info[i], kernels[result.output_info[i].kernel or 0]
         if info.kernel not in tilings:
-            tilings[info.kernel] = tile(kernel)
-        found.append(_finding(result.executor, kernel, info.origin, value, mask,
-                              tilings[info.kernel]))
+            tilings[info.kernel or 0] = tile(kernel)
+        found.append(_finding(result, kernel, info.origin or "", result.outputs[i], mask,
+                              tilings[info.kernel or 0]))
     return tuple(found)
+
+
+def _confirmed(result: RunResult, kernels: Sequence[Kernel], suspects: dict[int, np.ndarray]
+               ) -> dict[int, np.ndarray]:
+    """The suspects (output index -> elements holding the fill), integers kept only where a
+    second run with another fill leaves that fill too (a written element holds the same
+    value in both runs, so it cannot hold both fills)."""
+    ints = [i for i, m in suspects.items()
+            if np.issubdtype(np.asarray(result.outputs[i]).dtype, np.integer)]
+    handle = getattr(kernels, "handle", None)  # a Capture: its jaxpr can run again
+    if not ints or handle is None or result.inputs is None:
+        return suspects
+    first = {i: np.asarray(result.outputs[i]).dtype.type(
+        _fill_value(result.ran_as, np.asarray(result.outputs[i]).dtype)) for i in ints}
+    mode = "nan" if any(v == 0 for v in first.values()) else "zero"
+    wanted = {id(kernels[result.output_info[i].kernel or 0].handle.eqn) for i in ints}
+    try:
+        again = _run_with_fill(handle.closed_jaxpr, result.inputs, wanted, mode)
+    except Exception:  # the TPU interpreter cannot run these kernels: the value judges
+        return suspects
+    confirmed = dict(suspects)
+    for i in ints:
+        value = np.asarray(again[i])
+        second = np.iinfo(value.dtype).max if mode == "nan" else 0
+        if second == first[i]:
+            continue  # (cannot happen: the mode is chosen to differ) judged by value
+        mask = suspects[i] & (value == second)
+        if mask.any():
+            confirmed[i] = mask
+        else:
+            del confirmed[i]
+    return confirmed
+
+
+def _run_with_fill(closed_jaxpr: object, inputs: Sequence[np.ndarray], kernels: set[int],
+                   mode: str) -> list[np.ndarray]:
+    """The captured function run again, the kernels of `kernels` (equation ids) under TPU
+    interpret mode with `uninitialized_memory=mode`, the others under interpret=True."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    params = pltpu.InterpretParams(uninitialized_memory=mode)
+    jaxpr = _jax.rewrite_kernels(closed_jaxpr, lambda eqn: {
+        "interpret": params if id(eqn) in kernels else True})
+    return [np.asarray(v) for v in
+            jax.block_until_ready(_jax.jaxpr_callable(jaxpr)(*inputs))]
+
+
+def _fill_value(executor: str, dtype: np.dtype) -> int:
+    info = np.iinfo(dtype)
+    return int(info.min if integer_fill(executor) == "min" else info.max)
 
 
 def _device_shards(kernel: Kernel, origin: str, mask: np.ndarray
@@ -86,10 +154,11 @@ def _aliased(kernel: Kernel, origin: str) -> bool:
     return any(int(o) == j for _, o in kernel.input_output_aliases)
 
 
-def _finding(executor: str, kernel: Kernel, origin: str, value: np.ndarray, mask: np.ndarray,
-             tiling: Tiling | None) -> Finding:
+def _finding(result: RunResult, kernel: Kernel, origin: str, value: np.ndarray,
+             mask: np.ndarray, tiling: Tiling | None) -> Finding:
     count, total = int(mask.sum()), mask.size
-    fill = _fill_text(executor, value.dtype)
+    executor = result.executor
+    fill = _fill_text(result.ran_as, value.dtype)
     on_devices = ""
     if (shards := _device_shards(kernel, origin, mask)) is not None:
         devices, mask = shards  # blocks and programs below: on the first such device
@@ -173,5 +242,5 @@ def _element_ranges(mask: np.ndarray) -> str:
 def _fill_text(executor: str, dtype: np.dtype) -> str:
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
-        return f"{info.min if INTEGER_FILL[executor] == 'min' else info.max:,}"
+        return f"{info.min if integer_fill(executor) == 'min' else info.max:,}"
     return "NaN"

@@ -22,7 +22,8 @@ its arrays are empty (which JAX's interpreters cannot index).
 
 What fails a rule is scanned program by program in order (still one computation, the same
 results as the interpreter), or, for a rule on the body's primitives, interpreted with
-`interpret=True`; `RunResult.notes` says which rule decided, per kernel.
+`interpret=True`; `RunResult.batching` says which rule decided, per kernel (and the notes, in
+words), `RunResult.ran_under` and `fallback` which interpreter ran it all, and why.
 
 Operands whose index maps tile the array regularly (`vectorize_layout`: block index = a
 program id plus a constant, or a constant, per dimension, whole blocks) are sliced and
@@ -43,7 +44,13 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
-from pallaslab.execute.result import RunResult
+from pallaslab.execute import capabilities
+from pallaslab.execute.choice import interpreter_for
+from pallaslab.execute.prepared import Prepared
+from pallaslab.execute.protocol import ExecutorSpec, numpy_values
+from pallaslab.execute.registry import get_executor
+from pallaslab.execute.result import KernelBatching, RunResult
+from pallaslab.execute.running import execute_here
 from pallaslab.execute.vectorize_layout import regular_layouts
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import vectorize, vectorize_blocks
@@ -58,6 +65,15 @@ class KernelPlan:
     plan: vectorize.BatchPlan | None
     reason: str | None  # why it is not (fully) batched; None when every dimension is
     no_programs: bool = False  # a zero grid dimension: nothing runs, outputs keep their fill
+
+    @property
+    def batching(self) -> KernelBatching:
+        if self.no_programs:
+            return KernelBatching(self.kernel, "no-programs", rule=self.reason)
+        if self.plan is None:
+            return KernelBatching(self.kernel, "interpreted", rule=self.reason)
+        dims = tuple(self.plan.batched_dims)
+        return KernelBatching(self.kernel, "batched" if dims else "scanned", dims, self.reason)
 
     @property
     def note(self) -> str:
@@ -189,21 +205,24 @@ def _callable(closed_jaxpr: Any, batched: dict[int, vectorize.BatchPlan], empty:
 class VectorizedExecutor:
     """Kernels as batched XLA computations on the CPU (see the module docstring)."""
 
-    name = "vectorized"
+    # Interpret mode's results, and its fill for what no program wrote.
+    spec = ExecutorSpec(
+        name="vectorized", label="interpret mode",
+        description="the fast CPU executor: interpret mode's results, programs batched "
+                    "where provably equivalent, else interpreted (the rule is reported)",
+        integer_fill="min")
+    name = spec.name
 
     def unavailable(self) -> str | None:
         return None
 
-    def cannot_run(self, prepared: Any) -> str | None:
-        return None  # what cannot be batched is interpreted, and the notes say so
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        return self.spec.refusal(prepared.capture)  # what cannot be batched is interpreted
 
-    def plans(self, prepared: Any) -> list[KernelPlan]:
+    def plans(self, prepared: Prepared) -> list[KernelPlan]:
         return [plan_kernel(k) for k in prepared.capture]
 
-    def execute(self, prepared: Any, deadline: float | None = None) -> RunResult:
-        from pallaslab.execute import capabilities
-        from pallaslab.execute.executors import _numpy
-
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         cap = prepared.capture
         plans = self.plans(prepared)
         left = [k for k, p in zip(cap, plans, strict=True) if p.plan is None]
@@ -227,26 +246,39 @@ class VectorizedExecutor:
         if deadline is not None and time.monotonic() > deadline:  # one computation: no
             # program boundary to stop at, so the limit is checked before it starts
             return RunResult(self.name, None, prepared.output_info, 0.0, compile_time,
-                             inputs=_numpy(flat), notes=tuple(p.note for p in plans),
+                             inputs=numpy_values(flat), notes=tuple(p.note for p in plans),
+                             batching=tuple(p.batching for p in plans),
                              timed_out=f"vectorized stopped by its time limit after "
                                        f"compiling for {compile_time:.1f} s")
         t1 = time.perf_counter()
         outs = jax.block_until_ready(compiled(*flat))
         wall = time.perf_counter() - t1
-        return RunResult(self.name, _numpy(outs), prepared.output_info, wall, compile_time,
-                         inputs=_numpy(flat), notes=tuple(p.note for p in plans))
+        return RunResult(self.name, numpy_values(outs), prepared.output_info, wall,
+                         compile_time, inputs=numpy_values(flat),
+                         notes=tuple(p.note for p in plans),
+                         batching=tuple(p.batching for p in plans))
 
-    def _interpreted(self, prepared: Any, deadline: float | None, plans: list[KernelPlan],
+    def _interpreted(self, prepared: Prepared, deadline: float | None, plans: list[KernelPlan],
                      why: str | None = None) -> RunResult:
         """Everything run by the interpreter that can run the kernels, saying why."""
-        from pallaslab.execute.auto import interpreter_for
-        from pallaslab.execute.executors import execute_here, get_executor
-
         name = interpreter_for(list(prepared.capture))
         limit = float("inf") if deadline is None else max(0.0, deadline - time.monotonic())
         result = execute_here(get_executor(name), prepared, limit)  # its verdicts, as is
+        reasons = [why] if why else [f"{p.kernel}: {p.reason}" for p in plans if p.plan is None]
         notes = [f"vectorized fell back to {name}: {why}"] if why else \
             [f"vectorized fell back to {name} for {p.kernel}: {p.reason}" for p in plans
              if p.plan is None]
-        return dataclasses.replace(result, executor=self.name, notes=(*notes, *result.notes))
+        return dataclasses.replace(result, executor=self.name, notes=(*notes, *result.notes),
+                                   ran_under=name, fallback="; ".join(reasons),
+                                   batching=tuple(_interpreted_batching(p, name, why)
+                                                  for p in plans))
+
+
+def _interpreted_batching(plan: KernelPlan, interpreter: str, why: str | None
+                          ) -> KernelBatching:
+    """How a kernel ran when the whole function went to `interpreter`."""
+    if plan.plan is None:
+        return plan.batching
+    return KernelBatching(plan.kernel, "interpreted", rule=why or (
+        f"the function's other kernels run under {interpreter}, so this one does too"))
 

@@ -27,7 +27,8 @@ The magic has no logic of its own beyond that.
 
 Its parts: `options` (the flags, checked), `line` (the last line as a function to trace and
 its value rebuilt), `host` (what of the line runs on the computed value) and `user_code`
-(running the user's code so their errors read as without the magic).
+(running the user's code so their errors read as without the magic). It is a shell:
+it may import any layer, and nothing of pallaslab imports it (docs/architecture.md).
 """
 
 from __future__ import annotations

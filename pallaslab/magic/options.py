@@ -12,11 +12,12 @@ EXTRA_OPTIONS: list[str] = []  # argparse dests added by `pallaslab.magic.regist
 
 
 def options_from(args: Any) -> dict[str, Any]:
+    from lowering.targets import TARGETS
     from pallaslab.analysis.chips import normalize
-    from pallaslab.workbench import TARGETS, WorkbenchError, _tab_name
+    from pallaslab.workbench import WorkbenchError, tab_name
 
     try:
-        tab = _tab_name(args.tab) if args.tab else None
+        tab = tab_name(args.tab) if args.tab else None
         chips = [normalize(c) for c in args.chip]
     except (WorkbenchError, ValueError) as err:
         raise UsageError(f"%%pallas: {err}") from None
@@ -68,16 +69,17 @@ def compare_option(text: str | None) -> tuple[tuple[str, ...], str | None] | Non
     """`--compare interpret,reference=my_ref` -> (executors, reference name)."""
     if text is None:
         return None
-    from pallaslab.execute import EXECUTOR_NAMES
+    from pallaslab.execute import executor_names
 
+    known = executor_names()
     executors: list[str] = []
     reference = None
     for item in (t.strip() for t in _unquoted(text).split(",")):
         name, _, value = item.partition("=")
         name = name.strip().lower()
-        if name not in EXECUTOR_NAMES:
+        if name not in known:
             raise UsageError(f"%%pallas: unknown executor {item!r} in --compare: the executors "
-                             f"are {', '.join(EXECUTOR_NAMES)} (reference=NAME)")
+                             f"are {', '.join(known)} (reference=NAME)")
         if name == "reference":
             if not value.strip():
                 raise UsageError("%%pallas: --compare reference needs the reference function: "

@@ -6,15 +6,26 @@ from __future__ import annotations
 import ast
 import os
 import types
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from IPython.core.error import UsageError
 
-if TYPE_CHECKING:
-    from pallaslab.magic.line import Traced
+
+class TracedCall(Protocol):
+    """What `capture_line` reads of the magic's traced line (`pallaslab.magic.line.Traced`)."""
+
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+    @property
+    def label(self) -> str: ...  # the line, as shown in messages
 
 
-def capture_line(traced: Traced) -> Any:
+def capture_line(traced: TracedCall) -> Any:
     """Trace the line once; the user's own exception surfaces with their frames only."""
     __tracebackhide__ = True
     from pallaslab.errors import NoKernelError, PallasLabError

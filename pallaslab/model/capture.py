@@ -28,6 +28,20 @@ def capture(fn: Callable[..., Any], *args: Any, chip: str | None = None,
     DMAs, default core counts, SparseCore meshes) is traced under the abstract TPU of `chip`
     ("v5e" when None; a chip with SparseCores when the kernel needs them), which each kernel
     records in `traced_for_chip`.
+
+    Args:
+        fn: the function to trace; it may launch any number of kernels.
+        *args: its positional arguments (arrays, `jax.ShapeDtypeStruct`s or Python values).
+        chip: the TPU chip ("v5e", "v6e", ...) to trace under when tracing asks the TPU.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        A frozen `Capture`: its `kernels` in launch order, and a handle to trace it again.
+
+    Raises:
+        NoKernelError: the call launched no `pallas_call`, `pl.kernel` or `plgpu.kernel`.
+        GridError: a grid dimension is negative.
+        Exception: the user's own exception while tracing, unwrapped, their line last.
     """
     traced, dyn_args, dyn_kwargs = _hold_static(fn, args, kwargs)
     handle = _jax.trace(traced, dyn_args, dyn_kwargs, chip=chip)

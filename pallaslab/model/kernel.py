@@ -64,6 +64,18 @@ class Operand:
     value_type: str | None = None
 
     @property
+    def is_semaphore(self) -> bool:
+        """A buffer of TPU semaphores (scratch, or passed between kernels): it has no dtype
+        and no bytes of data."""
+        return self.value_type is not None and self.value_type != "barrier"
+
+    @property
+    def element(self) -> str:
+        """What one element is, as tables say it: the dtype ("float32"), or the value type of
+        semaphores and barriers ("dma_sem", "barrier") -- never their int32 stand-in."""
+        return self.value_type or str(self.dtype)
+
+    @property
     def block_shape(self) -> tuple[int | None, ...] | None:
         """Block shape as users write it: `None` for squeezed dimensions."""
         if self.block_dims is None:
@@ -312,9 +324,7 @@ class Capture(Sequence[Kernel]):
         inputs that are one of those arguments unchanged (empty when not known)."""
         if self.handle is None or kernel.handle is None:
             return {}
-        from pallaslab.model._jax.kernels import argument_positions
-
-        return argument_positions(self.handle.closed_jaxpr, kernel)
+        return self.handle.argument_positions(kernel.handle, [op.origin for op in kernel.inputs])
 
     def argument_names(self) -> tuple[str, ...] | None:
         """The traced call's own names for its flat array arguments ("x", "p['a']",

@@ -1,5 +1,13 @@
 """Views: one per workbench tab, each a pure payload + an anywidget + static HTML + text.
 
+- `registry` (tabs register themselves; see it to add one), `base` (the `View` class),
+  `context` (what a view is built from), `session` (what Compare and Step share);
+- one module per tab: `overview`, `grid`, `memory` / `memory_gpu`, `pipeline` /
+  `pipeline_manual` / `pipeline_record`, `step` / `step_devices`, `compare` /
+  `compare_payload`, `lowering` / `lowering_payload`, `devices`;
+- `report` (one offline HTML file of every view), `_html` and `arrays` (shared rendering);
+  the widgets' ES modules live in `static/`.
+
 Importing this package registers the built-in tabs; later tabs register themselves the same
 way (see `pallaslab.views.registry`).
 """

@@ -58,6 +58,9 @@ class View:
             bundle.update(_widget_bundle(self.widget))
         return bundle
 
+    def _ipython_display_(self) -> None:
+        display_live_and_saved(lambda: self.widget, self.to_text, self.to_html)
+
 
 class InteractiveView(View):
     """A view whose widget talks back: the widget sets `selection`, `_on_selection` answers,
@@ -91,6 +94,50 @@ class InteractiveView(View):
         """Send the live payload to the widget, if one has been shown (none is made here)."""
         if "widget" in self.__dict__:
             self.widget.payload = self._payload(live=True)
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+LIVE_CLASS = "pl-live-widget"  # on the live widget's root element
+SAVED_CLASS = "pl-saved-widget"  # on the static copy displayed after it
+
+# A saved notebook keeps the widget's output, but not its model: reopened, JupyterLab's widget
+# renderer (which outranks text/html in the same output) says "model not found". So the static
+# copy is an output of its own, right after the live one, and these rules (JupyterLab and
+# Notebook 7 share the output area's markup) show exactly one of the two: the live widget
+# hides its copy; the widget's output holding no element (its renderer's bare "Loading
+# widget..." or "model not found" text; it carries no data-mime-type) is hidden and the copy
+# shows. Elsewhere (nbviewer, GitHub, nbconvert) the widget output, having
+# no saved state, falls back to its empty text/html and the copy is what reads.
+SAVED_COPY_CSS = (
+    f".jp-OutputArea-child:has(.{LIVE_CLASS}) + .jp-OutputArea-child:has(.{SAVED_CLASS})"
+    " { display: none; }\n"
+    f".jp-OutputArea-child:has(+ .jp-OutputArea-child .{SAVED_CLASS}) > "
+    ".jp-OutputArea-output:not(:has(*)) { display: none; }\n")
+LIVE_PLACEHOLDER = f'<div class="pallaslab pl-live-placeholder" data-copy="{SAVED_CLASS}"></div>'
+
+
+def live_and_saved_bundles(widget: Callable[[], Any], text: Callable[[], str],
+                           html: Callable[[], str]) -> list[dict[str, Any]]:
+    """What displaying a view publishes: the live widget's output, then its static copy (the
+    one that reads wherever the widget cannot be restored); without the widget libraries, the
+    static forms alone. `html` is the view's static body (no stylesheet)."""
+    try:
+        live = widget()
+    except ImportError:
+        return [{"text/plain": text(), "text/html": html_fragment(html())}]
+    live.add_class(LIVE_CLASS)
+    return [{"text/plain": text(), "text/html": LIVE_PLACEHOLDER, **_widget_bundle(live)},
+            {"text/html": saved_fragment(html())}]
+
+
+def display_live_and_saved(widget: Callable[[], Any], text: Callable[[], str],
+                           html: Callable[[], str]) -> None:
+    """Display `live_and_saved_bundles` as consecutive outputs (IPython's display hook calls
+    this through `_ipython_display_`, so a cell's last line shows them too)."""
+    from IPython.display import display
+
+    for bundle in live_and_saved_bundles(widget, text, html):
+        display(bundle, raw=True)
 
 
 def _widget_bundle(widget: Any) -> dict[str, Any]:
@@ -161,6 +208,13 @@ def css_source() -> str:
 def html_fragment(body: str) -> str:
     """Static HTML that carries its own stylesheet (for nbviewer, GitHub and the report)."""
     return f'<div class="pallaslab pl-static"><style>{css_source()}</style>{body}</div>'
+
+
+def saved_fragment(body: str) -> str:
+    """`html_fragment` as the static copy displayed after a live widget (see
+    `SAVED_COPY_CSS`)."""
+    return (f'<div class="pallaslab pl-static {SAVED_CLASS}"><style>{css_source()}'
+            f"{SAVED_COPY_CSS}</style>{body}</div>")
 
 
 @functools.cache

@@ -161,7 +161,7 @@ class CompareView(InteractiveView):
         ids = tuple(int(p) for p in program)
         assert self.ctx.capture is not None
         s = session(self.ctx.capture)
-        step_view = s.step_view(self.ctx)
+        step_view = s.step_view(self.ctx, StepView)
         step_view.goto(ids)
         self.error = step_view.error
         if self.error is None:

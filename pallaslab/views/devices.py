@@ -70,11 +70,11 @@ def devices_payload(kernel_name: str, index: int, result: RunResult | None,
     if record is None:
         record = DeviceRecord(0, (), ())
     transfers = [TransferEntry(seq=t.seq, src=t.src_device, dst=t.dst_device, bytes=t.nbytes,
-                               step=t.step, remote=t.remote, source=_short(t.source),
+                               step=t.step, remote=t.remote, source=short_source(t.source),
                                buffers=f"{t.src_buffer} -> {t.dst_buffer}")
                  for t in record.transfers[:MAX_EVENTS]]
     semaphores = [SemaphoreEntry(seq=s.seq, kind=s.kind, device=s.device, semaphore=s.semaphore,
-                                 amount=s.amount, source=_short(s.source))
+                                 amount=s.amount, source=short_source(s.source))
                   for s in record.semaphores[:MAX_EVENTS]]
     last = max([t["seq"] for t in transfers] + [s["seq"] for s in semaphores], default=-1)
     if record.truncated:
@@ -83,11 +83,11 @@ def devices_payload(kernel_name: str, index: int, result: RunResult | None,
         version=1, kernel=kernel_name, index=index, devices=record.num_devices,
         transfers=transfers, semaphores=semaphores, events=last + 1,
         remote_bytes=record.remote_bytes(), status=result.status if result else None,
-        error=_error(result), findings=[f.to_json() for f in result.findings] if result else [],
+        error=run_error(result), findings=[f.to_json() for f in result.findings] if result else [],
         note=note))
 
 
-def _error(result: RunResult | None) -> str | None:
+def run_error(result: RunResult | None) -> str | None:
     """Why the run did not finish, unless a finding already says it (a deadlock)."""
     if result is None or result.status == "ran":
         return None
@@ -206,7 +206,8 @@ def lanes_svg(p: DevicesPayload, width: int = 640, lane: int = 28) -> str:
             f'viewBox="0 0 {width} {height}">{marker}{"".join(parts)}</svg>')
 
 
-def _short(source: str | None) -> str | None:
+def short_source(source: str | None) -> str | None:
+    """"file.py:LINE" without the file's directory."""
     return None if source is None else source.rsplit("/", 1)[-1]
 
 

@@ -133,7 +133,7 @@ def lowering_payload(
     The shown stage's text is always sent; the other stages' texts while `budget` characters
     last (the shown target's first, in stage order).
     """
-    from lowering import TARGETS
+    from lowering.targets import TARGETS
 
     results = {t: clean_lowering(r) for t, r in results.items()}
     shown = results.get(target)
@@ -211,7 +211,7 @@ def resource_figures(kernel: Kernel | None, target: str, r: KernelLowering
                  "its need: the compiler may add scratch or share windows; --vmem-exact "
                  "measures the need")
     elif kernel is not None:
-        from lowering import TARGETS
+        from lowering.targets import TARGETS
         from pallaslab.analysis.occupancy import applies, occupancy
 
         chip = getattr(TARGETS.get(target), "chip", None)

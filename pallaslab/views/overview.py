@@ -20,7 +20,7 @@ from pallaslab.views.registry import register_tab
 
 
 class OverviewPayload(TypedDict):
-    kernel: dict[str, Any]  # the `inspect --json` kernel object (design.md contract)
+    kernel: dict[str, Any]  # the `inspect --json` kernel object (docs/architecture.md)
     compiler_params: dict[str, dict[str, str]]
     cost: dict[str, int] | None
     note: str | None  # why there is no grid view, when there is none

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pallaslab.model import Capture
 from pallaslab.views.context import KernelContext
@@ -16,9 +16,9 @@ from pallaslab.views.registry import tab
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison, RunResult
-    from pallaslab.views.step import StepView
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+V = TypeVar("V")
 
 
 @dataclasses.dataclass(eq=False)
@@ -29,7 +29,7 @@ class Session:
     call: Call | None = None  # the user's own call; None: re-run the captured jaxpr
     comparison: Comparison | None = None
     device_run: RunResult | None = None  # the call's run on simulated devices (--devices)
-    step_views: dict[int, StepView] = dataclasses.field(default_factory=dict)
+    step_views: dict[int, Any] = dataclasses.field(default_factory=dict)  # StepView
     compare_views: dict[int, Any] = dataclasses.field(default_factory=dict)  # CompareView
     workbench_ref: Callable[[], Any] | None = None  # weakref to the workbench, when known
 
@@ -49,12 +49,12 @@ class Session:
     def workbench(self) -> Any:
         return self.workbench_ref() if self.workbench_ref is not None else None
 
-    def step_view(self, ctx: KernelContext) -> StepView:
-        from pallaslab.views.step import StepView  # the Step view module imports this one
-
+    def step_view(self, ctx: KernelContext, make: Callable[[KernelContext], V]) -> V:
+        """The Step view of the context's kernel, one per kernel: made by `make` (`StepView`,
+        whose module imports this one) on first use."""
         view = self.step_views.get(ctx.kernel.index)
         if view is None:
-            view = self.step_views[ctx.kernel.index] = StepView(ctx)
+            view = self.step_views[ctx.kernel.index] = make(ctx)
         return view
 
     def highlight(self, kernel: int, step: int, program: Sequence[int]) -> str | None:

@@ -446,7 +446,7 @@ def _build(ctx: KernelContext, devices: int | None = None, **options: Any
         raise PallasLabError(f"kernel {ctx.kernel.name!r} is not inside shard_map: the Step "
                              "view takes devices=/call= for kernels inside shard_map only")
     assert ctx.capture is not None
-    return session(ctx.capture).step_view(ctx)
+    return session(ctx.capture).step_view(ctx, StepView)
 
 
 register_tab("step", order=60, title="Step", available=_available, build=_build)

@@ -33,9 +33,9 @@ from pallaslab.views.devices import (
     DevicesPayload,
     SemaphoreEntry,
     TransferEntry,
-    _error,
-    _short,
     lanes_svg,
+    run_error,
+    short_source,
 )
 from pallaslab.views.session import Call, session
 
@@ -92,7 +92,7 @@ class StepDevicesPayload(TypedDict):
 
 def _transfer(t: Transfer) -> TransferEntry:
     return TransferEntry(seq=t.seq, src=t.src_device, dst=t.dst_device, bytes=t.nbytes,
-                         step=t.step, remote=t.remote, source=_short(t.source),
+                         step=t.step, remote=t.remote, source=short_source(t.source),
                          buffers=f"{t.src_buffer} -> {t.dst_buffer}")
 
 
@@ -169,13 +169,13 @@ def step_devices_payload(kernel_name: str, index: int, devices: int,
         new_transfers=min(len(shown), max(0, len(transfers) - landed_before)),
         semaphores=[SemaphoreEntry(seq=s.seq, kind=s.kind, device=s.device,
                                    semaphore=s.semaphore, amount=s.amount,
-                                   source=_short(s.source))
+                                   source=short_source(s.source))
                     for s in semaphores[-MAX_STEP_EVENTS:]],
         semaphores_total=len(semaphores), events=max(seqs, default=-1) + 1,
         start=min(seqs, default=0),
         status=result.status if result is not None else None,
         findings=[f.to_json() for f in result.findings] if result is not None else [],
-        error=error or _error(result), notes=list(notes), interactive=interactive,
+        error=error or run_error(result), notes=list(notes), interactive=interactive,
         revision=revision))
 
 

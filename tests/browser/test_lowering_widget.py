@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from harness import mount
+from helpers import line_of
 from kernels import CATALOG
 
 import pallaslab
@@ -20,11 +21,6 @@ pytestmark = pytest.mark.usefixtures("private_lowering_cache")
 def view(name):
     fn, args = CATALOG[name].case()[:2]
     return pallaslab.inspect(fn, *args).view("lowering")
-
-
-def line_of(text):
-    lines = Path(KERNELS_PY).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def lit(page, side):

@@ -1,15 +1,25 @@
 """The compat layer: the only code of pallaslab that touches `jax._src`.
 
 Everything version-specific about how Pallas represents a kernel in a jaxpr lives in this
-package, one module per responsibility: `base` (imports, version gate, handles), `trace`
-(tracing, finding kernels, evaluating jaxprs), `kernels` (equation -> `Kernel`),
-`index_maps` (vectorized index maps), `nested` (in-kernel pipelines, scoped buffers, DMAs),
-`fusion` (what the fuser fused in), `rerun` (re-binding kernels with other params),
-`rewrite` (jaxprs re-traced with equations replaced), `checks` (debug checks), `compiled`
-(compile caches), `chips` (TPU chip facts, kernel bodies), `lowering` (Mosaic modules,
-topologies, AOT compiles), `stepper` and `mesh_runners` (one-program runners), `deadlock`
-and `device_record` (what TPU interpret mode's threads and log say about a run),
-`barrier_record` (what Mosaic GPU interpret mode's log says of barriers and TMA copies).
+package, one module per responsibility:
+
+- reading a call: `base` (imports, version gate, handles), `trace` (tracing, finding kernels,
+  evaluating jaxprs, abstract TPUs), `arguments` (which flat arguments reach a kernel),
+  `consumers` (what the computation does with a kernel's outputs);
+- reading a kernel: `kernels` (equation -> `Kernel`), `equation_fields` (its parts, read one
+  way everywhere), `index_maps` (vectorized index maps), `param_names` (the body's parameter
+  names), `nested` and `nested_outer` (in-kernel pipelines, scoped buffers, DMAs), `fusion`
+  (what the fuser fused in), `stores` and `access_bounds` (what each program loads and stores),
+  `verdict_facts` (how the body writes its outputs), `chips` (TPU chip facts, kernel bodies);
+- running a kernel: `rerun` (re-binding kernels with other params), `rewrite` (jaxprs re-traced
+  with equations replaced), `checks` (debug checks), `compiled` (compile caches), `vectorize`
+  and `vectorize_blocks` (the batched executor's computation), `runner`, `stepper` and
+  `mesh_runners` (one-program runners);
+- what the interpreters say: `deadlock` and `device_record` (TPU interpret mode's threads and
+  log), `barrier_record` (Mosaic GPU interpret mode's barriers and TMA copies), `log_recorder`;
+- `lowering`: what the top-level `lowering` package needs (Mosaic modules, topologies, AOT
+  compiles).
+
 Checked against jax 0.12; other versions get a warning at import.
 """
 
@@ -37,6 +47,7 @@ from pallaslab.model._jax.lowering import (
     tpu_topology_device,
     tpu_topology_devices,
 )
+from pallaslab.model._jax.param_names import kernel_arg_names
 from pallaslab.model._jax.rerun import (
     jaxpr_callable,
     kernel_call_avals,
@@ -48,7 +59,6 @@ from pallaslab.model._jax.stepper import (
     EquationValue,
     full_dimension_semantics_params,
     is_pallas_call,
-    kernel_arg_names,
     kernel_leading_invars,
     kernel_operands,
     output_sources,

@@ -13,6 +13,8 @@ from jax._src import core as jax_core
 from jax._src.pallas import mpmd as pallas_mpmd
 from jax._src.pallas import pallas_call as pallas_call_mod
 
+from pallaslab.model._jax.arguments import argument_positions
+
 SUPPORTED_JAX = (0, 12)
 if tuple(int(p) for p in jax.__version__.split(".")[:2]) != SUPPORTED_JAX:  # pragma: no cover
     warnings.warn(
@@ -26,9 +28,9 @@ PALLAS_CALL = pallas_call_mod.pallas_call_p
 MPMD_MAP = pallas_mpmd.mpmd_map_p
 KERNEL_PRIMITIVES = (PALLAS_CALL, MPMD_MAP)
 # Primitives that call their sub-jaxpr exactly once with the same operands: values flow through.
-_CALL_ONCE = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+CALL_ONCE = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
               "custom_vmap_call", "remat", "checkpoint", "custom_lin"}
-_CONTEXT_NAMES = {"pjit": "jit", "closed_call": "call", "custom_jvp_call": "custom_jvp",
+CONTEXT_NAMES = {"pjit": "jit", "closed_call": "call", "custom_jvp_call": "custom_jvp",
                   "custom_vjp_call": "custom_vjp", "checkpoint": "remat",
                   # plgpu.kernel wraps every launch in custom_vmap: not the user's doing.
                   "custom_vmap_call": ""}
@@ -65,3 +67,10 @@ class CaptureHandle:
     # emit_pipeline): read for nested pipelines only, since JAX's TPU interpreter cannot run it
     # off a TPU.
     structure_jaxpr: Any = None
+
+    def argument_positions(self, kernel: KernelHandle, input_origins: Sequence[str]
+                           ) -> dict[str, int]:
+        """Input origin -> position among the call's flat arguments, for the kernel's inputs
+        (`input_origins`, in operand order) that are one of those arguments unchanged."""
+        return argument_positions(self.closed_jaxpr, kernel.eqn, input_origins,
+                                  kernel.num_dynamic_grid)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallaslab.model._jax.base import Jaxpr
-from pallaslab.model._jax.trace import _is_literal
+from pallaslab.model._jax.trace import is_literal
 from pallaslab.model.kernel import (
     Kernel,
 )
@@ -71,9 +71,9 @@ def constant_index_maps(kernel: Kernel) -> dict[str, bool]:
 def _outputs_constant(jaxpr: Jaxpr) -> bool:
     dependent = set(jaxpr.invars)
     for eqn in jaxpr.eqns:
-        if any(not _is_literal(v) and v in dependent for v in eqn.invars):
+        if any(not is_literal(v) and v in dependent for v in eqn.invars):
             dependent.update(eqn.outvars)
-    return not any(not _is_literal(v) and v in dependent for v in jaxpr.outvars)
+    return not any(not is_literal(v) and v in dependent for v in jaxpr.outvars)
 
 
 def kernel_body_values(kernel: Kernel) -> list[tuple[tuple[int, ...], np.dtype, str]]:

@@ -17,11 +17,12 @@ from jax._src.state import discharge as state_discharge
 from jax._src.state import indexing
 
 from pallaslab.model._jax.compiled import CacheStats, CompiledCache, structural_key
+from pallaslab.model._jax.equation_fields import is_numpy_dtype
 from pallaslab.model._jax.nested_outer import Closure
 from pallaslab.model.kernel import Kernel
 
 
-def _index_map_evaluator(
+def index_map_evaluator(
     gm: Any, closure: Closure | None = None, outer_rank: int = 0,
 ) -> Callable[[np.ndarray, Sequence[np.ndarray]], list[np.ndarray]] | None:
     """One jitted, vmapped function computing every operand's block indices for many programs.
@@ -45,11 +46,15 @@ def _index_map_evaluator(
     else:
         batched = _INDEX_MAPS.get(lambda: _index_maps_key(gm), lambda: _batched_index_maps(gm))
 
+    # One table per blocked operand (`Kernel.blocked_operands`): semaphores passed between
+    # kernels have a block mapping but no window.
+    windowed = [i for i, bm in enumerate(mappings) if is_numpy_dtype(bm.array_aval.dtype)]
+
     def evaluate(program_ids: np.ndarray, prefetch: Sequence[np.ndarray]) -> list[np.ndarray]:
         ids = np.ascontiguousarray(program_ids, dtype=np.int32)
         with jax.default_device(jax.devices("cpu")[0]):
             outs = batched(ids, tuple(np.asarray(p) for p in prefetch))
-        return [np.asarray(o) for o in outs]
+        return [np.asarray(outs[i]) for i in windowed]
 
     return evaluate
 

@@ -18,7 +18,7 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 
 from pallaslab.model._jax import rewrite
-from pallaslab.model._jax.stepper import ProgramRunner, _scratch_init
+from pallaslab.model._jax.runner import ProgramRunner, scratch_init
 from pallaslab.model.kernel import Kernel
 
 
@@ -75,7 +75,7 @@ def mesh_program_runner(kernel: Kernel) -> ProgramRunner:
         blocked=tuple((True,) * len(s) for s in shapes),
         element_padding=tuple(((0, 0),) * len(s) for s in shapes),
         num_inputs=gm.num_inputs, num_outputs=gm.num_outputs,
-        scratch_init=_scratch_init(scratch_avals),
+        scratch_init=scratch_init(scratch_avals),
         discharged=first, vmapped_dims=(),
         aliases=tuple((int(i), int(o)) for i, o in eqn.params["input_output_aliases"].items()),
         discharged_at=lambda ids: discharged_at(tuple(int(i) for i in ids))[0],

@@ -11,7 +11,7 @@ inlined it into loops of DMAs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,18 @@ from jax._src.pallas import core as pallas_core
 from jax._src.state import types as state_types
 
 from pallaslab.model._jax.base import KernelHandle
+from pallaslab.model._jax.equation_fields import (
+    block_operand,
+    call_site_of,
+    element_type,
+    func_source,
+    is_numpy_dtype,
+    memory_space_of,
+    semantics_name,
+)
+from pallaslab.model._jax.index_maps import index_map_evaluator
 from pallaslab.model._jax.nested_outer import outer_closure
+from pallaslab.model._jax.trace import all_sub_jaxprs
 from pallaslab.model.kernel import DmaCopy, Kernel, Operand, SemaphoreOp
 
 # Loops: what they run, runs once per iteration.
@@ -73,7 +84,8 @@ def _walk_jaxpr(jaxpr: Any, walk: _Walk, *, repeated: bool, kernel: Kernel) -> N
             _visit(eqn, walk, repeated, kernel)
         except Exception as err:  # one structure we cannot read must not lose the capture
             walk.notes.append(
-                f"{eqn.primitive.name} at {_source(eqn) or 'an unknown line'} is not described "
+                f"{eqn.primitive.name} at {call_site_of(eqn) or 'an unknown line'} "
+                "is not described "
                 f"(reading it failed: {type(err).__name__}: {str(err)[:200]})")
 
 
@@ -89,14 +101,14 @@ def _visit(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
         sem = _dma_refs(eqn)[2]
         if sem is not None:
             walk.semaphore_ops.append(SemaphoreOp("dma_wait", _name(sem, walk),
-                                                  _source(eqn)))
+                                                  call_site_of(eqn)))
     elif name in _SEMAPHORE_OPS:
         walk.semaphore_ops.append(_semaphore_op(eqn, walk))
     elif name in _TMA_COPIES:
         walk.dmas.append(_tma_copy(eqn, walk, repeated))
     elif name in _BARRIER_OPS:
         walk.semaphore_ops.append(SemaphoreOp(
-            _BARRIER_OPS[name], _name(eqn.invars[0], walk), _source(eqn)))  # type: ignore[arg-type]
+            _BARRIER_OPS[name], _name(eqn.invars[0], walk), call_site_of(eqn)))  # type: ignore[arg-type]
     elif name == "run_scoped":
         _run_scoped(eqn, walk, repeated, kernel)
     else:
@@ -115,7 +127,7 @@ def _descend(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
         carry = eqn.invars[nc + nb:]
         subs = [(params["body_jaxpr"].jaxpr, [*eqn.invars[nc:nc + nb], *carry])]
     else:
-        subs = [(sub, eqn.invars) for sub in _jaxprs(params)]
+        subs = [(sub, eqn.invars) for sub in all_sub_jaxprs(params)]
     for sub, outer in subs:
         if len(sub.invars) == len(outer):
             _bind(walk, sub.invars, outer)
@@ -167,7 +179,7 @@ def _run_scoped(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
     _bind(walk, jaxpr.constvars, eqn.invars)
     if _is_sync_copy(jaxpr):  # the user's line is sync_copy's, on the run_scoped equation
         dma = _dma(jaxpr.eqns[0], walk, repeated, "sync")
-        walk.dmas.append(dataclasses.replace(dma, source=dma.source or _source(eqn)))
+        walk.dmas.append(dataclasses.replace(dma, source=dma.source or call_site_of(eqn)))
         return
     names = getattr(jaxpr.debug_info, "arg_names", None) or ()
     for i, v in enumerate(jaxpr.invars):
@@ -187,12 +199,10 @@ def _is_sync_copy(jaxpr: Any) -> bool:
 
 
 def _scoped_operand(origin: str, aval: Any) -> Operand:
-    from pallaslab.model._jax.kernels import _memory_space, element_type
-
     inner = getattr(aval, "inner_aval", aval)
     dtype, value_type = element_type(getattr(inner, "dtype", None))
     return Operand(origin=origin, role="scratch", shape=tuple(int(s) for s in inner.shape),
-                   dtype=dtype, memory_space=_memory_space(aval), value_type=value_type)
+                   dtype=dtype, memory_space=memory_space_of(aval), value_type=value_type)
 
 
 # --- DMAs and semaphores -----------------------------------------------------------------------
@@ -204,8 +214,6 @@ def _dma_refs(eqn: Any) -> tuple[Any, Any, Any, Any, Any]:
 
 
 def _dma(eqn: Any, walk: _Walk, repeated: bool, kind: str) -> DmaCopy:
-    from pallaslab.model._jax.kernels import _is_numpy_dtype, _memory_space
-
     src, dst, sem, _, device_id = _dma_refs(eqn)
     src_aval, dst_aval, *_ = eqn.params["tree"].unflatten([v.aval for v in eqn.invars])
     window = _window_shape(dst_aval)
@@ -213,12 +221,12 @@ def _dma(eqn: Any, walk: _Walk, repeated: bool, kind: str) -> DmaCopy:
     return DmaCopy(
         kind="remote" if device_id is not None else kind,  # type: ignore[arg-type]
         src=_name(src, walk), dst=_name(dst, walk),
-        src_memory_space=_memory_space(_base_aval(src_aval)),
-        dst_memory_space=_memory_space(_base_aval(dst_aval)),
+        src_memory_space=memory_space_of(_base_aval(src_aval)),
+        dst_memory_space=memory_space_of(_base_aval(dst_aval)),
         shape=window,
-        dtype=np.dtype(dtype) if _is_numpy_dtype(dtype) else np.dtype("int32"),
+        dtype=np.dtype(dtype) if is_numpy_dtype(dtype) else np.dtype("int32"),
         semaphore=None if kind == "sync" or sem is None else _name(sem, walk),
-        source=_source(eqn), repeated=repeated,
+        source=call_site_of(eqn), repeated=repeated,
         device_id=None if device_id is None else _expression(device_id, walk),
         device_id_type=None if device_id is None else _id_type(eqn.params),
     )
@@ -226,7 +234,6 @@ def _dma(eqn: Any, walk: _Walk, repeated: bool, kind: str) -> DmaCopy:
 
 def _tma_copy(eqn: Any, walk: _Walk, repeated: bool) -> DmaCopy:
     """A Mosaic GPU TMA copy: (src, dst[, barrier]) then the flat transforms of each."""
-    from pallaslab.model._jax.kernels import _memory_space, element_type
 
     params = eqn.params
     to_smem = eqn.primitive.name == "copy_gmem_to_smem"
@@ -247,12 +254,12 @@ def _tma_copy(eqn: Any, walk: _Walk, repeated: bool) -> DmaCopy:
         shape = tuple(smem.aval.shape)
     return DmaCopy(
         kind="tma", src=_name(src, walk), dst=_name(dst, walk),
-        src_memory_space=_memory_space(_base_aval(src.aval)),
-        dst_memory_space=_memory_space(_base_aval(dst.aval)),
+        src_memory_space=memory_space_of(_base_aval(src.aval)),
+        dst_memory_space=memory_space_of(_base_aval(dst.aval)),
         shape=tuple(int(s) for s in shape),
         dtype=element_type(smem.aval.inner_aval.dtype)[0],
         semaphore=None if barrier is None else _name(barrier, walk),
-        source=_source(eqn), repeated=repeated)
+        source=call_site_of(eqn), repeated=repeated)
 
 
 def _semaphore_op(eqn: Any, walk: _Walk) -> SemaphoreOp:
@@ -262,7 +269,7 @@ def _semaphore_op(eqn: Any, walk: _Walk) -> SemaphoreOp:
         p is not None for p in parts[3:5])
     device_id = parts[3] if device else None
     return SemaphoreOp(_SEMAPHORE_OPS[eqn.primitive.name],  # type: ignore[arg-type]
-                       walk.origin.get(parts[0], "local"), _source(eqn), device=device,
+                       walk.origin.get(parts[0], "local"), call_site_of(eqn), device=device,
                        device_id=None if device_id is None else _expression(device_id, walk))
 
 
@@ -322,22 +329,10 @@ def _name(ref: Any, walk: _Walk) -> str:
     return walk.origin.get(_ref_var(ref), "local")
 
 
-def _source(eqn: Any) -> str | None:
-    from pallaslab.model._jax.kernels import _call_site
-
-    return _call_site(eqn)
-
-
 def _bind(walk: _Walk, inner: Sequence[Any], outer: Sequence[Any]) -> None:
     for iv, ov in zip(inner, outer, strict=False):
         if isinstance(ov, jax_core.Var) and ov in walk.origin:
             walk.origin[iv] = walk.origin[ov]
-
-
-def _jaxprs(params: Any) -> Iterator[Any]:
-    from pallaslab.model._jax.trace import all_sub_jaxprs
-
-    return all_sub_jaxprs(params)
 
 
 # --- emit_pipeline --------------------------------------------------------------------------
@@ -346,13 +341,6 @@ def _jaxprs(params: Any) -> Iterator[Any]:
 def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
     """A nested `emit_pipeline` as a Kernel of kind "pipeline": its grid mapping read as a
     pallas_call's, each operand with the enclosing kernel's ref it windows (`outer`)."""
-    from pallaslab.model._jax.index_maps import _index_map_evaluator
-    from pallaslab.model._jax.kernels import (
-        _block_operand,
-        _call_site,
-        _func_src,
-        _semantics_name,
-    )
 
     params = eqn.params
     gm = params["grid_mapping"]
@@ -369,7 +357,7 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
         role = "input" if k < n_in else "output"
         origin = f"args[{k}]" if k < n_in else (
             "outputs" if n_out == 1 else f"outputs[{k - n_in}]")
-        op = _block_operand(bm, role, None)
+        op = block_operand(bm, role, None)
         outer = _name(flat_refs[k], walk) if k < len(flat_refs) else None
         # emit_pipeline's blocks live in VMEM unless the BlockSpec says otherwise.
         space = "vmem" if op.memory_space == "default" else op.memory_space
@@ -379,14 +367,14 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
             param=str(names[k]) if k < len(names) and names[k] else None))
     grid = tuple(None if pallas_core.is_dynamic_dim(g) else int(g) for g in gm.grid)
     semantics = params.get("dimension_semantics")
-    fn_name, source = _func_src(body)
-    inner_semantics = tuple(_semantics_name(s) for s in semantics) if semantics \
+    fn_name, source = func_source(body)
+    inner_semantics = tuple(semantics_name(s) for s in semantics) if semantics \
         else ("arbitrary",) * len(grid)
     # Index maps closing over values of the enclosing kernel: tiled over its grid x the inner
     # one when those values follow from its program ids; otherwise not at all (said).
     outer_grid: tuple[int, ...] = ()
     if not any(bm.index_map_jaxpr.consts for bm in gm.block_mappings):
-        evaluator, why = _index_map_evaluator(gm), None
+        evaluator, why = index_map_evaluator(gm), None
     else:
         evaluator, why = None, (
             "its index maps use values the enclosing kernel computes while it runs (not "
@@ -396,7 +384,7 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
                                 known) if len(known) == len(kernel.grid) else None
         if closure is not None:
             outer_grid = known
-            evaluator, why = _index_map_evaluator(gm, closure, len(outer_grid)), None
+            evaluator, why = index_map_evaluator(gm, closure, len(outer_grid)), None
     handle = KernelHandle(eqn=eqn, index_map_evaluator=evaluator,
                           num_dynamic_grid=int(gm.num_dynamic_grid_bounds),
                           prefetch_concrete=False)
@@ -405,7 +393,7 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
     full_grid = (*outer_grid, *grid)
     return Kernel(
         index=index, name=str(fn_name or "pipeline"), kind="pipeline", source=source,
-        call_site=_call_site(eqn), context=(*kernel.context, kernel.name), grid=full_grid,
+        call_site=call_site_of(eqn), context=(*kernel.context, kernel.name), grid=full_grid,
         grid_names=(*outer_names, *(f"inner {i}" for i in range(len(grid))))
         if outer_grid else None,
         dynamic_grid_dims=tuple(i for i, g in enumerate(full_grid) if g is None),

@@ -17,8 +17,6 @@ def with_params(kernel: Kernel) -> Kernel:
     The body's parameters come in Pallas's operand order (scalar prefetch, inputs, outputs,
     scratch); `kernel_arg_names` maps the ones after the scalar prefetch.
     """
-    from pallaslab.model._jax.stepper import kernel_arg_names  # stepper imports this module
-
     eqn = kernel.handle.eqn
     if eqn.primitive is PALLAS_CALL:
         by_origin = {origin: name for name, origin in kernel_arg_names(kernel).items()}
@@ -75,3 +73,20 @@ def _function_at(source: str | None) -> Any:
                 int(line) in (node.lineno, *(d.lineno for d in node.decorator_list)):
             return node
     return None
+
+
+def kernel_arg_names(kernel: Kernel) -> dict[str, str]:
+    """The kernel body's parameter names (e.g. "x_ref") -> operand origins.
+
+    TPU interpret mode names operands by these in its error messages.
+    """
+    eqn = kernel.handle.eqn
+    if eqn.primitive is not PALLAS_CALL:
+        return {}
+    names = eqn.params["jaxpr"].debug_info.arg_names
+    if names is None:
+        return {}
+    gm = eqn.params["grid_mapping"]
+    body_ops = [op for op in kernel.operands if not op.scalar_prefetch]
+    return {str(n): op.origin for n, op in
+            zip(names[gm.num_index_operands:], body_ops, strict=False)}

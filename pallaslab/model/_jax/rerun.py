@@ -10,6 +10,7 @@ from jax._src import core as jax_core
 from jax._src.pallas import core as pallas_core
 
 from pallaslab.model._jax.base import KERNEL_PRIMITIVES, Jaxpr
+from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model.kernel import (
     Kernel,
 )
@@ -35,7 +36,7 @@ def kernel_callable(kernel: Kernel, **param_overrides: Any) -> Callable[..., lis
     it returns the list of outputs.
     """
     eqn = kernel.handle.eqn
-    params = _override_params(eqn, param_overrides)
+    params = override_params(eqn, param_overrides)
 
     def call(*operands: Any) -> list[Any]:
         return list(eqn.primitive.bind(*operands, **params))
@@ -43,7 +44,7 @@ def kernel_callable(kernel: Kernel, **param_overrides: Any) -> Callable[..., lis
     return call
 
 
-def _override_params(eqn: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+def override_params(eqn: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
     params = dict(eqn.params)
     unknown = set(overrides) - set(params)
     if unknown:
@@ -75,14 +76,14 @@ def _rewrite(jaxpr: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
         if eqn.primitive in KERNEL_PRIMITIVES:
             update = overrides(eqn)
             if update:
-                params = _override_params(eqn, update)
+                params = override_params(eqn, update)
                 extra = set(pallas_core.get_interpret_effects(params.get("interpret")))
                 eqn = eqn.replace(params=params, effects=eqn.effects | extra)
                 changed = True
         else:
             new_params = {}
             for key, value in eqn.params.items():
-                new_value, effs = _rewrite_value(value, overrides)
+                new_value, effs = rewrite_value(value, overrides)
                 if new_value is not value:
                     new_params[key] = new_value
                     extra |= effs
@@ -97,7 +98,7 @@ def _rewrite(jaxpr: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
     return jaxpr.replace(eqns=new_eqns, effects=jaxpr.effects | added), added
 
 
-def _rewrite_value(value: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
+def rewrite_value(value: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
                    ) -> tuple[Any, set[Any]]:
     if isinstance(value, Jaxpr):
         return _rewrite(value, overrides)
@@ -122,15 +123,13 @@ def is_kernel_eqn_of(eqn: Any, kernel: Kernel) -> bool:
 def primitive_sources(kernel: Kernel, primitive: str) -> tuple[str, ...]:
     """"file.py:LINE" of every equation binding `primitive` in the kernel body (at any depth:
     `pl.when`, loops, `run_scoped`, nested pipelines), in order, without repeats."""
-    from pallaslab.model._jax.kernels import _call_site
-
     eqn = kernel.handle.eqn
     bodies = eqn.params.get("jaxprs") or (eqn.params.get("jaxpr"),)
     found: dict[str, None] = {}
 
     def walk(jaxpr: Any) -> None:
         for inner in jaxpr.eqns:
-            if inner.primitive.name == primitive and (site := _call_site(inner)):
+            if inner.primitive.name == primitive and (site := call_site_of(inner)):
                 found.setdefault(site)
             for value in inner.params.values():
                 for sub in value if isinstance(value, tuple) else (value,):

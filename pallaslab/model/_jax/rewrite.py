@@ -15,7 +15,7 @@ from jax._src import linear_util as lu
 from jax._src import source_info_util
 from jax._src.interpreters import partial_eval as pe
 
-from pallaslab.model._jax.trace import _bind
+from pallaslab.model._jax.trace import bind_eqn
 
 Matches = Callable[[Any], bool]  # does this equation get replaced?
 Replace = Callable[[Any, list[Any]], list[Any]]  # (equation, its inputs) -> its outputs
@@ -47,7 +47,7 @@ def eval_replacing(jaxpr: Any, consts: Any, args: Any, matches: Matches,
                 outs = replace(eqn, invals)
             else:
                 params = {k: _param(v, matches, replace) for k, v in eqn.params.items()}
-                outs = _bind(eqn, invals, params)
+                outs = bind_eqn(eqn, invals, params)
         for v, x in zip(eqn.outvars, outs, strict=True):
             if not isinstance(v, jax_core.DropVar):
                 env[v] = x

@@ -13,10 +13,12 @@ from jax._src import core as jax_core
 from jax._src import source_info_util
 from jax._src.pallas import core as pallas_core
 
-from pallaslab.model._jax.base import _CALL_ONCE, KERNEL_PRIMITIVES, PALLAS_CALL, Jaxpr
-from pallaslab.model._jax.kernels import _call_site, _memory_space
-from pallaslab.model._jax.rerun import _override_params, _rewrite_value
-from pallaslab.model._jax.trace import _bind, _single_sub, find_kernels, interpret_jaxpr
+from pallaslab.model._jax import mesh_runners
+from pallaslab.model._jax.base import CALL_ONCE, KERNEL_PRIMITIVES, PALLAS_CALL, Jaxpr
+from pallaslab.model._jax.equation_fields import call_site_of, memory_space_of
+from pallaslab.model._jax.rerun import override_params, rewrite_value
+from pallaslab.model._jax.runner import ProgramRunner, scratch_init
+from pallaslab.model._jax.trace import bind_eqn, find_kernels, interpret_jaxpr, single_sub_jaxpr
 from pallaslab.model.kernel import (
     Kernel,
 )
@@ -25,51 +27,14 @@ from pallaslab.model.kernel import (
 # Executors and the program stepper (pallaslab.execute; owned by its helper). Begin.
 
 
-@dataclasses.dataclass(frozen=True)
-class ProgramRunner:
-    """A captured `pallas_call` split into one jitted function per program, as JAX's HLO
-    interpreter (`interpret=True`) runs it: the discharged kernel body, called with the program
-    ids, the scalar-prefetch values, each operand's block and the scratch values.
-
-    `run(program_ids, scalars, blocks, scratch) -> (blocks, scratch)`; blocks are squeezed like
-    the kernel sees them. The caller keeps the (padded) arrays and slices blocks itself.
-    """
-
-    run: Callable[..., tuple[list[Any], list[Any]]]
-    grid: tuple[int, ...]
-    block_shapes: tuple[tuple[int, ...], ...]  # per input/output (squeezed dims = 1)
-    squeezed: tuple[tuple[bool, ...], ...]
-    blocked: tuple[tuple[bool, ...], ...]  # dims whose start is block index * block size
-    element_padding: tuple[tuple[tuple[int, int], ...], ...]
-    num_inputs: int
-    num_outputs: int
-    scratch_init: tuple[np.ndarray, ...]
-    discharged: Any  # ClosedJaxpr of the discharged kernel body
-    vmapped_dims: tuple[int, ...]
-    aliases: tuple[tuple[int, int], ...]  # (input position among inputs, output position)
-    # Mesh kernels: the body of one program (core), whose mesh coordinates are constants.
-    discharged_at: Callable[[Sequence[int]], Any] | None = None
-    mesh_axes: tuple[str, ...] | None = None  # mesh kernels: the mesh's axis names
-
-
 # TPU interpret mode logs detected races through this module's logger.
 RACE_LOGGER = "jax._src.pallas.mosaic.interpret.race_detection_state"
-
-
-def _scratch_init(avals: Sequence[Any]) -> tuple[np.ndarray, ...]:
-    """Scratch as the HLO interpreter starts it: NaN / int min, semaphores at zero."""
-    from jax._src.pallas import primitives as pallas_primitives
-
-    return tuple(np.asarray(pallas_primitives.uninitialized_value(a.shape, a.dtype))
-                 for a in avals)
 
 
 def program_runner(kernel: Kernel) -> ProgramRunner:
     """The kernel's one-program runner: a grid program of a `pallas_call`, or one core of a
     TPU mesh kernel (`mesh_program_runner`)."""
     from jax._src.pallas import hlo_interpreter
-
-    from pallaslab.model._jax import mesh_runners  # it builds on this module's runner
 
     if kernel.kind == "mesh" and kernel.backend == "mosaic_gpu":
         return mesh_runners.mosaic_gpu_block_runner(kernel)
@@ -103,7 +68,7 @@ def program_runner(kernel: Kernel) -> ProgramRunner:
             for d in dims),
         num_inputs=gm.num_inputs,
         num_outputs=gm.num_outputs,
-        scratch_init=_scratch_init(scratch_avals),
+        scratch_init=scratch_init(scratch_avals),
         discharged=discharged,
         vmapped_dims=vmapped,
         aliases=tuple((int(i) - n_index, int(o))
@@ -178,7 +143,7 @@ def program_equations(runner: ProgramRunner, ids: Sequence[int], scalars: Sequen
             text = jax_core.pp_eqn(eqn, context, settings).format()
             out.append(EquationValue(
                 index=k, primitive=eqn.primitive.name, text=_one_line(text, eqn, context),
-                source=_call_site(eqn),
+                source=call_site_of(eqn),
                 outputs=tuple(np.asarray(x) for x in values),
             ))
     return out
@@ -206,23 +171,6 @@ def _one_line(text: str, eqn: Any, context: Any) -> str:
 def _local_grid_env_static(runner: ProgramRunner, ids: list[Any]) -> tuple[Any, ...]:
     return tuple(pallas_core.GridAxis(ids[d], b) for d, b in enumerate(runner.grid)
                  if d not in runner.vmapped_dims)
-
-
-def kernel_arg_names(kernel: Kernel) -> dict[str, str]:
-    """The kernel body's parameter names (e.g. "x_ref") -> operand origins.
-
-    TPU interpret mode names operands by these in its error messages.
-    """
-    eqn = kernel.handle.eqn
-    if eqn.primitive is not PALLAS_CALL:
-        return {}
-    names = eqn.params["jaxpr"].debug_info.arg_names
-    if names is None:
-        return {}
-    gm = eqn.params["grid_mapping"]
-    body_ops = [op for op in kernel.operands if not op.scalar_prefetch]
-    return {str(n): op.origin for n, op in
-            zip(names[gm.num_index_operands:], body_ops, strict=False)}
 
 
 def tpu_interpret_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
@@ -255,7 +203,7 @@ def tpu_interpret_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
         next_id += 1
     n_blocks = gm.num_inputs + gm.num_outputs
     for i, op in enumerate(body_ops):
-        space = (_memory_space(gm.block_mappings[i].transformed_block_aval)
+        space = (memory_space_of(gm.block_mappings[i].transformed_block_aval)
                  if i < n_blocks else op.memory_space)
         if space in ("any", "hbm"):
             continue
@@ -291,9 +239,9 @@ def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
         if _first_launch(eqn, ins, target, eval_eqn):
             raise _NotLaunched  # entered the loop / branch holding the kernel: it never ran
         if eqn.primitive in KERNEL_PRIMITIVES:
-            return _bind(eqn, ins, _override_params(eqn, interpreted(eqn)))
-        params = {k: _rewrite_value(v, interpreted)[0] for k, v in eqn.params.items()}
-        return _bind(eqn, ins, params)
+            return bind_eqn(eqn, ins, override_params(eqn, interpreted(eqn)))
+        params = {k: rewrite_value(v, interpreted)[0] for k, v in eqn.params.items()}
+        return bind_eqn(eqn, ins, params)
 
     try:
         interpret_jaxpr(closed_jaxpr, flat_args, eval_eqn)
@@ -369,8 +317,8 @@ def output_sources(closed_jaxpr: Any, kernels: Sequence[Kernel]
             if id(eqn) in index:
                 for j, v in enumerate(eqn.outvars):
                     made[v] = (index[id(eqn)], j)
-            elif eqn.primitive.name in (*_CALL_ONCE, "shard_map") and \
-                    (sub := _single_sub(eqn.params)) is not None:
+            elif eqn.primitive.name in (*CALL_ONCE, "shard_map") and \
+                    (sub := single_sub_jaxpr(eqn.params)) is not None:
                 inner = sources(sub)
                 for v, s in zip(eqn.outvars, inner, strict=False):
                     made[v] = s

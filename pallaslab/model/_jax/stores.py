@@ -37,9 +37,9 @@ from jax._src.state.types import AbstractRef
 
 from pallaslab.model._jax import access_bounds
 from pallaslab.model._jax.access_bounds import ACCESSES
-from pallaslab.model._jax.kernels import _call_site
+from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model._jax.rewrite import contains, eval_replacing
-from pallaslab.model._jax.trace import _bind
+from pallaslab.model._jax.trace import bind_eqn
 
 STORES = ("masked_swap", "swap", "addupdate")  # pl.store / ref[...] = x / ref[...] += x
 ATOMICS = ("atomic_rmw", "atomic_cas")  # programs may share elements through these by design
@@ -217,7 +217,7 @@ class _BoundsTally:
                 continue
             rank = (len(row) - 1) // 2
             found.append(OutOfBounds(
-                operand_of[id(eqn)], ACCESSES[eqn.primitive.name][0], _call_site(eqn),
+                operand_of[id(eqn)], ACCESSES[eqn.primitive.name][0], call_site_of(eqn),
                 self.programs[s], tuple(self.steps[s]), int(row[0]),
                 tuple(int(v) for v in row[1:1 + rank]), tuple(int(v) for v in row[1 + rank:])))
         return tuple(found)
@@ -319,7 +319,7 @@ class _Program:
             return [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
         if any(contains(sub, _instrumented) for sub in _subjaxprs(eqn.params)):
             return self._control_flow(eqn, invals)
-        outs = _bind(eqn, invals, eqn.params)
+        outs = bind_eqn(eqn, invals, eqn.params)
         if name in STORES:
             self._record_site(eqn, invals[0], self.recorder.store_sources)
             self._mark(eqn, invals, lanes, STORED)
@@ -348,7 +348,7 @@ class _Program:
 
     def _record_site(self, eqn: Any, ref: Any, sources: list[dict[str, None]]) -> None:
         j = self._output_index(ref)
-        if j is not None and (site := _call_site(eqn)):
+        if j is not None and (site := call_site_of(eqn)):
             sources[j].setdefault(site)
 
     def _mark(self, eqn: Any, invals: list[Any], lanes: access_bounds.Lanes | None,

@@ -16,14 +16,15 @@ from jax._src import core as jax_core
 
 from pallaslab.errors import IndexMapError, X64Error
 from pallaslab.model._jax.base import (
-    _CALL_ONCE,
-    _CONTEXT_NAMES,
+    CALL_ONCE,
+    CONTEXT_NAMES,
     KERNEL_PRIMITIVES,
     PALLAS_CALL,
     CaptureHandle,
     Jaxpr,
 )
 from pallaslab.model._jax.consumers import selected_after
+from pallaslab.model._jax.equation_fields import is_numpy_dtype
 
 # --------------------------------------------------------------------------------------------
 # Tracing
@@ -343,7 +344,7 @@ def _sub_jaxprs(params: Mapping[str, Any]) -> Iterator[Jaxpr]:
 
 def _context_label(eqn: Any, i: int, n: int) -> str:
     name = eqn.primitive.name
-    label = _CONTEXT_NAMES.get(name, name)
+    label = CONTEXT_NAMES.get(name, name)
     if name == "scan":
         return f"scan[length={eqn.params.get('length')}]"
     if name == "cond":
@@ -397,7 +398,7 @@ def concrete_kernel_operands(
         if is_kernel or _contains_kernel(eqn.params):
             outs, why = _run_kernel_here(eqn, ins, why)
         else:
-            outs = _bind(eqn, ins, eqn.params)
+            outs = bind_eqn(eqn, ins, eqn.params)
         if why is not None:
             tainted.update((id(x), (x, why)) for x in outs)
         return outs
@@ -422,7 +423,7 @@ def _run_kernel_here(eqn: Any, ins: list[Any], why: str | None) -> tuple[list[An
             f"they are computed from the output of {what}, which capture does not run")
     try:
         params = {**eqn.params, "interpret": eqn.params.get("interpret") or True}
-        return jax.block_until_ready(_bind(eqn, ins, params)), None
+        return jax.block_until_ready(bind_eqn(eqn, ins, params)), None
     except Exception as err:  # the earlier kernel fails here: say so, keep capturing
         line = (str(err).strip().splitlines() or [""])[0][:160]
         return _zeros_like_outputs(eqn), (
@@ -448,17 +449,17 @@ def interpret_jaxpr(
 
     for eqn in jaxpr.eqns:
         ins = [read(a) for a in eqn.invars]
-        sub = _single_sub(eqn.params) if eqn.primitive.name in _CALL_ONCE else None
+        sub = single_sub_jaxpr(eqn.params) if eqn.primitive.name in CALL_ONCE else None
         outs = interpret_jaxpr(sub, ins, eval_eqn) if sub is not None else eval_eqn(eqn, ins)
         env.update(zip(eqn.outvars, outs, strict=True))
     return [read(a) for a in jaxpr.outvars]
 
 
-def _is_literal(a: Any) -> bool:
+def is_literal(a: Any) -> bool:
     return isinstance(a, jax_core.Literal)
 
 
-def _bind(eqn: Any, ins: list[Any], params: Mapping[str, Any]) -> list[Any]:
+def bind_eqn(eqn: Any, ins: list[Any], params: Mapping[str, Any]) -> list[Any]:
     ans = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(params))
     return list(ans) if eqn.primitive.multiple_results else [ans]
 
@@ -466,10 +467,12 @@ def _bind(eqn: Any, ins: list[Any], params: Mapping[str, Any]) -> list[Any]:
 def _zeros_like_outputs(eqn: Any) -> list[Any]:
     """Stand-ins for outputs we do not compute (kernels are never run during capture)."""
     avals: list[Any] = [v.aval for v in eqn.outvars]
-    return [jnp.zeros(a.shape, a.dtype) for a in avals]
+    # A semaphore output (a DMA waited in a later kernel) has no values: int32 stands in.
+    return [jnp.zeros(a.shape, a.dtype if is_numpy_dtype(a.dtype) else jnp.int32)
+            for a in avals]
 
 
-def _single_sub(params: Mapping[str, Any]) -> Jaxpr | None:
+def single_sub_jaxpr(params: Mapping[str, Any]) -> Jaxpr | None:
     subs = list(_sub_jaxprs(params))
     return subs[0] if len(subs) == 1 else None
 

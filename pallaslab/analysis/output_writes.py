@@ -1,0 +1,77 @@
+"""How a kernel's body writes its outputs, as JAX records it (`model._jax.verdict_facts`), and
+the static rule it decides: `unwritten-output`, an output the body never writes.
+
+Only pallas_call kernels are read (their outputs map one-to-one onto the body's refs); mesh
+kernels (`pl.kernel`, `core_map`) and nested pipelines are left to the interpreters' runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pallaslab.analysis.finding import Finding
+from pallaslab.model import Kernel, Operand
+from pallaslab.model._jax import verdict_facts
+
+
+def _eqn(kernel: Kernel) -> object | None:
+    eqn = getattr(kernel.handle, "eqn", None)
+    if kernel.kind != "pallas_call" or eqn is None or "grid_mapping" not in eqn.params:
+        return None
+    return eqn
+
+
+def write_kinds(kernel: Kernel) -> dict[str, frozenset[str]]:
+    """Output origin -> the kinds of writes into it ("store", "atomic", "dma", "other");
+    empty when the kernel's body cannot be read this way."""
+    eqn = _eqn(kernel)
+    return verdict_facts.output_write_kinds(eqn) if eqn is not None else {}
+
+
+def only_atomic(kernel: Kernel, origin: str) -> bool:
+    """Is every write into output `origin` an atomic read-modify-write (atomic_add, _max,
+    _cas, _xchg, ...)? Programs sharing its elements then do not race."""
+    return write_kinds(kernel).get(origin) == frozenset({"atomic"})
+
+
+def revisit_any(kernel: Kernel) -> frozenset[str]:
+    """Outputs whose pipeline mode allows revisiting a block at any step
+    (`pl.Buffered(1, revisit=pl.RevisitMode.ANY)`)."""
+    eqn = _eqn(kernel)
+    return verdict_facts.revisit_any_outputs(eqn) if eqn is not None else frozenset()
+
+
+def written_for_interpreter(kernel: Kernel) -> bool:
+    """A pallas_call written with `interpret=True` and no compiler params: it targets no
+    hardware until a target is named."""
+    eqn = _eqn(kernel)
+    return (eqn is not None and not kernel.compiler_params and kernel.backend is None
+            and verdict_facts.interpreted(eqn))
+
+
+def unwritten_outputs(kernel: Kernel) -> Iterator[Finding]:
+    """Outputs no equation of the body writes (no store, atomic or DMA into them, nor any
+    other write JAX records), and not aliased to an input: they hold garbage."""
+    kinds = write_kinds(kernel)
+    for op in kernel.outputs:
+        if op.aliased_with is not None or kinds.get(op.origin, True):
+            continue
+        yield unwritten_finding(kernel, op)
+
+
+def unwritten_finding(kernel: Kernel, op: Operand) -> Finding:
+    name = f"{op.origin} ({op.param})" if op.param else op.origin
+    ref = op.param or "its ref"
+    where = f" (kernel {kernel.name} at {_short(kernel.source)})" if kernel.source else \
+        f" (kernel {kernel.name})"
+    return Finding(
+        "unwritten-output", "error",
+        f"{name}{where}: the kernel body never writes this output: no store, atomic or DMA "
+        f"into {ref}, and it is not aliased to an input (input_output_aliases), so all of "
+        "it holds whatever was in memory (garbage on TPU/GPU). Rule: a kernel must write "
+        "every output it declares (found without running it).",
+        operand=op.origin)
+
+
+def _short(source: str) -> str:
+    return source.rsplit("/", 1)[-1]

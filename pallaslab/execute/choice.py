@@ -1,0 +1,125 @@
+"""Which executor runs a capture when none is named (`auto`: the fastest that applies),
+and which two a comparison runs by default, with the reason in words.
+
+Names only: nothing here runs an executor (see `pallaslab.execute.executors.run` and
+`pallaslab.execute.auto.evaluate`), so the executors themselves may ask it (`vectorized`
+falls back to `interpreter_for`'s choice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from pallaslab.execute import capabilities
+from pallaslab.execute.protocol import ExecutorError
+from pallaslab.model import Kernel
+
+
+def interpreter_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
+    """The executor that can run every kernel of the capture interpreted: the HLO
+    interpreter (the fastest) unless it cannot (TPU mesh kernels, kernels that talk between
+    devices, shard_map kernels run on several devices: TPU interpret mode)."""
+    if _on_devices(cap, devices):
+        return "tpu-interpret"
+    mesh = [k for k in cap if k.kind == "mesh"]
+    if mesh and all(k.backend == "mosaic_gpu" for k in mesh):
+        return "gpu-interpret"
+    if capabilities.hlo_interpreter_refusal(cap) is not None:
+        return "tpu-interpret"
+    return "interpret"
+
+
+def _on_devices(cap: Sequence[Kernel], devices: int | None) -> bool:
+    """Kernels inside shard_map run on several simulated devices: whether they talk to each
+    other depends on the device count, which this process's capture may not have."""
+    return devices is not None and devices > 1 and any(k.device_mesh for k in cap)
+
+
+def default_executor_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
+    """`interpreter_for`, with the `vectorized` executor (interpret mode's results, programs
+    batched where provably equivalent, else interpreted) in place of the HLO interpreter on a
+    CPU host: the fast everyday default."""
+    name = interpreter_for(cap, devices)
+    return "vectorized" if name == "interpret" and jax.default_backend() == "cpu" else name
+
+
+def interpreter_choice(cap: Sequence[Kernel], devices: int | None = None) -> str | None:
+    """Why `interpreter_for` did not choose the HLO interpreter (None when it did)."""
+    if interpreter_for(cap, devices) == "interpret":  # (or `vectorized`: interpret mode)
+        return None
+    if why := capabilities.hlo_interpreter_refusal(cap):
+        return why
+    if _on_devices(cap, devices):
+        return (f"kernels inside shard_map on {devices} devices may talk to each other "
+                "(remote DMAs, semaphores): tpu-interpret runs them")
+    return "Mosaic GPU kernels: gpu-interpret"
+
+
+def needs_tpu_semantics(cap: Sequence[Kernel]) -> str | None:
+    """Why a TPU kernel must run where DMAs take time and waits block (TPU interpret mode),
+    or None. Interpret mode completes a DMA when it starts and lets every semaphore wait
+    pass, so a missing signal, or a missing or misplaced wait, would pass unseen."""
+    for k in cap:
+        if k.backend not in (None, "tpu"):
+            continue
+        for op in k.semaphore_ops:
+            if op.kind in ("wait", "dma_wait"):
+                return (f"kernel {k.name} waits on semaphore {op.semaphore}{_at(op.source)}: "
+                        "interpret mode does not block on semaphore waits, so a missing "
+                        "signal would pass unseen; TPU interpret mode models them")
+        for dma in k.dmas:
+            if dma.kind in ("async", "remote"):
+                return (f"kernel {k.name} starts a DMA into {dma.dst}{_at(dma.source)}: "
+                        "interpret mode completes a DMA as it starts, so a missing wait would "
+                        "pass unseen; TPU interpret mode models DMAs in flight")
+    return None
+
+
+def _at(source: str | None) -> str:
+    return f" at {source.rsplit('/', 1)[-1]}" if source else ""
+
+
+def run_executor_for(cap: Sequence[Kernel], devices: int | None = None
+                     ) -> tuple[str, str | None]:
+    """(the executor a single run uses, why when not interpret mode): `default_executor_for`,
+    except that kernels with DMAs or semaphore waits run under TPU interpret mode, which
+    keeps a DMA in flight until it is waited on and blocks on a wait as the chip does (and
+    reports a deadlock) where interpret mode passes both by."""
+    name = default_executor_for(cap, devices)
+    if name in ("interpret", "vectorized") and (why := needs_tpu_semantics(cap)) is not None:
+        return "tpu-interpret", why
+    return name, interpreter_choice(cap, devices)
+
+
+def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] | None,
+                      devices: int | None = None) -> tuple[tuple[str, str], str]:
+    """The executors a comparison runs when none are named, and a note saying which: the
+    executor that can run the kernels (`default_executor_for`: `vectorized` on a CPU host,
+    the HLO interpreter elsewhere, unless another interpreter must) against the reference
+    when one is given, else against TPU interpret mode."""
+    first = default_executor_for(kernels, devices)
+    why = interpreter_choice(kernels, devices)
+    if reference is not None and not any(op.kind == "read" for k in kernels
+                                         for op in k.semaphore_ops):
+        # against a reference alone, a kernel with DMAs or semaphore waits runs where they
+        # take effect (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
+        first, why = run_executor_for(kernels, devices)
+    second = "reference" if reference is not None else (
+        "tpu-interpret" if first in ("interpret", "vectorized") else None)
+    if second is None:
+        raise ExecutorError(
+            f"only {first} can run these kernels here ({why}), so there is nothing to compare "
+            f"it with: pass reference=my_ref (a pure-JAX function with the kernel function's "
+            f"signature), or name the executors")
+    because = f" ({why})" if why else ""
+    return (first, second), f"executors chosen by default: {first}, {second}{because}"
+
+
+def fallback_note(unavailable: str, executor: str) -> str:
+    """Why a run that needed TPU interpret mode's semaphores ran under another executor."""
+    short = unavailable.split(", used by")[0]
+    return (f"tpu-interpret could not run it: {short}; ran under {executor}, which "
+            "does not block on semaphore waits: a missing signal would not be seen")

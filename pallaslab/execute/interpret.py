@@ -1,0 +1,49 @@
+"""The `interpret` executor: JAX's HLO interpreter (`interpret=True`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pallaslab.execute import capabilities
+from pallaslab.execute.monitor import RunMonitor, total_programs
+from pallaslab.execute.prepared import Prepared
+from pallaslab.execute.protocol import ExecutorSpec
+from pallaslab.execute.result import RunResult
+from pallaslab.execute.running import timed_jaxpr_run
+from pallaslab.model import _jax
+
+
+class InterpretExecutor:
+    """JAX's HLO interpreter (`interpret=True`): fast, no TPU memory model."""
+
+    spec = ExecutorSpec(
+        name="interpret", label="interpret mode",
+        description="JAX's HLO interpreter (interpret=True): fast, no TPU memory model",
+        integer_fill="min", interpreter="JAX's HLO interpreter (interpret=True)",
+        refusal=capabilities.hlo_interpreter_refusal)
+    name = spec.name
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def cannot_run(self, prepared: Prepared) -> str | None:
+        return self.spec.refusal(prepared.capture)
+
+    def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
+        cap = prepared.capture
+        monitor = RunMonitor(list(cap), desc=self.name, total=total_programs(list(cap)),
+                             deadline=deadline)
+        by_eqn = {id(k.handle.eqn): k for k in cap}
+
+        def overrides(eqn: Any) -> dict[str, Any]:
+            update: dict[str, Any] = {"interpret": True}
+            kernel = by_eqn.get(id(eqn))
+            if kernel is not None:
+                index = kernel.index
+                update |= _jax.instrument_kernel(
+                    eqn, on_entry=lambda: monitor.enter_next(index),
+                    on_check=monitor.check_failed) or {}
+            return update
+
+        jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
+        return timed_jaxpr_run(self, prepared, jaxpr, monitor)
