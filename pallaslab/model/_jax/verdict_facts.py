@@ -10,10 +10,15 @@ How an output is written, per output origin, as a set of kinds:
 - "other": any other write JAX records (a nested call, a primitive we do not know): the
   analyses then assume nothing about it.
 An empty set: the body never writes the output, knowable without running it.
+
+Spin locks (`lock_guarded_outputs`): an output whose every plain load and store lies in a
+critical section of one lock, taken by a while loop spinning on `atomic_cas` of a scalar ref
+and released by an unmasked `atomic_xchg` of the same ref later in the same jaxpr.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,10 +26,13 @@ from jax._src import core as jax_core
 from jax._src.pallas import core as pallas_core
 from jax._src.state import types as state_types
 
+from pallaslab.model._jax.equation_fields import call_site_of
+
 STORES = ("swap", "masked_swap", "addupdate")
 ATOMICS = ("atomic_rmw", "atomic_cas")
 DMAS = ("dma_start", "tma_async_copy", "copy_gmem_to_smem", "copy_smem_to_gmem")
 _WRITES = (state_types.WriteEffect, state_types.AccumEffect)
+_ACCESSES = (*_WRITES, state_types.ReadEffect)
 
 
 def output_write_kinds(eqn: Any) -> dict[str, frozenset[str]]:
@@ -91,3 +99,164 @@ def _sub_jaxprs(params: Any) -> Iterator[Any]:
                 yield sub
             elif isinstance(getattr(sub, "jaxpr", None), jax_core.Jaxpr):
                 yield sub.jaxpr
+
+
+# --- spin locks ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LockedStores:
+    """An output whose every plain load and store sits in a critical section of one spin lock:
+    the programs that share its elements store them in turn, one holder at a time."""
+
+    lock: int  # the lock ref's position in the kernel body (Pallas's operand order)
+    acquires: tuple[str, ...]  # "path.py:LINE" of the loops spinning on atomic_cas
+    releases: tuple[str, ...]  # ... of the atomic_xchg releasing the lock
+    stores: tuple[str, ...]  # ... of the stores it guards
+
+
+@dataclasses.dataclass(frozen=True)
+class _Section:
+    """A critical section: the equations of one jaxpr between an acquire and its release."""
+
+    lock: int
+    start: int  # index of the acquiring loop
+    stop: int  # index of the releasing exchange
+    acquire: str | None
+    release: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Access:
+    """A plain load or store of an output, and the critical section it lies in (if any)."""
+
+    store: bool
+    source: str | None
+    section: _Section | None
+
+
+def lock_guarded_outputs(eqn: Any) -> dict[str, LockedStores]:
+    """Output origin -> its lock, for each output of a pallas_call equation that the body
+    stores plainly, always inside critical sections of one spin lock (loads of it too).
+    An output with a store or load outside them, or under two different locks, or written
+    in a way not followed (a DMA, an unknown primitive), is left out."""
+    gm = eqn.params["grid_mapping"]
+    body = eqn.params["jaxpr"]
+    positions = {v: i for i, v in enumerate(body.invars)}
+    first = gm.num_index_operands + gm.num_inputs
+    outputs = gm.block_mappings[gm.num_inputs:gm.num_inputs + gm.num_outputs]
+    found: dict[str, LockedStores] = {}
+    for bm, ref in zip(outputs, body.invars[first:first + gm.num_outputs], strict=True):
+        locked = _locked(list(_accesses(body, ref, positions, None)))
+        if locked is not None:
+            found[str(bm.origin)] = locked
+    return found
+
+
+def _locked(accesses: list[_Access]) -> LockedStores | None:
+    sections = [a.section for a in accesses]
+    stores = [a for a in accesses if a.store]
+    if not stores or any(s is None for s in sections):
+        return None
+    locks = {s.lock for s in sections if s is not None}
+    if len(locks) != 1:  # two locks do not exclude each other
+        return None
+    return LockedStores(
+        lock=locks.pop(),
+        acquires=_distinct(s.acquire for s in sections if s is not None),
+        releases=_distinct(s.release for s in sections if s is not None),
+        stores=_distinct(a.source for a in stores))
+
+
+def _distinct(sources: Iterator[str | None]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s for s in sources if s is not None))
+
+
+def _accesses(jaxpr: Any, ref: Any, positions: dict[Any, int],
+              outer: _Section | None) -> Iterator[_Access]:
+    """The plain loads and stores of `ref` in `jaxpr`, at any depth, each with the critical
+    section around it (`outer`: the one around the whole jaxpr). Atomics are left out (they
+    never race); a write not followed is an access outside any section."""
+    sections = _critical_sections(jaxpr, positions)
+    for i, eqn in enumerate(jaxpr.eqns):
+        effects = [e for e in eqn.effects if isinstance(e, _ACCESSES) and e.input is ref]
+        if not effects or eqn.primitive.name in ATOMICS:
+            continue
+        section = outer or next((s for s in sections if s.start < i < s.stop), None)
+        name = eqn.primitive.name
+        if name in STORES or not any(isinstance(e, _WRITES) for e in effects) and \
+                not list(_sub_jaxprs(eqn.params)):
+            yield _Access(name in STORES, call_site_of(eqn), section)
+            continue
+        inner = list(_inner_refs(eqn, ref, positions))
+        if not inner:  # a DMA, an unknown write: nothing is assumed about it
+            yield _Access(True, call_site_of(eqn), None)
+        for sub, sub_ref, sub_positions in inner:
+            yield from _accesses(sub, sub_ref, sub_positions, section)
+
+
+def _inner_refs(eqn: Any, ref: Any, positions: dict[Any, int]
+                ) -> Iterator[tuple[Any, Any, dict[Any, int]]]:
+    """(sub-jaxpr, `ref` in it, the kernel operands' positions of its inputs) for each
+    sub-jaxpr of `eqn` that `ref` is passed to."""
+    for sub, operands in _aligned(eqn):
+        matched = {inner: positions[v] for inner, v in zip(sub.invars, operands, strict=True)
+                   if isinstance(v, jax_core.Var) and v in positions and inner.aval == v.aval}
+        inner_refs = [w for w, p in matched.items() if p == positions.get(ref)]
+        if inner_refs:
+            yield sub, inner_refs[0], matched
+
+
+def _aligned(eqn: Any) -> Iterator[tuple[Any, list[Any]]]:
+    """Each sub-jaxpr of `eqn` with the operands of `eqn` its inputs receive (None where
+    none does). A while loop's condition and body get their own consts before the carry;
+    other equations are matched from the end (cond's predicate comes first)."""
+    p = eqn.params
+    if eqn.primitive.name == "while":
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        carry = eqn.invars[cn + bn:]
+        yield p["cond_jaxpr"].jaxpr, [*eqn.invars[:cn], *carry]
+        yield p["body_jaxpr"].jaxpr, [*eqn.invars[cn:cn + bn], *carry]
+        return
+    for sub in _sub_jaxprs(p):
+        offset = len(eqn.invars) - len(sub.invars)
+        yield sub, [eqn.invars[i] if i >= 0 else None
+                    for i in range(offset, offset + len(sub.invars))]
+
+
+def _critical_sections(jaxpr: Any, positions: dict[Any, int]) -> list[_Section]:
+    """Each acquire of a lock followed, in the same jaxpr, by its release."""
+    taken: dict[int, tuple[int, str | None]] = {}
+    sections = []
+    for i, eqn in enumerate(jaxpr.eqns):
+        if (lock := _acquired(eqn, positions)) is not None:
+            taken[lock] = (i, call_site_of(eqn))
+        elif (lock := _released(eqn, positions)) is not None and lock in taken:
+            start, acquire = taken.pop(lock)
+            sections.append(_Section(lock, start, i, acquire, call_site_of(eqn)))
+    return sections
+
+
+def _acquired(eqn: Any, positions: dict[Any, int]) -> int | None:
+    """The lock a `while` equation takes: its condition spins on `atomic_cas` of a ref
+    passed in as a condition const (`while atomic_cas(lock, 0, 1) != 0`)."""
+    if eqn.primitive.name != "while":
+        return None
+    cond = eqn.params["cond_jaxpr"].jaxpr
+    consts = cond.invars[:eqn.params["cond_nconsts"]]
+    for inner in cond.eqns:
+        if inner.primitive.name == "atomic_cas" and inner.invars[0] in consts:
+            outer = eqn.invars[consts.index(inner.invars[0])]
+            return positions.get(outer)
+    return None
+
+
+def _released(eqn: Any, positions: dict[Any, int]) -> int | None:
+    """The lock an unmasked `atomic_xchg` of a whole scalar ref releases."""
+    if eqn.primitive.name != "atomic_rmw" or \
+            getattr(eqn.params.get("atomic_type"), "name", None) != "XCHG":
+        return None
+    ref, _, _, mask = eqn.params["args_tree"].unflatten(eqn.invars)
+    if mask is not None or getattr(ref.aval, "shape", None) != ():  # one whole lock
+        return None
+    return positions.get(ref)

@@ -1,0 +1,45 @@
+"""Run verdicts of issue 24 (capture and the TPU/GPU interpreters), on the kernels of
+`kernels_run_verdicts.py`."""
+
+from __future__ import annotations
+
+import kernels_run_verdicts as K
+import pytest
+
+import pallaslab
+from pallaslab.analysis.inspection import inspect_kernel
+
+ASYNC_COPIES = ["async_copy_local", "async_copy_prefetch", "async_copy_remote"]
+
+
+def _capture(name: str):
+    fn, args = getattr(K, name)()
+    return pallaslab.capture(fn, *args)
+
+
+@pytest.mark.parametrize("name", ASYNC_COPIES)
+def test_semaphores_between_kernels_are_semaphores_not_arrays(name):
+    """A DMA started in one kernel and waited in the next: its semaphore is an output, then an
+    input. Capture used to fail ("Cannot interpret 'dma_sem' as a data type")."""
+    kernels = list(_capture(name))
+    sems = [op for k in kernels for op in k.operands if op.memory_space == "semaphore_mem"]
+    assert sems, f"{name}: no semaphore operand captured"
+    for op in sems:
+        assert op.is_semaphore and op.element == "dma_sem", op
+        assert op.block_dims is None and not op.windowed, op  # not pipelined, no bytes moved
+    assert {op.role for op in sems} == {"input", "output"}
+
+
+@pytest.mark.parametrize("name", ASYNC_COPIES)
+def test_semaphores_between_kernels_are_not_blocks(name):
+    """No block rule applies to a semaphore operand: it was a false `tpu-block-shape` error
+    ("a rank-0 (scalar) int32 block in semaphore_mem memory")."""
+    for kernel in _capture(name):
+        found = inspect_kernel(kernel, backend="tpu").findings
+        assert not [f.message for f in found if f.severity == "error"], kernel.name
+
+
+def test_the_dma_names_its_semaphore_output():
+    start = next(iter(_capture("async_copy_local")))
+    (dma,) = start.dmas
+    assert (dma.src, dma.dst, dma.semaphore) == ("args[0]", "outputs[1]", "outputs[2]")
