@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,9 @@ def new_log_lines(path: Path, offset: int, noise: tuple[str, ...] = ()) -> list[
             if line.strip() and not any(n in line for n in noise)][:MAX_LOG_LINES]
 
 
+_FATAL_LINE = re.compile(r"^F\d{4} ")  # glog's fatal severity
+
+
 # --- the parent's side ------------------------------------------------------------------------
 
 
@@ -99,7 +103,11 @@ class CompilerWorker:
         line = self._proc.stdout.readline()
         if not line:
             self._proc.wait()
-            tail = self.log_path.read_text(errors="replace").splitlines()[-15:]
+            lines = self.log_path.read_text(errors="replace").splitlines()
+            # A failed CHECK's own line ("F... ] Check failed: ...") may sit above the stack
+            # trace that follows it: keep it with the tail.
+            fatal = [ln for ln in lines[:-15] if _FATAL_LINE.match(ln)][:1]
+            tail = fatal + lines[-15:]
             raise WorkerDied(f"{self.what} exited with status {self._proc.returncode}; its "
                              "last output:\n" + "\n".join(tail))
         response: dict[str, Any] = json.loads(line)

@@ -120,12 +120,14 @@ def from_compile_error(message: str, kernel_name: str, target: str) -> Diagnosti
             "pltpu.CompilerParams(vmem_limit_bytes=...) or use smaller blocks). Compiler: "
             + m[0] + ".",
             data=(("needed_bytes", needed), ("limit_bytes", limit)))
-    if coded is not None or ("vmem" in message.lower() and (
-            "oom" in message.lower() or "memory" in message.lower())):
+    # Only a message about running out of VMEM is an OOM: libtpu's internal checks name memory
+    # spaces too ("IsSflagMemorySpace(...) vmem": a semaphore where a buffer was expected).
+    lowered = message.lower()
+    if coded is not None or ("sflag" not in lowered and "vmem" in lowered and (
+            "oom" in lowered or "memory" in lowered)):
         return Diagnostic("error", "vmem-oom",
                           f"kernel {kernel_name!r} does not fit VMEM on {target}: "
                           + headline(message))
-    lowered = message.lower()
     if "layout" in lowered:
         code = "layout"
     elif _UNSUPPORTED.search(message):

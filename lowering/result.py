@@ -17,7 +17,9 @@ class Diagnostic:
     rejects), `tpu-buffer-count` (`pl.Buffered(n > 2)`), `tpu-mixed-element` (`pl.Element`
     mixed with blocked dimensions), `unsupported-target` (e.g. a SparseCore kernel for a chip
     without SparseCores), `unsupported-op`, `layout`, `shape`, `lowering-error`,
-    `compile-error`, `wrong-backend`, `params-adapted`, `missing-tool`, `no-compiler`.
+    `compile-error` (libtpu's code and name as data), `mosaic-alignment` (E2003),
+    `mosaic-gpu-pallas-call`, `compiler-crash` (the compiler process aborted; its fatal line),
+    `wrong-backend`, `params-adapted`, `missing-tool`, `no-compiler`.
     """
 
     severity: Severity

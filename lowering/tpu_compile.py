@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lowering import diagnostics, irtext
-from lowering.compiler_worker import CompilerWorker
+from lowering.compiler_worker import CompilerWorker, WorkerDied
 from lowering.result import Diagnostic, Stage
 from lowering.slices import Slice
 from lowering.targets import Target
@@ -96,7 +96,11 @@ def compile_tpu(kernel_name: str, target: Target, hlo: str, dumps: bool = True,
     topology, partitions = (target.topology, 1) if where is None else \
         (where.topology, where.partitions)
     assert topology is not None
-    response = worker().compile(topology, hlo, dumps, partitions)
+    try:
+        response = worker().compile(topology, hlo, dumps, partitions)
+    except WorkerDied as died:  # libtpu aborted (a failed CHECK): the next compile restarts it
+        return TpuCompiled(False, (), (compiler_crash(str(died), kernel_name, target.name),),
+                           0.0)
     stages = []
     for name, text in response["passes"]:
         clean, sources = irtext.pretty_ir_with_sources(text)
@@ -239,3 +243,23 @@ def module_buffers(text: str) -> Buffers:
 def _int_attr(attrs: str, name: str) -> int:
     m = re.search(_ATTR.format(name), attrs)
     return int(m.group(1)) if m else 0
+
+
+# libtpu's fatal log line: "F1127 17:12:52.840129   17691 file.cc:2714] Check failed: ..."
+_FATAL = re.compile(r"^F\d{4} [\d:.]+\s+\d+ (?P<at>[\w.]+:\d+)\] (?P<what>.*)$", re.M)
+_SEMAPHORE_SPACE = "memory space: sflag"
+
+
+def compiler_crash(message: str, kernel_name: str, target: str) -> Diagnostic:
+    """The diagnostic for a compile that killed libtpu (a failed CHECK aborts the process):
+    the compiler's own fatal line, and what it means where we know."""
+    m = _FATAL.search(message)
+    what = f"{m['what'].strip()} (at {m['at']})" if m else diagnostics.headline(message)
+    text = (f"libtpu aborted while compiling kernel {kernel_name!r} for {target} (ahead of "
+            f"time, on this CPU host): {what}")
+    if _SEMAPHORE_SPACE in message:
+        text += (". XLA's TPU backend was asked to copy a buffer out of semaphore memory "
+                 "(\"sflag\"): a semaphore returned by one pallas_call and passed to another "
+                 "(JAX's async-copy pattern) is copied between the calls by this compile. "
+                 "Whether the compile on a TPU host accepts it is not checked here")
+    return Diagnostic("error", "compiler-crash", text)

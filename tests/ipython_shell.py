@@ -30,13 +30,19 @@ def run(sh: InteractiveShell, cell: str) -> tuple[Any, Any]:
 
 
 def record_displays(monkeypatch: Any) -> list:
-    """Every object the magic displays (the Workbench itself), still displayed as usual."""
+    """Every object the magic displays (the Workbench itself), still displayed as usual; not
+    the raw MIME bundles an object's own `_ipython_display_` publishes for it."""
     import IPython.display
 
     objects: list = []
     real = IPython.display.display
-    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: (objects.append(obj),
-                                                                       real(obj, **kw)))
+
+    def recording(obj: Any, **kw: Any) -> Any:
+        if not kw.get("raw"):
+            objects.append(obj)
+        return real(obj, **kw)
+
+    monkeypatch.setattr(IPython.display, "display", recording)
     return objects
 
 

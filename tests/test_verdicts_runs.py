@@ -43,3 +43,32 @@ def test_the_dma_names_its_semaphore_output():
     start = next(iter(_capture("async_copy_local")))
     (dma,) = start.dmas
     assert (dma.src, dma.dst, dma.semaphore) == ("args[0]", "outputs[1]", "outputs[2]")
+
+
+@pytest.mark.parametrize("name", ["async_copy_local", "async_copy_prefetch"])
+def test_interpreters_say_they_cannot_run_a_semaphore_passed_between_kernels(name):
+    """JAX's own interpreters fail on this pattern (nan + dma_sem; no `full` for semaphores):
+    each executor is unavailable with the reason, never failed or crashed."""
+    fn, args = getattr(K, name)()
+    cmp = pallaslab.compare(fn, *args, executors="tpu-interpret,interpret")
+    for status in cmp.statuses.values():
+        assert status.status == "unavailable", status
+        assert "DMA semaphore passed between pallas_calls (outputs[2] (sem) of kernel" in \
+            status.reason and "waited in kernel" in status.reason
+        assert "judge it statically" in status.reason
+
+
+def test_step_refuses_a_semaphore_passed_between_kernels():
+    fn, args = K.async_copy_local()
+    with pytest.raises(pallaslab.errors.UnavailableError, match="DMA semaphore passes"):
+        pallaslab.step(fn, *args, kernel=1)
+
+
+def test_racing_cores_of_a_mesh_kernel_are_named():
+    fn, args = K.core_map_race()
+    result = pallaslab.run(fn, *args, executor="tpu-interpret")
+    (race,) = [f for f in result.findings if f.code == "data-race"]
+    assert "between core 0 and core 1" in race.message, race.message
+    assert "async copy of core 0" in race.message and "of core 1" in race.message
+    assert race.operand == "outputs (o_hbm)" and race.programs == ((0,), (1,))
+    assert "kernels_run_verdicts.py:147" in race.message

@@ -17,11 +17,14 @@ import numpy as np
 from pallaslab.analysis.coverage import MAX_EXAMPLES, coverage
 from pallaslab.analysis.finding import Finding, Severity
 from pallaslab.analysis.output_writes import (
+    lock_guarded_finding,
+    lock_guards,
     only_atomic,
     revisit_any,
     unwritten_outputs,
     written_for_interpreter,
 )
+from pallaslab.analysis.smem_order import SMEM_ORDER_CODES, smem_order_findings
 from pallaslab.analysis.tiling import (
     OperandTiling,
     Tiling,
@@ -43,6 +46,7 @@ CODES = (
     "unwritten-output",
     "output-revisit",
     "parallel-write-conflict",
+    "lock-guarded-store",
     "out-of-bounds-access",
     "vmem-overflow",
     "vmem-spill-risk",
@@ -51,6 +55,7 @@ CODES = (
     "tiling-unavailable",
     "empty-grid",
     "structure-unread",
+    *SMEM_ORDER_CODES,
 )
 
 
@@ -100,6 +105,7 @@ def find(
                       "and the views leave it out (a gap of pallaslab's, not of the kernel)")
               for note in kernel.structure_notes]
     found += unwritten_outputs(kernel)
+    found += smem_order_findings(kernel)  # Mosaic GPU: SMEM used before its TMA copy is done
     if tiling is None:
         reason = tiling_unavailable_reason(kernel)
         if reason and kernel.kind == "pallas_call":
@@ -414,6 +420,7 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
             ", ".join(str(d) for d in concurrent))
     if not concurrent:
         return
+    guarded = lock_guards(kernel) if rules.gpu else {}  # TPU has no spin locks
     for ot in tiling.operands.values():
         # An output left in HBM/ANY is written by the body's own DMAs (or nested pipelines),
         # not through its window: the window says nothing of which elements a program writes
@@ -427,6 +434,12 @@ def parallel_write_conflicts(kernel: Kernel, tiling: Tiling, rules: Rules) -> It
         if steps is None:
             continue
         blocks = _blocks(ot, steps)
+        if ot.origin in guarded:  # the programs store in turn, holding the lock
+            yield lock_guarded_finding(
+                kernel, kernel.operand(ot.origin), guarded[ot.origin],
+                f"programs {', '.join(str(p) for p in _examples(tiling, steps)[:3])} all "
+                f"write output block {blocks[0]}")
+            continue
         yield Finding(
             "parallel-write-conflict", "error",
             f"{ot.origin}: programs {', '.join(str(p) for p in _examples(tiling, steps)[:3])} "

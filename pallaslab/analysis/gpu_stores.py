@@ -8,7 +8,8 @@ values captured, other inputs seeded), giving
 
 - `out-of-bounds-access`: unmasked lanes reaching outside their array (JAX's interpreters
   clamp them, so outputs can look right; on a GPU they are illegal addresses);
-- `parallel-write-conflict`: elements stored by two programs (atomics are never conflicts);
+- `parallel-write-conflict`: elements stored by two programs (atomics are never conflicts,
+  nor are stores a spin lock guards: `lock-guarded-store` says what was assumed);
 - `uncovered-output`: output elements no program stores (outputs aliased to an input keep
   its values, and are left out).
 """
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from pallaslab.analysis.finding import Finding
-from pallaslab.analysis.output_writes import unwritten_outputs
+from pallaslab.analysis.output_writes import lock_guarded_finding, lock_guards, unwritten_outputs
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.model import Kernel, Operand
 from pallaslab.model._jax import stores
@@ -127,6 +128,7 @@ def _out_of_bounds(kernel: Kernel, tiling: Tiling,
 
 def _conflicts(kernel: Kernel, tiling: Tiling,
                stored: Sequence[stores.StoredElements]) -> Iterator[Finding]:
+    guarded = lock_guards(kernel)
     for op, elements in zip(kernel.outputs, stored, strict=True):
         shared = np.flatnonzero(elements.count >= 2)
         if not len(shared):
@@ -134,6 +136,11 @@ def _conflicts(kernel: Kernel, tiling: Tiling,
         at = _elements(shared[:MAX_EXAMPLES], elements.count.shape)
         first = tiling.program_at(int(elements.first.flat[shared[0]]))
         last = tiling.program_at(int(elements.last.flat[shared[0]]))
+        if op.origin in guarded:  # the programs store in turn, holding the lock
+            yield lock_guarded_finding(
+                kernel, op, guarded[op.origin],
+                f"programs {first} and {last} both store element {at[0]}")
+            continue
         yield Finding(
             "parallel-write-conflict", "error",
             f"{op.origin}: programs {first} and {last} both store element {at[0]} "

@@ -187,7 +187,7 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
         why_not_interpret = fallback
     # Why not the HLO interpreter, when it was not chosen: the note says which and why.
     under = f"{mode} ({why_not_interpret})" if why_not_interpret else mode
-    if result.batching and result.ran_under is None:  # batched, not handed to an interpreter
+    if _shares_interpret_label(result):  # e.g. vectorized, not handed to an interpreter
         under += f" ({result.executor})"
     stayed = f"; {result.in_process}" if result.in_process else ""
     prints = tuple(result.prints)
@@ -207,3 +207,10 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
     note = f"{head}: ran {kernels} under {under}, and it failed: {why}{stayed}"
     return Evaluation(None, InterpretedRunError(f"{mode} run failed: {why}"), name, names,
                       note, prints)
+
+
+def _shares_interpret_label(result: RunResult) -> bool:
+    """Whether the run's own executor (not the HLO interpreter, and not one it handed the run
+    to) goes by interpret mode's label, so the note must name it."""
+    return (result.ran_under is None and result.executor != "interpret"
+            and executor_spec(result.executor).label == executor_spec("interpret").label)

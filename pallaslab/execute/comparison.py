@@ -45,7 +45,7 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.analysis.inspection import KernelInspection, inspect_kernel
+from pallaslab.analysis.inspection import inspect_kernel
 from pallaslab.analysis.tiling import OperandTiling, Tiling
 from pallaslab.execute.choice import default_executors
 from pallaslab.execute.data import DEFAULT_SEED
@@ -63,8 +63,8 @@ from pallaslab.execute.protocol import Executor, ExecutorError
 from pallaslab.execute.reference import located
 from pallaslab.execute.registry import executor_names, get_executor
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
-from pallaslab.execute.static_checks import StaticFinding, check_errors, why_the_runs_agree
-from pallaslab.execute.unwritten import unwritten_findings
+from pallaslab.execute.static_checks import StaticFinding, unreported_errors, why_the_runs_agree
+from pallaslab.execute.unwritten import unwritten_confirmed
 from pallaslab.model import Kernel
 
 __all__ = ["Comparison", "OutputComparison", "PairComparison", "compare", "compare_arrays",
@@ -317,26 +317,18 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     if runners is None:
         names, note = default_executors(prepared.capture, reference, prepared.devices)
         runners, notes = _runners(list(names), reference), (note,)
-    results = tuple(_unwritten_confirmed(execute(r, prepared, timeout=timeout), prepared)
+    results = tuple(unwritten_confirmed(execute(r, prepared, timeout=timeout), prepared.capture)
                     for r in runners)
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
     required = tuple(r.name for r in runners) if named is not None else (
         ("reference",) if reference is not None else ())
     if on_devices := devices_note(prepared):
         notes = (*notes, on_devices)
-    notes = (*notes, *device_mismatches(compared), *core_mismatches(compared),
+    # How the reference ran (under jax.jit when it traces, else as written), said once here.
+    notes = (*notes, *(n for r in results if r.executor == "reference" for n in r.notes),
+             *device_mismatches(compared), *core_mismatches(compared),
              *why_the_runs_agree(compared.static_findings))
     return dataclasses.replace(compared, notes=notes, required=required)
-
-
-def _unwritten_confirmed(result: RunResult, prepared: Prepared) -> RunResult:
-    """The result with its integer `unwritten-output` errors judged again with the capture at
-    hand: by a second run with another fill, not by the value alone (`unwritten`)."""
-    if not any(f.code == "unwritten-output" and f.severity == "error" for f in result.findings):
-        return result
-    kept = tuple(f for f in result.findings if f.code != "unwritten-output")
-    found = unwritten_findings(dataclasses.replace(result, findings=kept), prepared.capture)
-    return dataclasses.replace(result, findings=(*kept, *found))
 
 
 def _with_reference(executors: Sequence[str | Executor] | str,
@@ -464,16 +456,7 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
             block_shape=tuple(ot.extent) if ot is not None else None, pairs=pairs))
     return Comparison(tuple(r.executor for r in results), tuple(results), tuple(outputs),
                       tuple(prepared.capture),
-                      static_findings=_static_findings(inspections, results))
-
-
-def _static_findings(inspections: Sequence[KernelInspection], results: Sequence[RunResult]
-                     ) -> tuple[StaticFinding, ...]:
-    """The errors `pallaslab check` reports for the kernels (`static_checks`) that no run
-    already reported (tpu-interpret reports an output revisit itself)."""
-    reported = {(f.code, f.operand) for r in results for f in r.findings}
-    return tuple(s for insp in inspections for s in check_errors(insp)
-                 if (s.finding.code, s.finding.operand) not in reported)
+                      static_findings=unreported_errors(inspections, results))
 
 
 def _shape_dtype(results: Sequence[RunResult], i: int, prepared: Prepared

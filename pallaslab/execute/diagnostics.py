@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 
@@ -74,26 +75,34 @@ class RaceLog(logging.Handler):
             lg.removeHandler(self)
 
 
-def race_findings(log: RaceLog, kernels: list[Kernel]) -> Iterator[Finding]:
+def race_findings(log: RaceLog, kernels: list[Kernel], transfers: Sequence[Any] = ()
+                  ) -> Iterator[Finding]:
     """One `data-race` finding per distinct race as the user reads it (the interpreter's
-    messages differ in internal DMA ids where the race is the same)."""
+    messages differ in internal DMA ids where the race is the same). `transfers` (the run's
+    device record) name the cores whose async copies race in a mesh kernel."""
     seen: set[str] = set()
     for message, kernel_index, program, other in log.races:
         kernel = kernels[kernel_index] if kernel_index is not None else None
-        finding = _race_finding(message, kernel, program, other)
+        cores = _copy_cores(message, kernel, transfers)
+        if cores is not None:  # the DMAs' own "core" field is 0: the programs are the cores'
+            program, other = (_core_program(log.monitor, c) for c in cores)
+        finding = _race_finding(message, kernel, program, other, cores)
         if finding.message not in seen:
             seen.add(finding.message)
             yield finding
 
 
 def _race_finding(message: str, kernel: Kernel | None, program: tuple | None,
-                  other: tuple | None) -> Finding:
+                  other: tuple | None, cores: tuple[int, int] | None = None) -> Finding:
     m = _RACE.search(message)
     origin = _buffer_origin(kernel, m["space"], int(m["buf"])) if m and kernel else None
     programs = tuple(p for p in (program, other) if p is not None)
     remote = jax.device_count() > 1 and kernel is not None and kernel.communicates
     if m is not None:
         first, second = _actor(m, "", remote), _actor(m, "2", remote)
+        if cores is not None:
+            first, second = (f"{first} of core {c}" for c, first in zip(
+                cores, (first, second), strict=True))
         lines = [f"the {op} at {at}" for op, at in ((m["op"], _frame(m["frame"], kernel)),
                                                     (m["op2"], _frame(m["frame2"], kernel)))
                  if at]
@@ -103,7 +112,9 @@ def _race_finding(message: str, kernel: Kernel | None, program: tuple | None,
     else:
         first = second = where = ""
         what = message.splitlines()[0]
-    if programs and all(p == () for p in programs):
+    if cores is not None:
+        shown = f"between core {cores[0]} and core {cores[1]}"
+    elif programs and all(p == () for p in programs):
         shown = "in the kernel's only program"
     else:
         shown = "between programs " + (" and ".join(str(p) for p in programs)
@@ -234,7 +245,58 @@ def _program(monitor: RunMonitor, core: int | None) -> tuple[int, ...] | None:
 def _buffer_origin(kernel: Kernel | None, space: str, buffer_id: int) -> str | None:
     if kernel is None:
         return None
+    if kernel.kind == "mesh":
+        origin = mesh_buffers(kernel).get((space, buffer_id))
+        op = next((op for op in kernel.operands if op.origin == origin), None)
+        return _named(op) if op is not None else origin
     return _jax.tpu_interpret_buffers(kernel).get((space, buffer_id))
+
+
+def mesh_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
+    """(memory space, buffer id) -> origin for a TPU mesh kernel: TPU interpret mode numbers
+    buffers from 100, the HBM inputs and outputs first, then the scratch that is not in HBM
+    (semaphores have their own ids), as for a pallas_call with no blocks."""
+    found: dict[tuple[str, int], str] = {}
+    in_hbm = [op for op in (*kernel.inputs, *kernel.outputs)
+              if op.memory_space in ("any", "hbm")]
+    rest = [op for op in kernel.operands if op not in in_hbm and not op.is_semaphore
+            and op.memory_space not in ("any", "hbm")]
+    for i, op in enumerate(in_hbm):
+        found[("hbm", 100 + i)] = op.origin
+    for i, op in enumerate(rest, start=100 + len(in_hbm)):
+        found[(op.memory_space or "vmem", i)] = op.origin
+    return found
+
+
+def _named(op: Any) -> str:
+    return f"{op.origin} ({op.param})" if op.param else op.origin
+
+
+def _copy_cores(message: str, kernel: Kernel | None, transfers: Sequence[Any]
+                ) -> tuple[int, int] | None:
+    """The two cores whose async copies race, for a race between two DMAs of a mesh kernel
+    (the interpreter names a DMA by its id, not its core): when the record holds exactly two
+    copies into that buffer from those lines, started by two different cores."""
+    m = _RACE.search(message)
+    if m is None or kernel is None or kernel.kind != "mesh" or not transfers:
+        return None
+    n = jax.device_count()
+    if int(m["dev"]) < n or int(m["dev2"]) < n:  # a core's own access names its core
+        return None
+    buffer = f"{m['space']} #{m['buf']}"  # the record's "hbm #101", or "outputs (hbm #101)"
+    lines = {_frame(m[f], None) for f in ("frame", "frame2")}
+    copies = [t for t in transfers
+              if any(b == buffer or b.endswith(f"({buffer})") for b in (t.dst_buffer,
+                                                                         t.src_buffer))
+              and t.core is not None and t.source
+              and _frame(t.source + ":0", None) in lines]
+    cores = sorted({t.core for t in copies})
+    return (cores[0], cores[1]) if len(copies) == 2 and len(cores) == 2 else None
+
+
+def _core_program(monitor: RunMonitor, core: int) -> tuple | None:
+    where = monitor.program_on_core(core)
+    return where[1] if where else None
 
 
 def _tuple(text: str) -> tuple[int, ...]:

@@ -72,7 +72,7 @@ def execute(executor: Executor, prepared: Prepared, *, timeout: float | None = N
 
 def with_unwritten_findings(result: RunResult, prepared: Prepared) -> RunResult:
     """The result with an `unwritten-output` finding for each output no program fully wrote."""
-    found = unwritten_findings(result, list(prepared.capture))
+    found = unwritten_findings(result, prepared.capture)
     return dataclasses.replace(result, findings=(*result.findings, *found)) if found else result
 
 

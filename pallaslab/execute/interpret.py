@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pallaslab.execute import capabilities
+from pallaslab.execute import capabilities, semaphore_refusals
 from pallaslab.execute.monitor import RunMonitor, total_programs
 from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec
@@ -20,7 +20,8 @@ class InterpretExecutor:
         name="interpret", label="interpret mode",
         description="JAX's HLO interpreter (interpret=True): fast, no TPU memory model",
         integer_fill="min", interpreter="JAX's HLO interpreter (interpret=True)",
-        refusal=capabilities.hlo_interpreter_refusal)
+        refusal=semaphore_refusals.with_hlo_semaphore_refusal(
+            capabilities.hlo_interpreter_refusal))
     name = spec.name
 
     def unavailable(self) -> str | None:

@@ -40,22 +40,74 @@ class ReferenceExecutor:
         return self.spec.refusal(prepared.capture)
 
     def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
+        """Under `jax.jit` when the reference traces; else (Python control flow on values,
+        `int(arr[i])`, NumPy calls) as written, with a note saying so."""
         assert self.reference is not None
         name = getattr(self.reference, "__name__", "function")
+        notes: tuple[str, ...] = ()
         try:
-            t0 = time.perf_counter()
-            compiled = jax.jit(self.reference).lower(*prepared.args, **prepared.kwargs).compile()
+            try:
+                t0 = time.perf_counter()
+                traced = jax.jit(self.reference).trace(*prepared.args, **prepared.kwargs)
+                if leaked := escaped_tracers(traced.jaxpr, prepared):
+                    raise ExecutorError(_leak_message(name, leaked))
+                call: Callable[..., Any] = traced.lower().compile()
+            except _NOT_TRACEABLE as err:
+                call = self.reference
+                notes = (f"the reference {name} ran as written, not under jax.jit: tracing it "
+                         f"failed ({type(err).__name__}: it reads array values in Python)",)
             compile_time = time.perf_counter() - t0
             t1 = time.perf_counter()
-            outs = jax.block_until_ready(compiled(*prepared.args, **prepared.kwargs))
+            outs = jax.block_until_ready(call(*prepared.args, **prepared.kwargs))
             wall = time.perf_counter() - t1
+        except ExecutorError:
+            raise
         except Exception as err:  # the user's function failing is its own, said as such
             raise ExecutorError(f"the reference {name} raised {error_text(err)}") from err
+        if leaked := leaked_tracer(outs, prepared):
+            raise ExecutorError(_leak_message(name, leaked))
         leaves = numpy_values(jax.tree.leaves(outs))
         if mismatch := reference_mismatch(name, leaves, prepared):
             raise ExecutorError(mismatch)
         return RunResult(self.name, leaves, prepared.output_info, wall, compile_time,
-                         inputs=numpy_values(prepared.flat_args))
+                         inputs=numpy_values(prepared.flat_args), notes=notes)
+
+
+# Tracing errors of a reference that reads array values in Python: it runs as written.
+_NOT_TRACEABLE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                  jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+
+
+def _leak_message(name: str, outputs: str) -> str:
+    return (f"the reference {name} returned a JAX tracer as {outputs}: a value that escaped "
+            "from a transformation (jit, vmap, grad) it was traced under, kept in a global or "
+            "closed over from an earlier call, instead of an array computed in this call. "
+            "Rule: a reference returns arrays computed from its arguments.")
+
+
+def escaped_tracers(closed_jaxpr: Any, prepared: Prepared) -> str | None:
+    """The outputs of the reference's trace that no argument gives: tracing it met tracers
+    of another transformation (kept in a global, closed over) and took them as extra inputs.
+    None: it took its arguments only."""
+    jaxpr = closed_jaxpr.jaxpr
+    extra = len(jaxpr.invars) - len(jax.tree.leaves((prepared.args, prepared.kwargs)))
+    if extra <= 0:
+        return None
+    # Which inputs are the escaped ones cannot be told apart from the arguments by position
+    # alone: name the outputs that are inputs, else all of them.
+    infos = prepared.output_info
+    names = [infos[i].name if i < len(infos) else f"result[{i}]"
+             for i, v in enumerate(jaxpr.outvars) if v in set(jaxpr.invars)]
+    return ", ".join(names) or "its outputs"
+
+
+def leaked_tracer(outs: Any, prepared: Prepared) -> str | None:
+    """The name of the first output that is a JAX tracer (None: none is)."""
+    for i, leaf in enumerate(jax.tree.leaves(outs)):
+        if isinstance(leaf, jax.core.Tracer):
+            infos = prepared.output_info
+            return infos[i].name if i < len(infos) else f"result[{i}]"
+    return None
 
 
 def reference_mismatch(name: str, leaves: Sequence[np.ndarray], prepared: Prepared

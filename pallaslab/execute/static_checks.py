@@ -14,6 +14,9 @@ that is wrong on a TPU or GPU. The notes say why, per code (`WHY_THE_RUN_AGREES`
   block is not re-read from HBM, so the later write-back clobbers the earlier result.
 - `out-of-bounds-access` (GPU, whole-array refs): JAX's interpreters clamp a load or store
   past the array's end, so the run can match the reference where a GPU faults.
+- `unwaited-copy`, `uncommitted-smem` (Mosaic GPU): JAX's GPU interpreter lands TMA copies
+  and SMEM writes at once, so reading before `barrier_wait` or copying out before
+  `commit_smem` looks right there.
 - `parallel-write-conflict`: the interpreters (and `vectorized`, which batches only what is
   provably equivalent) run the programs one after the other, where a GPU runs them at once and
   a TPU may split "parallel" dimensions between its cores.
@@ -25,10 +28,12 @@ for the same reason: one kernel, one verdict.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import KernelInspection
+from pallaslab.execute.result import RunResult
 from pallaslab.model import Kernel
 
 # What the interpreters do instead of what the hardware does, said once per code.
@@ -43,6 +48,10 @@ WHY_THE_RUN_AGREES = {
                                "dimensions between its cores",
     "out-of-bounds-access": "JAX's interpreters clamp a load or store that reaches past its "
                             "array back inside it, where a GPU faults or corrupts memory",
+    "unwaited-copy": "JAX's GPU interpreter lands a TMA copy at once, so SMEM read before its "
+                     "barrier_wait already holds the data, where a GPU may read stale SMEM",
+    "uncommitted-smem": "JAX's GPU interpreter sees the threads' SMEM writes at once, where a "
+                        "GPU's TMA copy may read SMEM before commit_smem makes them visible",
 }
 
 
@@ -62,6 +71,15 @@ def check_errors(inspection: KernelInspection) -> tuple[StaticFinding, ...]:
     """The kernel's error findings, as `pallaslab check` (no `--target`) reports them."""
     kernel: Kernel = inspection.kernel
     return tuple(StaticFinding(kernel.index, kernel.name, f) for f in inspection.errors)
+
+
+def unreported_errors(inspections: Sequence[KernelInspection], results: Sequence[RunResult]
+                      ) -> tuple[StaticFinding, ...]:
+    """The kernels' `check_errors` that no run already reported (tpu-interpret reports an
+    output revisit itself)."""
+    reported = {(f.code, f.operand) for r in results for f in r.findings}
+    return tuple(s for insp in inspections for s in check_errors(insp)
+                 if (s.finding.code, s.finding.operand) not in reported)
 
 
 def why_the_runs_agree(found: tuple[StaticFinding, ...]) -> tuple[str, ...]:

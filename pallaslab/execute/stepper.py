@@ -53,6 +53,7 @@ from pallaslab.execute.mesh_stepping import (
 )
 from pallaslab.execute.monitor import Interruptible, progress
 from pallaslab.execute.prepared import Prepared, prepare
+from pallaslab.execute.semaphore_refusals import passed_semaphore
 from pallaslab.execute.step_worker import (  # the errors stay importable from here
     RUNNER_KEYS,
     CannotOpen,
@@ -110,6 +111,12 @@ class Stepper:
         self.notes: list[str] = []  # how the programs run, when it is not the usual way
         prepared = prepare(fn, args, kwargs, seed=seed)
         self.kernel: Kernel = select_kernel(prepared.capture, kernel)
+        if (passed := passed_semaphore(list(prepared.capture))) is not None:
+            raise UnavailableError(
+                f"kernel {self.kernel.name} cannot be stepped: a DMA semaphore passes between "
+                f"pallas_calls ({passed}), and the interpreters that run the kernels before it "
+                "cannot run that (see `pallaslab compare`); `check` and `lower --compile` "
+                "judge it statically")
         # A mesh kernel's programs are its cores (TPU) or blocks (Mosaic GPU): program ids
         # are mesh (grid) coordinates.
         self._per_core = self.kernel.kind == "mesh"

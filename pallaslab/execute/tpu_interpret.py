@@ -12,7 +12,7 @@ from typing import Any
 import jax
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.execute import capabilities, diagnostics
+from pallaslab.execute import capabilities, diagnostics, semaphore_refusals
 from pallaslab.execute.monitor import RunMonitor, total_programs
 from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec
@@ -26,7 +26,8 @@ TPU_INTERPRET_CORES = 2
 
 def tpu_interpret_refusal(kernels: Sequence[Kernel]) -> str | None:
     """Why TPU interpret mode cannot run these kernels (None: it can)."""
-    return _zero_size_refusal(kernels) or capabilities.tpu_interpreter_refusal(kernels)
+    return semaphore_refusals.tpu_interpreter_semaphore_refusal(kernels) or \
+        _zero_size_refusal(kernels) or capabilities.tpu_interpreter_refusal(kernels)
 
 
 class TpuInterpretExecutor:
@@ -105,6 +106,8 @@ class TpuInterpretExecutor:
                 reset=pltpu.reset_tpu_interpret_mode_state)
         if devices is not None:
             result = _with_device_record(result, devices, kernels)
+            if race_log.races and result.device_record is not None:  # copies' cores named
+                result = _with_copy_cores(result, race_log, kernels)
         if watch.found is not None:
             # Devices stopped after the run returned leave their failure in the runtime's
             # effect tokens and the interpreter's state: consume it, so the next run is clean.
@@ -133,13 +136,23 @@ def _with_device_record(result: RunResult, devices: Any, kernels: Sequence[Kerne
     said in a note; the run itself stands)."""
     try:
         names = {key: origin for k in kernels
-                 for key, origin in _jax.tpu_interpret_buffers(k).items()}
+                 for key, origin in (diagnostics.mesh_buffers(k) if k.kind == "mesh" else
+                                     _jax.tpu_interpret_buffers(k)).items()}
         record = devices.record(_jax.remote_destinations(kernels, jax.device_count()), names)
     except Exception as err:
         return dataclasses.replace(result, notes=(
             *result.notes, f"the record of the run's DMAs and semaphores could not be read: "
                            f"{type(err).__name__}: {err}"))
     return dataclasses.replace(result, device_record=record)
+
+
+def _with_copy_cores(result: RunResult, race_log: diagnostics.RaceLog,
+                     kernels: Sequence[Kernel]) -> RunResult:
+    """The race findings again, naming the cores whose async copies race (from the record)."""
+    transfers = result.device_record.transfers if result.device_record else ()
+    races = tuple(diagnostics.race_findings(race_log, list(kernels), transfers))
+    kept = tuple(f for f in result.findings if f.code != "data-race")
+    return dataclasses.replace(result, findings=(*races, *kept))
 
 
 def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> RunResult:

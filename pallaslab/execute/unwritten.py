@@ -9,9 +9,9 @@ fill after the run was (almost surely) written by no program. An integer fill is
 kernels do compute (an int8 `x + x` gives -128 for x = -64), so the value alone does not say:
 integers holding the fill are run again once, the suspect kernels under TPU interpret mode with
 another fill (`uninitialized_memory="zero"`, or "nan", its maximum, where the first fill was
-0), and only the elements holding the fill both times are unwritten (an error). The second run
-happens only when some integer output holds its fill, and needs the capture; where it cannot
-run, the value alone judges.
+0), and only the elements whose value changes are unwritten (an error): a written element
+holds the same value in both runs. The second run happens only when some integer output holds
+its fill, and needs the capture; where it cannot run, the value alone judges.
 A float NaN may also be one a program stored: computed from scratch read before it was
 written (the interpreters fill scratch with NaN too), from a DMA that never landed, or from
 log(-1): unless no program's block covers it, the finding says both (a warning), and a
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import jax
 import numpy as np
@@ -60,10 +61,11 @@ def unwritten_findings(result: RunResult, kernels: Sequence[Kernel]) -> tuple[Fi
     """An `unwritten-output` finding per kernel output of the run that holds fill values.
     Given the `Capture` itself (not a list of its kernels), integers holding the fill are
     confirmed by a second run with another fill (see the module's docstring)."""
-    if result.outputs is None:
+    outputs = result.outputs
+    if outputs is None:
         return ()
     suspects: dict[int, np.ndarray] = {}
-    for i, (info, value) in enumerate(zip(result.output_info, result.outputs, strict=True)):
+    for i, (info, value) in enumerate(zip(result.output_info, outputs, strict=True)):
         if info.kernel is None or info.origin is None or info.kernel >= len(kernels):
             continue
         if _aliased(kernels[info.kernel], info.origin):
@@ -78,9 +80,19 @@ def unwritten_findings(result: RunResult, kernels: Sequence[Kernel]) -> tuple[Fi
         info, kernel = result.output_info[i], kernels[result.output_info[i].kernel or 0]
         if info.kernel not in tilings:
             tilings[info.kernel or 0] = tile(kernel)
-        found.append(_finding(result, kernel, info.origin or "", result.outputs[i], mask,
+        found.append(_finding(result, kernel, info.origin or "", outputs[i], mask,
                               tilings[info.kernel or 0]))
     return tuple(found)
+
+
+def unwritten_confirmed(result: RunResult, capture: Sequence[Kernel]) -> RunResult:
+    """The result with its integer `unwritten-output` errors judged again with the capture at
+    hand (a `Capture`): by a second run with another fill, not by the value alone."""
+    if not any(f.code == "unwritten-output" and f.severity == "error" for f in result.findings):
+        return result
+    kept = tuple(f for f in result.findings if f.code != "unwritten-output")
+    found = unwritten_findings(dataclasses.replace(result, findings=kept), capture)
+    return dataclasses.replace(result, findings=(*kept, *found))
 
 
 def _confirmed(result: RunResult, kernels: Sequence[Kernel], suspects: dict[int, np.ndarray]
@@ -88,14 +100,15 @@ def _confirmed(result: RunResult, kernels: Sequence[Kernel], suspects: dict[int,
     """The suspects (output index -> elements holding the fill), integers kept only where a
     second run with another fill leaves that fill too (a written element holds the same
     value in both runs, so it cannot hold both fills)."""
-    ints = [i for i, m in suspects.items()
-            if np.issubdtype(np.asarray(result.outputs[i]).dtype, np.integer)]
+    outputs = result.outputs
     handle = getattr(kernels, "handle", None)  # a Capture: its jaxpr can run again
-    if not ints or handle is None or result.inputs is None:
+    if outputs is None or handle is None or result.inputs is None:
         return suspects
-    first = {i: np.asarray(result.outputs[i]).dtype.type(
-        _fill_value(result.ran_as, np.asarray(result.outputs[i]).dtype)) for i in ints}
-    mode = "nan" if any(v == 0 for v in first.values()) else "zero"
+    ints = [i for i in suspects if np.issubdtype(np.asarray(outputs[i]).dtype, np.integer)]
+    if not ints:
+        return suspects
+    first = {i: _fill_value(result.ran_as, np.asarray(outputs[i]).dtype) for i in ints}
+    mode: Literal["nan", "zero"] = "nan" if 0 in first.values() else "zero"
     wanted = {id(kernels[result.output_info[i].kernel or 0].handle.eqn) for i in ints}
     try:
         again = _run_with_fill(handle.closed_jaxpr, result.inputs, wanted, mode)
@@ -103,11 +116,10 @@ def _confirmed(result: RunResult, kernels: Sequence[Kernel], suspects: dict[int,
         return suspects
     confirmed = dict(suspects)
     for i in ints:
-        value = np.asarray(again[i])
-        second = np.iinfo(value.dtype).max if mode == "nan" else 0
-        if second == first[i]:
-            continue  # (cannot happen: the mode is chosen to differ) judged by value
-        mask = suspects[i] & (value == second)
+        # A written element holds the same value in both runs. One no program wrote holds
+        # the second fill, or (TPU interpret mode reuses a block's VMEM buffer) what an
+        # earlier program left in it: rarely the first fill again.
+        mask = suspects[i] & (np.asarray(again[i]) != np.asarray(outputs[i]))
         if mask.any():
             confirmed[i] = mask
         else:
@@ -115,8 +127,8 @@ def _confirmed(result: RunResult, kernels: Sequence[Kernel], suspects: dict[int,
     return confirmed
 
 
-def _run_with_fill(closed_jaxpr: object, inputs: Sequence[np.ndarray], kernels: set[int],
-                   mode: str) -> list[np.ndarray]:
+def _run_with_fill(closed_jaxpr: Any, inputs: Sequence[np.ndarray], kernels: set[int],
+                   mode: Literal["nan", "zero"]) -> list[np.ndarray]:
     """The captured function run again, the kernels of `kernels` (equation ids) under TPU
     interpret mode with `uninitialized_memory=mode`, the others under interpret=True."""
     from jax.experimental.pallas import tpu as pltpu

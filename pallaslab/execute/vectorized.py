@@ -44,7 +44,7 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
-from pallaslab.execute import capabilities
+from pallaslab.execute import capabilities, semaphore_refusals
 from pallaslab.execute.choice import interpreter_for
 from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec, numpy_values
@@ -210,7 +210,7 @@ class VectorizedExecutor:
         name="vectorized", label="interpret mode",
         description="the fast CPU executor: interpret mode's results, programs batched "
                     "where provably equivalent, else interpreted (the rule is reported)",
-        integer_fill="min")
+        integer_fill="min", refusal=semaphore_refusals.hlo_interpreter_semaphore_refusal)
     name = spec.name
 
     def unavailable(self) -> str | None:

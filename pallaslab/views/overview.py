@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
@@ -24,10 +25,13 @@ class OverviewPayload(TypedDict):
     compiler_params: dict[str, dict[str, str]]
     cost: dict[str, int] | None
     note: str | None  # why there is no grid view, when there is none
+    # the workbench was opened with devices=N but the kernel was traced here on fewer devices
+    devices_note: str | None
 
 
 def overview_payload(insp: KernelInspection, note: str | None = None,
-                     callers: Mapping[str, str] | None = None) -> OverviewPayload:
+                     callers: Mapping[str, str] | None = None,
+                     devices_note: str | None = None) -> OverviewPayload:
     """`callers`: input origin -> the caller's expression for it (see `caller_names`)."""
     k = insp.kernel
     cost = None
@@ -45,7 +49,25 @@ def overview_payload(insp: KernelInspection, note: str | None = None,
         op["label"] = labels[op["origin"]]  # "x_ref (args[0] = x)": what the views show
         op["argument"] = (callers or {}).get(op["origin"])
     return visible_payload(OverviewPayload(
-        kernel={**kernel, "index": k.index}, compiler_params=params, cost=cost, note=note))
+        kernel={**kernel, "index": k.index}, compiler_params=params, cost=cost, note=note,
+        devices_note=devices_note))
+
+
+def traced_devices_note(ctx: KernelContext) -> str | None:
+    """Said when the tabs describe another trace than the one the Step and Devices tabs run:
+    the workbench was opened with `devices=N`, and this kernel (inside shard_map) was traced
+    here on a mesh of fewer devices, so its grid and shard shapes are those of that trace."""
+    mesh = ctx.kernel.device_mesh
+    asked = ctx.options.get("devices")
+    if mesh is None or not asked:
+        return None
+    here = math.prod(size for _, size in mesh.axes)
+    if here == int(asked):
+        return None
+    return (f"traced in this process on {here} device(s): this grid and these shapes are that "
+            f"trace's; the Step and Devices tabs run the kernel on {asked} simulated devices, "
+            "where its grid and shards may differ (`pallaslab inspect CASE --devices "
+            f"{asked}` traces it on {asked})")
 
 
 class OverviewView(View):
@@ -62,7 +84,8 @@ class OverviewView(View):
 
         ctx = self.ctx
         callers = caller_names(ctx.capture, ctx.kernel, ctx.options.get("arg_names"))
-        return overview_payload(ctx.inspection, tiling_unavailable_reason(ctx.kernel), callers)
+        return overview_payload(ctx.inspection, tiling_unavailable_reason(ctx.kernel), callers,
+                                traced_devices_note(ctx))
 
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
@@ -78,6 +101,8 @@ class OverviewView(View):
             lines.append(f"  {op['label']:<12} {op['role']:<7} {op['dtype']}{op['shape']} "
                          f"block {_html.shape(op['block_shape'])} {op['memory_space']} "
                          f"fetches {_html.num(op['fetches'])}")
+        if p["devices_note"]:
+            lines.append(f"  note: {p['devices_note']}")
         lines += fused_text(k["fusion"])
         lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in k["findings"]]
         if not k["findings"]:
@@ -100,7 +125,8 @@ class OverviewView(View):
               _html.shape(o["block_shape"]), o["memory_space"], _html.num(o["buffer_count"]),
               _html.num(o["fetches"]), _html.num(o["hbm_bytes"])) for o in k["operands"]],
             numeric=(6, 7, 8))
-        note = f'<p class="pl-dim">{esc(p["note"])}</p>' if p["note"] else ""
+        note = "".join(f'<p class="pl-dim"{attr}>{esc(text)}</p>' for text, attr in (
+            (p["note"], ""), (p["devices_note"], ' data-role="devices-note"')) if text)
         return (f'<h3 class="pl-title">Kernel {self.ctx.kernel.index}: <code>{esc(k["name"])}'
                 f'</code></h3><dl class="pl-facts">{dl}</dl>{note}{ops}'
                 + fused_html(k["fusion"]) + _html.findings_list(self.ctx.findings))

@@ -15,14 +15,15 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from jax.experimental.pallas import triton as plt
 
 WRONG: dict[str, str] = {
-    # False passes today: JAX's GPU interpreter finds both with detect_races=True
-    # ("RACE DETECTED"); pallaslab's gpu-interpret runs without it.
+    # JAX's GPU interpreter lands the copy at once (no race without detect_races=True): a
+    # static walk of the body in program order finds both.
     "mgpu_read_before_tma_wait":
-        "check or compare fails (exit 1) with data-race: x_smem is read before any wait on "
+        "check or compare fails (exit 1) with unwaited-copy: x_smem is read before any wait on "
         "the barrier its TMA copy arrives on (on hardware the read races the copy)",
     "mgpu_copy_out_without_commit":
-        "check or compare fails (exit 1) with data-race: o_smem is written by the threads and "
-        "then TMA-copied to GMEM with no commit_smem between (the copy may read stale SMEM)",
+        "check or compare fails (exit 1) with uncommitted-smem: o_smem is written by the "
+        "threads and then TMA-copied to GMEM with no commit_smem between (the copy may read "
+        "stale SMEM)",
     # Caught today.
     "triton_racy_accumulate":
         "check fails with parallel-write-conflict on outputs, and compare exits 1 saying so: "

@@ -207,8 +207,8 @@ def tpu_interpret_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
                  if i < n_blocks else op.memory_space)
         if space in ("any", "hbm"):
             continue
-        if space == "semaphore":
-            continue  # semaphores have their own ids
+        if space in ("semaphore", "semaphore_mem"):
+            continue  # semaphores have their own ids (block mappings say "semaphore_mem")
         found[(space if space != "default" else "vmem", next_id)] = op.origin
         next_id += 1
     return found

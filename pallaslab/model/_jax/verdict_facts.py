@@ -183,10 +183,10 @@ def _accesses(jaxpr: Any, ref: Any, positions: dict[Any, int],
         if not effects or eqn.primitive.name in ATOMICS:
             continue
         section = outer or next((s for s in sections if s.start < i < s.stop), None)
-        name = eqn.primitive.name
-        if name in STORES or not any(isinstance(e, _WRITES) for e in effects) and \
-                not list(_sub_jaxprs(eqn.params)):
-            yield _Access(name in STORES, call_site_of(eqn), section)
+        writes = any(isinstance(e, _WRITES) for e in effects)
+        plain_load = not writes and not list(_sub_jaxprs(eqn.params))  # get, load, ...
+        if eqn.primitive.name in STORES or plain_load:
+            yield _Access(writes, call_site_of(eqn), section)
             continue
         inner = list(_inner_refs(eqn, ref, positions))
         if not inner:  # a DMA, an unknown write: nothing is assumed about it
@@ -202,9 +202,8 @@ def _inner_refs(eqn: Any, ref: Any, positions: dict[Any, int]
     for sub, operands in _aligned(eqn):
         matched = {inner: positions[v] for inner, v in zip(sub.invars, operands, strict=True)
                    if isinstance(v, jax_core.Var) and v in positions and inner.aval == v.aval}
-        inner_refs = [w for w, p in matched.items() if p == positions.get(ref)]
-        if inner_refs:
-            yield sub, inner_refs[0], matched
+        for inner_ref in (w for w, p in matched.items() if p == positions.get(ref)):
+            yield sub, inner_ref, matched  # every name the sub-jaxpr gives the output
 
 
 def _aligned(eqn: Any) -> Iterator[tuple[Any, list[Any]]]:
@@ -238,16 +237,19 @@ def _critical_sections(jaxpr: Any, positions: dict[Any, int]) -> list[_Section]:
 
 
 def _acquired(eqn: Any, positions: dict[Any, int]) -> int | None:
-    """The lock a `while` equation takes: its condition spins on `atomic_cas` of a ref
-    passed in as a condition const (`while atomic_cas(lock, 0, 1) != 0`)."""
+    """The lock a `while` equation takes: its condition spins on `atomic_cas` of a ref it
+    closes over (`while atomic_cas(lock, 0, 1) != 0: pass`), or its body does and the
+    condition tests the result (`while_loop(lambda held: held != 0, cas_again, 1)`)."""
     if eqn.primitive.name != "while":
         return None
-    cond = eqn.params["cond_jaxpr"].jaxpr
-    consts = cond.invars[:eqn.params["cond_nconsts"]]
-    for inner in cond.eqns:
-        if inner.primitive.name == "atomic_cas" and inner.invars[0] in consts:
-            outer = eqn.invars[consts.index(inner.invars[0])]
-            return positions.get(outer)
+    p = eqn.params
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    for jaxpr, refs in ((p["cond_jaxpr"].jaxpr, eqn.invars[:cn]),
+                        (p["body_jaxpr"].jaxpr, eqn.invars[cn:cn + bn])):
+        consts = jaxpr.invars[:len(refs)]
+        for inner in jaxpr.eqns:
+            if inner.primitive.name == "atomic_cas" and inner.invars[0] in consts:
+                return positions.get(refs[consts.index(inner.invars[0])])
     return None
 
 

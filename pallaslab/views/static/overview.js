@@ -10,7 +10,8 @@ import { h, num, findingsList } from "./prelude.js";
  * The kernel's `inspect --json` object (its schema is the CLI's), its compiler params by
  * backend, its cost estimate, and why there is no grid view when there is none.
  * @typedef {{kernel: Record<string, any>, compiler_params: Record<string, Record<string, string>>,
- *   cost: Record<string, number> | null, note: string | null}} OverviewPayload
+ *   cost: Record<string, number> | null, note: string | null,
+ *   devices_note?: string | null}} OverviewPayload
  * @typedef {{payload: OverviewPayload, selection: Record<string, never>}} OverviewModel the model's keys
  * @typedef {import("./prelude.js").Model<OverviewModel>} Model
  */
@@ -72,6 +73,11 @@ function render({ model, el }) {
   for (const [a, b] of facts) dl.append(h("dt", "", a), h("dd", "", String(b)));
   root.append(dl);
   if (p.note) root.append(h("p", "pl-dim", p.note));
+  if (p.devices_note) {
+    const note = h("p", "pl-dim", p.devices_note);
+    note.dataset.role = "devices-note";
+    root.append(note);
+  }
 
   const table = h("table", "pl-table");
   const head = h("tr");

@@ -1,0 +1,101 @@
+"""Views that agree (issue 26, item 3): the workbench header's verdict counts the comparison's
+failures, and a workbench opened with devices=N says when its tabs describe another trace than
+the N-device run of its Step and Devices tabs. Also the outputs a workbench displays (item 2):
+the live widget, then the static copy a saved notebook shows."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+from kernels import CATALOG, shifted_block_reference
+
+import pallaslab
+from pallaslab.views.base import LIVE_CLASS, SAVED_CLASS, WIDGET_VIEW, live_and_saved_bundles
+from pallaslab.workbench import Workbench, _header_html, header_verdict
+
+
+@pytest.fixture(scope="module")
+def compared():
+    fn, args = CATALOG["shifted_block_wrong"].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+    wb.compare(executors="interpret,reference", reference=shifted_block_reference)
+    return wb
+
+
+def test_header_counts_the_comparison_mismatch(compared):
+    verdict = header_verdict(compared.contexts[0])
+    assert verdict.findings == 0  # the static analysis sees nothing wrong ...
+    assert verdict.problems == ("MISMATCH",) and not verdict.ok  # ... the comparison does
+    html = _header_html(compared.contexts[0])
+    assert "compare: MISMATCH" in html and 'data-ok="false"' in html
+    assert "no errors" not in html
+    assert "compare: MISMATCH" in compared.to_html()  # the static workbench says it too
+
+
+def test_header_of_an_incomplete_comparison():
+    fn, args = CATALOG["shifted_block_wrong"].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+
+    def raises(x):
+        raise RuntimeError("no reference today")
+
+    wb.compare(executors="interpret,reference", reference=raises)
+    assert header_verdict(wb.contexts[0]).problems == ("incomplete",)
+    assert "compare: incomplete" in _header_html(wb.contexts[0])
+
+
+def test_header_of_a_clean_kernel_with_and_without_a_comparison():
+    fn, args = CATALOG["matmul_f32"].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+    assert header_verdict(wb.contexts[0]).status == "no errors"
+    wb.compare(executors="interpret,reference", reference=lambda x, y: x @ y)
+    verdict = header_verdict(wb.contexts[0])
+    assert verdict.ok and verdict.status == "no errors · compare: all close"
+
+
+def test_shown_header_is_refreshed_by_a_later_comparison():
+    pytest.importorskip("ipywidgets")
+    fn, args = CATALOG["shifted_block_wrong"].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+    header = wb.widget.children[0].children[0]
+    assert "no errors" in header.value
+    wb.compare(executors="interpret,reference", reference=shifted_block_reference)
+    assert "compare: MISMATCH" in header.value
+
+
+def test_a_workbench_displays_its_widget_then_its_static_copy(compared):
+    pytest.importorskip("anywidget")
+    live, saved = live_and_saved_bundles(lambda: compared.widget, compared.to_text,
+                                         compared.to_html)
+    assert WIDGET_VIEW in live and "Grid of kernel 0" in live["text/plain"]
+    assert LIVE_CLASS in compared.widget._dom_classes
+    # renderers without the widget (nbviewer, GitHub) read the copy, not a second one
+    assert "Compare" not in live["text/html"]
+    assert set(saved) == {"text/html"} and SAVED_CLASS in saved["text/html"]
+    assert "compare: MISMATCH" in saved["text/html"] and "MISMATCH" in saved["text/html"]
+
+
+def test_a_view_displays_its_widget_then_its_static_copy():
+    pytest.importorskip("anywidget")
+    fn, args = CATALOG["matmul_f32"].case()[:2]
+    view = pallaslab.inspect(fn, *args).grid()
+    live, saved = live_and_saved_bundles(lambda: view.widget, view.to_text, view.to_html)
+    assert WIDGET_VIEW in live and SAVED_CLASS in saved["text/html"]
+    assert "Grid matmul_kernel" in saved["text/html"].replace("<code>", "").replace("</code>",
+                                                                                     "")
+
+
+def test_a_workbench_opened_for_more_devices_says_its_tabs_describe_this_trace():
+    fn, args = CATALOG["ring_all_gather"].case()[:2]
+    here = jax.device_count()
+    cap = pallaslab.capture(fn, *args)
+    more = Workbench(cap, options={"devices": here + 3})
+    note = more.overview().payload()["devices_note"]
+    assert note and f"on {here} device(s)" in note and f"{here + 3} simulated devices" in note
+    assert "traced in this process" in more.overview().to_text()
+    assert 'data-role="devices-note"' in more.overview().to_html()
+    same = Workbench(cap, options={"devices": here})
+    assert same.overview().payload()["devices_note"] is None
+    mm, mm_args = CATALOG["matmul_f32"].case()[:2]
+    plain = Workbench(pallaslab.capture(mm, *mm_args), options={"devices": 4})
+    assert plain.overview().payload()["devices_note"] is None  # not inside shard_map
