@@ -31,7 +31,7 @@ $(MGPU_STAMP): $(STAMP)
 	v=$$($(PY) -c 'import importlib.metadata as m; print(m.version("jaxlib"))') && \
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(MGPU_DIR) \
 		"jax-cuda12-pjrt==$$v" "jax-cuda12-plugin==$$v"
-	$(PY) -m lowering.mosaic_gpu_compile --install-tools $(MGPU_DIR)
+	$(PY) -m pallaslab.lowering.mosaic_gpu_compile --install-tools $(MGPU_DIR)
 	touch $(MGPU_STAMP)
 
 # Debian's Chromium for the browser tests (never a downloaded browser build).

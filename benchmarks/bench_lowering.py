@@ -27,9 +27,9 @@ import jax.numpy as jnp  # noqa: E402
 from jax.experimental.pallas.ops.tpu import flash_attention as fa  # noqa: E402
 from kernels import CATALOG  # noqa: E402
 
-import lowering  # noqa: E402
 import pallaslab  # noqa: E402
-from lowering import tpu_compile  # noqa: E402
+from pallaslab import lowering  # noqa: E402
+from pallaslab.lowering import tpu_compile  # noqa: E402
 
 
 def timed(fn, repeat: int = 1) -> tuple[float, object]:

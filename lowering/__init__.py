@@ -17,11 +17,11 @@ The backend layer: it depends on `pallaslab.model` (and `errors`, `util`) only, 
 `pallaslab.model` depends on it.
 """
 
-from lowering.api import lower, lower_kernel
-from lowering.cache import cache_dir
-from lowering.irtext import normalise
-from lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
-from lowering.targets import GPU_TARGETS, TARGETS, TPU_TARGETS, Target, get_target
+from pallaslab.lowering.api import lower, lower_kernel
+from pallaslab.lowering.cache import cache_dir
+from pallaslab.lowering.irtext import normalise
+from pallaslab.lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
+from pallaslab.lowering.targets import GPU_TARGETS, TARGETS, TPU_TARGETS, Target, get_target
 
 __all__ = [
     "GPU_TARGETS",

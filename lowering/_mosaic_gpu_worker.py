@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowering.compiler_worker import serve
+from pallaslab.lowering.compiler_worker import serve
 
 # What the dump holds besides the PTX/ptxas/SASS: the module with its launch (shared memory).
 _KEEP = (".ptx", ".ptxas", ".sass", ".sass_ctrl", ".resources.txt", "layout_inference.txt")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowering.compiler_worker import serve
+from pallaslab.lowering.compiler_worker import serve
 
 # libtpu's start-up chatter about the (absent) TPU host; compiler messages are kept.
 NOISE = ("TPU_ACCELERATOR_TYPE", "host bounds", "InitGoogle", "Source Location Trace",

@@ -6,11 +6,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from lowering import cache, params, slices
-from lowering.cross import CrossLowered, cross_lower
-from lowering.diagnostics import headline
-from lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
-from lowering.targets import Target, get_target
+from pallaslab.lowering import cache, params, slices
+from pallaslab.lowering.cross import CrossLowered, cross_lower
+from pallaslab.lowering.diagnostics import headline
+from pallaslab.lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
+from pallaslab.lowering.targets import Target, get_target
 from pallaslab.model import Capture, Kernel, capture
 
 
@@ -131,13 +131,13 @@ def _stale(hit: KernelLowering) -> bool:
     A Mosaic GPU kernel cached as "no compiler here" once the compiler has been installed."""
     if hit.backend == "mosaic-gpu" and not hit.compiled and any(
             d.code == "no-compiler" for d in hit.diagnostics):
-        from lowering import mosaic_gpu_compile
+        from pallaslab.lowering import mosaic_gpu_compile
 
         return mosaic_gpu_compile.missing_compiler() is None
     if not (hit.compiled and hit.ok and hit.backend == "mosaic-tpu"
             and hit.resources.vmem_bytes is None and hit.stages):
         return False
-    from lowering import tpu_compile
+    from pallaslab.lowering import tpu_compile
 
     return tpu_compile.module_buffers(hit.stages[-1].text).vmem_bytes is not None
 
@@ -174,7 +174,7 @@ def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
 
 def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact: bool,
                  stages: list[Stage], diags: list[Diagnostic]) -> tuple[bool, bool, Resources]:
-    from lowering import tpu_compile
+    from pallaslab.lowering import tpu_compile
 
     assert cross.hlo is not None
     out = tpu_compile.compile_tpu(kernel.name, target, cross.hlo, where=cross.slice)
@@ -199,7 +199,7 @@ def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact
 
 def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic],
                 cross: CrossLowered) -> int | None:
-    from lowering import tpu_compile
+    from pallaslab.lowering import tpu_compile
     from pallaslab.model import _jax
 
     if kernel.kind == "mesh":
@@ -230,7 +230,7 @@ def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic],
 
 def _compile_triton(kernel: Kernel, target: Target, cross: CrossLowered, stages: list[Stage],
                     diags: list[Diagnostic]) -> tuple[bool, bool, Resources]:
-    from lowering import triton_compile
+    from pallaslab.lowering import triton_compile
 
     assert cross.ttir is not None
     num_warps, num_stages = params.triton_launch(kernel)
@@ -244,7 +244,7 @@ def _compile_mosaic_gpu(kernel: Kernel, target: Target, stages: list[Stage],
                         diags: list[Diagnostic]) -> tuple[bool, bool, Resources]:
     """XLA's CUDA plugin, compile-only, in a worker (when installed: `make mosaic-gpu-compiler`)
     compiles the kernel's StableHLO: PTX, ptxas' registers and spills, SASS."""
-    from lowering import mosaic_gpu_compile
+    from pallaslab.lowering import mosaic_gpu_compile
 
     if not mosaic_gpu_compile.supported(target):
         diags.append(Diagnostic("info", "no-compiler",

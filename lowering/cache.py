@@ -30,8 +30,8 @@ import re
 from pathlib import Path
 from typing import Any, get_args
 
-from lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resources, Stage
 from pallaslab.errors import PallasLabError
+from pallaslab.lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resources, Stage
 from pallaslab.model import Kernel
 from pallaslab.util import private_dir
 

@@ -20,11 +20,11 @@ from typing import Any
 import jax
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
-from lowering import diagnostics, irtext, params, slices
-from lowering.result import Diagnostic, Stage
-from lowering.slices import Slice
-from lowering.targets import Target
 from pallaslab.errors import missing
+from pallaslab.lowering import diagnostics, irtext, params, slices
+from pallaslab.lowering.result import Diagnostic, Stage
+from pallaslab.lowering.slices import Slice
+from pallaslab.lowering.targets import Target
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import lowering as _jax_lowering
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from lowering.result import Diagnostic
 from pallaslab.errors import PallasLabError
+from pallaslab.lowering.result import Diagnostic
 
 
 class LoweringContextError(PallasLabError, RuntimeError):

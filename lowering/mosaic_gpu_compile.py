@@ -28,10 +28,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lowering import diagnostics
-from lowering.compiler_worker import CompilerWorker, WorkerDied
-from lowering.result import Diagnostic, Resources, Stage
-from lowering.targets import Target
+from pallaslab.lowering import diagnostics
+from pallaslab.lowering.compiler_worker import CompilerWorker, WorkerDied
+from pallaslab.lowering.result import Diagnostic, Resources, Stage
+from pallaslab.lowering.targets import Target
 
 ENV_VAR = "PALLASLAB_MOSAIC_GPU_COMPILER"
 MAKE_TARGET = "make mosaic-gpu-compiler"
@@ -63,7 +63,7 @@ def install_command(directory: Path | None = None) -> str:
     directory = directory or compiler_dir()
     version = _jaxlib_version()
     return (f"pip install --no-deps --target {directory} jax-cuda12-pjrt=={version} "
-            f"jax-cuda12-plugin=={version} && python -m lowering.mosaic_gpu_compile "
+            f"jax-cuda12-plugin=={version} && python -m pallaslab.lowering.mosaic_gpu_compile "
             f"--install-tools {directory}")
 
 
@@ -130,7 +130,7 @@ def stablehlo(kernel: Any, target: Target) -> str:
     (its `mosaic_gpu_v2` custom call carries the Mosaic GPU module): what the plugin compiles."""
     import jax
 
-    from lowering import cross
+    from pallaslab.lowering import cross
     from pallaslab.model import _jax
     from pallaslab.model._jax import lowering as _jax_lowering
 
@@ -164,7 +164,7 @@ class MosaicGpuWorker(CompilerWorker):
         for flag in ("MOSAIC_GPU_DUMP_PTX", "MOSAIC_GPU_DUMP_PTXAS", "MOSAIC_GPU_DUMP_SASS"):
             env[flag] = "1"
         env["PALLASLAB_MOSAIC_GPU_DUMP"] = str(dump)
-        super().__init__("lowering._mosaic_gpu_worker", env, workdir,
+        super().__init__("pallaslab.lowering._mosaic_gpu_worker", env, workdir,
                          "the Mosaic GPU compiler worker",
                          cwd=str(Path(__file__).resolve().parent.parent))
 
@@ -295,7 +295,8 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--install-tools":
         install_tools(Path(argv[1]))
         return 0
-    print("usage: python -m lowering.mosaic_gpu_compile --install-tools DIR", file=sys.stderr)
+    print("usage: python -m pallaslab.lowering.mosaic_gpu_compile --install-tools DIR",
+          file=sys.stderr)
     return 2
 
 

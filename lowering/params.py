@@ -11,8 +11,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from lowering.result import Diagnostic
-from lowering.targets import Target
+from pallaslab.lowering.result import Diagnostic
+from pallaslab.lowering.targets import Target
 from pallaslab.model import Kernel
 
 TPU_KEYS = ("mosaic_tpu", "tpu", "mosaic")

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from lowering.result import Diagnostic, Severity
-from lowering.targets import Target
 from pallaslab.errors import PallasLabError
+from pallaslab.lowering.result import Diagnostic, Severity
+from pallaslab.lowering.targets import Target
 from pallaslab.model import Kernel
 
 # chip -> ((JAX devices, libtpu topology), ...), smallest first.

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lowering import diagnostics, irtext
-from lowering.compiler_worker import CompilerWorker, WorkerDied
-from lowering.result import Diagnostic, Stage
-from lowering.slices import Slice
-from lowering.targets import Target
 from pallaslab.errors import missing
+from pallaslab.lowering import diagnostics, irtext
+from pallaslab.lowering.compiler_worker import CompilerWorker, WorkerDied
+from pallaslab.lowering.result import Diagnostic, Stage
+from pallaslab.lowering.slices import Slice
+from pallaslab.lowering.targets import Target
 from pallaslab.util.tempdir import session_tmpdir
 
 
@@ -49,7 +49,7 @@ class TpuWorker(CompilerWorker):
         env["JAX_PLATFORMS"] = "cpu"  # the worker compiles for topology devices only
         env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"  # other processes may hold libtpu's lockfile
         env["PALLASLAB_MOSAIC_DUMP"] = str(dump)
-        super().__init__("lowering._tpu_worker", env, directory,
+        super().__init__("pallaslab.lowering._tpu_worker", env, directory,
                          "the TPU compiler worker (libtpu)")
 
     def compile(self, topology: str, hlo: str, dumps: bool = True, partitions: int = 1

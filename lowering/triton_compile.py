@@ -14,10 +14,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lowering import diagnostics
-from lowering.result import Diagnostic, Resources, Stage
-from lowering.targets import Target
 from pallaslab.errors import missing
+from pallaslab.lowering import diagnostics
+from pallaslab.lowering.result import Diagnostic, Resources, Stage
+from pallaslab.lowering.targets import Target
 
 _REGISTERS = re.compile(r"Used (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")

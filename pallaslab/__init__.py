@@ -9,7 +9,7 @@ magic). The packages, in the order data flows (docs/architecture.md):
   touching JAX's private modules;
 - `pallaslab.analysis`: pure analyses (tiling, findings, occupancy, pipeline model);
 - `pallaslab.execute`: executors, compare, the steppers, the killable worker process;
-- `lowering` (a top-level package beside this one): cross-lowering and real compiles;
+- `pallaslab.lowering` (the repository's `lowering/` folder): cross-lowering and real compiles;
 - `pallaslab.views` and `pallaslab.workbench`: one view per tab, and the tabbed workbench;
 - `pallaslab.magic` and `pallaslab.cli`: thin shells; `pallaslab.util`: leaf helpers;
   `pallaslab.cases` loads `file.py:function` cases, `pallaslab.errors` holds the errors.
@@ -41,10 +41,10 @@ def load_ipython_extension(ipython: object) -> None:
 
 
 def __getattr__(name: str) -> object:
-    # `lower` lives in the top-level `lowering` package, which imports pallaslab.model: import
-    # it on first use so that `import lowering` and `import pallaslab` work in either order.
+    # `lower` lives in `pallaslab.lowering`, which imports the compilers' front ends: import it
+    # on first use so that `import pallaslab` stays lean.
     if name == "lower":
-        from lowering import lower
+        from pallaslab.lowering import lower
 
         return lower
     # The workbench pulls in every view: imported when first used, not by `import pallaslab`

@@ -46,6 +46,15 @@ class KernelSelectionError(PallasLabError, IndexError):
     """A kernel was asked for by an index or name that the capture does not have."""
 
 
+class SettingError(PallasLabError, ValueError):
+    """A `PALLASLAB_*` environment variable set to a value its rule refuses (`settings`)."""
+
+
+class MemoryBudgetError(PallasLabError, MemoryError):
+    """A run would hold more memory than its budget ($PALLASLAB_MEMORY_BUDGET), refused
+    before any of it is allocated."""
+
+
 class MissingDependencyError(PallasLabError, ImportError):
     """An optional dependency is not installed; the message says what to install."""
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lowering.targets import TARGETS  # the one list of targets: the backend layer owns it
 from pallaslab.analysis import chips as chip_facts
 from pallaslab.analysis.findings import Finding
 from pallaslab.errors import PallasLabError
+from pallaslab.lowering.targets import TARGETS  # the one list of targets: the backend layer owns it
 from pallaslab.model import Capture, Kernel, capture, select_kernel
 from pallaslab.util.text import visible
 from pallaslab.views import _html

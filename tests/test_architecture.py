@@ -11,10 +11,15 @@ WIDGET_LIBS = ("IPython", "anywidget", "traitlets", "ipywidgets")
 HEAVY_OPTIONAL = ("libtpu", "triton", "playwright")
 SHELLS = ("pallaslab.magic", "pallaslab.cli")
 COMPAT = "pallaslab.model._jax"  # the compat layer: one package, a module per responsibility
+LOWERING = "pallaslab.lowering"  # the backend layer (the repository's lowering/ folder)
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """Its dotted name; the repository's `lowering/` folder is `pallaslab.lowering` (the link
+    `pallaslab/lowering`, which `rglob` does not follow, points at it)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    if parts[0] == "lowering":
+        parts = ("pallaslab", *parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -32,8 +37,7 @@ def imports(path: Path, *, top_level_only: bool = False) -> set[str]:
 
 
 def layer(name: str) -> str:
-    parts = name.split(".")
-    return parts[0] if parts[0] == "lowering" else ".".join(parts[:2])
+    return ".".join(name.split(".")[:2])
 
 
 def under(name: str, *prefixes: str) -> bool:
@@ -45,7 +49,7 @@ def test_import_rules(path):
     me = module_name(path)
     mine = layer(me)
     deps = imports(path)
-    ours = {d for d in deps if under(d, "pallaslab", "lowering")}
+    ours = {d for d in deps if under(d, "pallaslab")}
     if not under(me, COMPAT):
         assert not any(under(d, "jax._src") for d in deps), f"{me} imports jax._src"
     # Nothing imports the shells but the shells and the entry points (`python -m`, %load_ext).
@@ -57,12 +61,12 @@ def test_import_rules(path):
         allowed = ("pallaslab.model", "pallaslab.errors", "pallaslab.util")
         assert all(under(d, *allowed) for d in ours), f"model must not depend on {ours}"
     if mine == "pallaslab.analysis":
-        forbidden = ("pallaslab.execute", "pallaslab.views", "lowering")
+        forbidden = ("pallaslab.execute", "pallaslab.views", LOWERING)
         assert not any(under(d, *forbidden) for d in ours), f"{me}: {ours}"
-    if mine == "lowering":
-        allowed = ("lowering", "pallaslab.model", "pallaslab.errors", "pallaslab.util")
+    if mine == LOWERING:
+        allowed = (LOWERING, "pallaslab.model", "pallaslab.errors", "pallaslab.util")
         assert all(under(d, *allowed) for d in ours), f"lowering depends on {ours}"
-    if mine in ("pallaslab.model", "pallaslab.analysis", "lowering"):
+    if mine in ("pallaslab.model", "pallaslab.analysis", LOWERING):
         assert not any(under(d, *WIDGET_LIBS) for d in deps), f"{me} imports a widget library"
 
 
@@ -89,8 +93,7 @@ def module_paths(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
     found = {}
     for pkg in packages:
         for path in (root / pkg).rglob("*.py"):
-            parts = path.relative_to(root).with_suffix("").parts
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+            found[module_name(path, root)] = path
     return found
 
 
@@ -204,5 +207,5 @@ def test_no_module_imports_a_private_name_of_another():
                for me, path in sorted(modules.items())
                for base, name in imported_names(me, path)
                if name and name.startswith("_") and not name.startswith("__")
-               and under(base, "pallaslab", "lowering") and f"{base}.{name}" not in modules]
+               and under(base, "pallaslab") and f"{base}.{name}" not in modules]
     assert private == [], "private names imported across modules:\n" + "\n".join(private)

@@ -332,7 +332,7 @@ def test_an_unknown_chip_to_trace_under_is_an_error_even_when_tracing_does_not_a
 
 
 def test_targets_are_named_in_any_case_as_on_the_command_line():
-    from lowering.targets import get_target
+    from pallaslab.lowering.targets import get_target
 
     assert get_target("TPU-V5E").name == "tpu-v5e" and get_target(" H100 ").name == "gpu-h100"
 

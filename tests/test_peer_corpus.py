@@ -3,7 +3,9 @@
 --compile`, held to the verdict JAX's test expects (tests/peer/, run by tests/peer/run.py).
 
 A stage pallaslab gets wrong today is listed in KNOWN_DEFECTS (strict xfail): fixing the
-defect flips it to a failure until the entry is removed.
+defect flips it to a failure until the entry is removed. Peers on several simulated devices
+run all their stages in one process started once per module (`device_batch`): JAX fixes its
+device count when it starts. gpu_wrong.py's deliberately wrong kernels must fail.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "peer"))
 
-from run import STAGES, load_peers, run_stage
+from run import STAGES, judge_wrong, load_peers, run_peers_on_devices, run_stage, wrong_kernels
 
 PEERS = load_peers()
+WRONG = wrong_kernels()
 
 # Kinds the issue asks the corpus to cover (TPU/generic here, GPU in tests/peer/gpu_*.py).
 REQUIRED_KINDS = {
@@ -62,10 +65,26 @@ def _cases():
             yield pytest.param(name, stage, id=f"{p.module[:-3]}/{name}/{stage}", marks=marks)
 
 
+@pytest.fixture(scope="module")
+def device_batch():
+    """Every stage of every multi-device peer, from one process with their device count."""
+    return run_peers_on_devices([p for p in PEERS.values() if p.devices > 1])
+
+
 @pytest.mark.tpu_compiler
 @pytest.mark.parametrize(("name", "stage"), list(_cases()))
-def test_peer_stage(name, stage):
-    result = run_stage(PEERS[name], stage)
+def test_peer_stage(name, stage, request):
+    peer = PEERS[name]
+    if peer.devices > 1:  # asked for only here, so a run of one-device peers starts no batch
+        result = request.getfixturevalue("device_batch")[name].stage(stage)
+    else:
+        result = run_stage(peer, stage)
+    assert result.ok, result.cause
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_wrong_kernel_fails(name):
+    result = judge_wrong(name)
     assert result.ok, result.cause
 
 

@@ -4,7 +4,7 @@ Capacities, bandwidth, peak throughput and native tiling come from JAX's own TPU
 (through `pallaslab.model._jax`); we do not copy that table. What JAX does not record is the
 *default scoped-VMEM limit* the compiler applies when a kernel sets no `vmem_limit_bytes`:
 those we measured with libtpu (`DEFAULT_SCOPED_VMEM`, re-checked by
-tests/test_vmem_fidelity.py on every libtpu it runs with).
+tests/analysis/test_vmem_fidelity.py on every libtpu it runs with).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ DEFAULT_SCOPED_VMEM: dict[str, int] = {
 # `vmem_capacity_bytes`) minus this, whatever `vmem_limit_bytes` says. Measured with 4 pipeline
 # buffers and vmem_limit_bytes above the VMEM: 64 MiB - 64 KiB compiles on v5p and 7x and
 # 16 KiB more does not ("Used 63.95M of 63.94M vmem"), 128 MiB - 64 KiB on v6e; v5e and v4
-# compile their whole 128 / 16 MiB (tests/test_findings_vs_compiler.py re-checks 7x).
+# compile their whole 128 / 16 MiB (tests/analysis/test_findings_vs_compiler.py re-checks 7x).
 VMEM_RESERVED: dict[str, int] = {
     "v4": 0,
     "v5e": 0,

@@ -18,8 +18,8 @@ SMEM holds scalar-prefetch operands, SMEM blocks and SMEM scratch; semaphores ar
 
 The total is judged against the kernel's `vmem_limit_bytes` or the chip's default scoped
 limit (measured with libtpu, see `chips.py`); libtpu caps a limit above the chip's VMEM at it.
-tests/test_vmem_fidelity.py compares these estimates with the smallest `vmem_limit_bytes` the
-real compiler accepts.
+tests/analysis/test_vmem_fidelity.py compares these estimates with the smallest
+`vmem_limit_bytes` the real compiler accepts.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ class Occupancy:
     def effective_limit(self) -> int:
         """The limit the compiler applies: libtpu 0.0.52 caps a `vmem_limit_bytes` above the
         chip's VMEM at the VMEM it lets kernels use (`Chip.vmem_usable`: v5e 128 MiB, v6e
-        128 MiB - 64 KiB, 7x 64 MiB - 64 KiB; re-checked by tests/test_findings_vs_compiler.py)."""
+        128 MiB - 64 KiB, 7x 64 MiB - 64 KiB; re-checked by
+        tests/analysis/test_findings_vs_compiler.py)."""
         usable = self.vmem_capacity if self.vmem_usable is None else self.vmem_usable
         return min(self.limit, usable)
 
@@ -292,7 +293,7 @@ def body_occupancy(kernel: Kernel, chip: Chip, prefix: str = "") -> tuple[Operan
     """`run_scoped` buffers (once each) and every nested `emit_pipeline`'s buffers, recursively.
 
     Summed, although sequential scopes may share memory: an upper bound when a body has
-    several, exact for one (tests/test_vmem_fidelity.py).
+    several, exact for one (tests/analysis/test_vmem_fidelity.py).
     """
     out = [dataclasses.replace(operand_occupancy(op, kernel, chip), origin=prefix + op.origin)
            for op in kernel.scoped]

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from pallaslab import settings
 from pallaslab.model import Kernel, Operand
 
 # Block kinds whose start offset the tiling table can express (a BoundedSlice's start is an
@@ -36,7 +36,7 @@ from pallaslab.model import Kernel, Operand
 _TABULAR_KINDS = frozenset({"blocked", "squeezed", "element", "bounded"})
 
 MAX_PROGRAMS = 2**24  # default limit on the programs of a whole-grid analysis
-MAX_PROGRAMS_ENV = "PALLASLAB_MAX_PROGRAMS"
+MAX_PROGRAMS_ENV = settings.MAX_PROGRAMS
 CHUNK_PROGRAMS = 2**20  # programs per call of the index-map evaluator
 SCAN_CHUNK = 2**18  # steps per pass of the numpy scans over the tables (small temporaries)
 
@@ -167,15 +167,9 @@ class Tiling:
 
 def max_programs() -> int:
     """The most programs a whole-grid analysis takes on: `PALLASLAB_MAX_PROGRAMS`, else
-    `MAX_PROGRAMS`. Raises ValueError, naming the variable, when it is not a whole number."""
-    text = os.environ.get(MAX_PROGRAMS_ENV, "").strip()
-    if not text:
-        return MAX_PROGRAMS
-    digits = text.replace("_", "").replace(",", "")
-    if not digits.isdigit():
-        raise ValueError(f"{MAX_PROGRAMS_ENV}={text!r} is not a whole number of programs "
-                         f"(e.g. {MAX_PROGRAMS_ENV}={4 * MAX_PROGRAMS})")
-    return int(digits)
+    `MAX_PROGRAMS`. Raises SettingError, naming the variable, when it is not a whole number
+    >= 1 (a bad limit is an error, never a silently skipped analysis)."""
+    return settings.max_programs(default=MAX_PROGRAMS)
 
 
 def table_bytes_per_program(kernel: Kernel) -> int:
@@ -189,10 +183,7 @@ def over_limit_reason(kernel: Kernel) -> str | None:
     programs = kernel.programs
     if programs is None:
         return None
-    try:
-        limit = max_programs()
-    except ValueError as err:
-        return f"the whole-grid analysis limit is unusable: {err}"
+    limit = max_programs()
     if programs <= limit:
         return None
     per_program = table_bytes_per_program(kernel)

@@ -8,14 +8,25 @@ subcommand (see `_shared.EXIT_STATUS_HELP`).
 Its modules: `inspect`, `check`, `lower`, `compare`, `report` and `cache` (one subcommand
 each) and `_shared` (loading cases, option checks, exit statuses, one JSON object on stdout
 with --json). It is a shell: it may import any layer, and nothing of pallaslab imports it.
+
+Signals: Ctrl-C stops the run and says which executor and program it stopped (130); SIGTERM
+and SIGHUP (`timeout`, a CI cancellation, `kill`, a closed terminal) kill the executor
+workers, remove the temporary directory and exit 128 + the signal's number. A Python handler
+runs only when the main thread returns to Python, so a backstop thread, woken through
+`signal.set_wakeup_fd`, kills the workers at once and ends the process if the main thread
+has not finished within `SIGNAL_GRACE` seconds (a kernel spinning in this process).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from pallaslab.cli._shared import (
     Parser,
@@ -28,6 +39,18 @@ from pallaslab.cli._shared import (
     report_error,
     report_usage,
 )
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+SIGNAL_GRACE = 5.0  # seconds the main thread has to finish after SIGTERM/SIGHUP
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP ended the command (a BaseException: nothing may swallow it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
 
 # Subcommand modules, in the order `pallaslab --help` lists them.
 COMMANDS = ("inspect", "check", "lower", "compare", "report", "cache")
@@ -54,17 +77,85 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         return report_usage(err, json_mode)
     try:
-        with json_only_stdout(json_mode):
+        with ended_by_signals(), json_only_stdout(json_mode):
             return int(args.func(args))
     except UsageError as err:  # a combination of options argparse cannot judge alone
         return report_usage(err, json_mode)
-    except KeyboardInterrupt:
-        if json_mode:
-            print_json(error_json("KeyboardInterrupt", "interrupted"))
-        print_error("interrupted")
-        return 130
+    except KeyboardInterrupt as err:  # its message names the executor and program stopped
+        return _report_stop("KeyboardInterrupt", f"interrupted: {err}" if str(err)
+                            else "interrupted", 130, json_mode)
+    except Terminated as err:
+        return _report_stop("Terminated", str(err), 128 + err.signum, json_mode)
     except Exception as err:
         return report_error(err, json_mode)
+
+
+def _report_stop(err_type: str, message: str, status: int, json_mode: bool) -> int:
+    _stop_workers()
+    if json_mode:
+        print_json(error_json(err_type, message))
+    print_error(message)
+    return status
+
+
+@contextlib.contextmanager
+def ended_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise `Terminated` in the main thread, backed by a thread that ends
+    the process if the main thread cannot get there (see the module's docstring)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+    previous = {signum: signal.getsignal(signum) for signum in ENDING_SIGNALS}
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    finished = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        for ending in ENDING_SIGNALS:  # a second signal ends the process at once
+            signal.signal(ending, signal.SIG_DFL)
+        raise Terminated(signum)
+
+    old_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    for signum in ENDING_SIGNALS:
+        signal.signal(signum, handler)
+    backstop = threading.Thread(target=_backstop, args=(read_end, finished),
+                                name="pallaslab-signal-backstop", daemon=True)
+    backstop.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        signal.set_wakeup_fd(old_wakeup)
+        for signum, action in previous.items():
+            signal.signal(signum, action)
+        os.close(write_end)  # the backstop reads EOF and closes its end
+        backstop.join(timeout=1.0)
+
+
+def _backstop(read_end: int, finished: threading.Event) -> None:
+    try:
+        while data := os.read(read_end, 1):
+            if data[0] in ENDING_SIGNALS:
+                _stop_workers()
+                if not finished.wait(SIGNAL_GRACE):
+                    _remove_tmpdir()
+                    os._exit(128 + data[0])
+                return
+    finally:
+        os.close(read_end)
+
+
+def _stop_workers() -> None:
+    # Workers exist only if the executors were imported; importing them here would be slow.
+    isolation = sys.modules.get("pallaslab.execute.isolation")
+    if isolation is not None:
+        isolation.shutdown_worker()
+
+
+def _remove_tmpdir() -> None:
+    from pallaslab.util.tempdir import remove_session_tmpdir
+
+    remove_session_tmpdir()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,8 +17,9 @@ from typing import IO, Any, NoReturn
 from rich.console import Console
 from rich.markup import escape
 
+from pallaslab import settings
 from pallaslab.cases import Case, CaseCodeError, capture_case, load_case
-from pallaslab.errors import PallasLabError
+from pallaslab.errors import PallasLabError, SettingError
 from pallaslab.model import Capture
 from pallaslab.util.text import visible
 
@@ -61,6 +62,16 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, self.prog, self.format_usage())
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """The options, then every `PALLASLAB_*` setting: a bad one is a usage error too,
+        reported before the command starts (as a bad flag would be)."""
+        parsed = super().parse_args(args, namespace)
+        try:
+            settings.check_all()
+        except SettingError as err:
+            raise UsageError(str(err), self.prog, self.format_usage()) from None
+        return parsed
+
 
 def add_exit_status(parser: argparse.ArgumentParser) -> None:
     """Every --help ends with the exit statuses (after the subcommand's own epilog)."""
@@ -77,11 +88,9 @@ def nonnegative_float(text: str) -> float:
 
 
 def device_count(text: str) -> int:
-    """`--devices N`: a positive number of simulated CPU devices."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the number of simulated CPU devices is a whole number >= 1")
-    return int(text)
+    """`--devices N`: simulated CPU devices, from 1 to this machine's limit
+    ($PALLASLAB_MAX_DEVICES)."""
+    return _rule(settings.device_count, text)
 
 
 def simulate_cpu_devices(n: int) -> bool:
@@ -98,7 +107,18 @@ def simulate_cpu_devices(n: int) -> bool:
 
 
 def positive_float(text: str) -> float:
-    return _finite(text, lambda v: v > 0, "a finite number of seconds > 0")
+    """`--timeout SECONDS`, in the words $PALLASLAB_TIMEOUT's check uses too."""
+    return _rule(settings.seconds, text)
+
+
+def _rule[T](check: Callable[[str], T], text: str) -> T:
+    """A rule of `pallaslab.settings` as an argparse type: its ValueError a usage error."""
+    try:
+        return check(text)
+    except SettingError as err:  # a bad setting the rule itself reads (PALLASLAB_MAX_DEVICES)
+        raise argparse.ArgumentTypeError(f"cannot be checked: {err}") from None
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _finite(text: str, ok: Callable[[float], bool], rule: str) -> float:
@@ -112,7 +132,7 @@ def _finite(text: str, ok: Callable[[float], bool], rule: str) -> float:
 
 
 def target_name(text: str) -> str:
-    from lowering.targets import TARGETS, get_target
+    from pallaslab.lowering.targets import TARGETS, get_target
 
     try:
         return get_target(text).name

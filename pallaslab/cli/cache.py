@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowering import cache
+    from pallaslab.lowering import cache
 
     if args.action == "clear":
         removed = cache.clear()

@@ -182,12 +182,12 @@ def _render(verdicts: list[KernelVerdict]) -> None:
 def _unlowerable(kernel: Any) -> Any:
     """With no --target, the kernel's own backend is the target: a kernel no target of it
     can lower (a pallas_call with Mosaic GPU params) fails as `lower` would."""
-    from lowering.params import unlowerable
+    from pallaslab.lowering.params import unlowerable
 
     return unlowerable(kernel)
 
 
 def _lower(cap: Capture, target: str, compile: bool, devices: int | None):
-    from lowering import lower
+    from pallaslab.lowering import lower
 
     return lower(cap, target=target, compile=compile, devices=devices)

@@ -31,7 +31,7 @@ LEXERS = {"llir": "llvm", "ptx": "ptx"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from lowering.targets import TARGETS
+    from pallaslab.lowering.targets import TARGETS
 
     p = sub.add_parser("lower", help="lower (and compile) every kernel for a TPU or GPU target",
                        description="Lower (and, with --compile, compile) every kernel of a "
@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowering import lower
+    from pallaslab.lowering import lower
 
     if args.devices:  # a shard_map case is then traced on N devices, as N chips run it
         simulate_cpu_devices(args.devices)

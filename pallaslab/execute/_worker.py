@@ -16,6 +16,12 @@ then answers each request, a pickled dict whose "kind" says what to do:
 - "open-device-stepper" (with "work", "key") and "device-step" ({"key"[, "close"]}): a
   multi-device kernel stepped in lockstep (`pallaslab.execute.device_stepper`) -> its state.
 
+The worker ends with its parent (a Jupyter kernel restarted or shut down, a CLI killed): a
+thread polls the parent's pid (a parent that dies re-parents us), then removes the parent's
+temporary directory, which the parent can no longer remove, and kills the worker's process
+group. `PR_SET_PDEATHSIG` is not used: it fires when the parent *thread* that started us
+ends, and workers are started from short-lived threads (`prewarm_worker`).
+
 The worker keeps the `MAX_RUNNERS` most recently used stepper runners. File descriptor 1 is
 redirected to the log (stderr) so that C-level prints cannot corrupt the channel.
 """
@@ -26,17 +32,26 @@ import dataclasses
 import math
 import os
 import pickle
+import shutil
+import signal
 import sys
+import threading
+import time
 from collections import OrderedDict
 from multiprocessing.connection import Connection
 from typing import Any
 
+PARENT_POLL = 0.2  # seconds between checks that the parent is still alive
 MAX_RUNNERS = 8  # stepper runners kept (least recently used dropped first)
 _RUNNERS: OrderedDict[str, tuple[Any, dict[str, Any]]] = OrderedDict()  # key -> runner, config
 _CONFIG: dict[str, Any] = {}  # the JAX options as last set by a request
 
 
 def main() -> int:
+    # A parent may have blocked or ignored these (a CLI's signal handling, a background
+    # shell's SIGINT): the worker must stay killable by `kill`.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+    follow_parent(os.getppid(), os.environ.get("PALLASLAB_PARENT_TMPDIR"))
     send = Connection(os.dup(1), readable=False)
     receive = Connection(os.dup(0), writable=False)
     os.dup2(2, 1)
@@ -60,6 +75,30 @@ def main() -> int:
         except (EOFError, OSError):
             return 0
         send.send_bytes(pickle.dumps(handle(data)))
+
+
+def follow_parent(parent: int, parent_tmpdir: str | None) -> None:
+    """End this worker as soon as `parent` is gone (see the module's docstring)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        _end_orphaned(parent_tmpdir)
+
+    threading.Thread(target=watch, name="pallaslab-parent-watch", daemon=True).start()
+
+
+def _end_orphaned(parent_tmpdir: str | None) -> None:
+    from pallaslab.util.tempdir import remove_session_tmpdir
+
+    if parent_tmpdir and os.path.basename(parent_tmpdir).startswith("pallaslab-"):
+        shutil.rmtree(parent_tmpdir, ignore_errors=True)
+    remove_session_tmpdir()  # our own, if anything made one; atexit will not run
+    try:
+        if os.getpgrp() == os.getpid():  # we lead our own group (see isolation): all of it
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    finally:
+        os._exit(1)
 
 
 def handle(data: bytes) -> Any:

@@ -65,7 +65,7 @@ from pallaslab.execute.registry import executor_names, get_executor
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
 from pallaslab.execute.static_checks import StaticFinding, unreported_errors, why_the_runs_agree
 from pallaslab.execute.unwritten import unwritten_confirmed
-from pallaslab.model import Kernel
+from pallaslab.model import Capture, Kernel
 
 __all__ = ["Comparison", "OutputComparison", "PairComparison", "compare", "compare_arrays",
            "default_rtol", "ulp_distance"]
@@ -263,7 +263,8 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
             executors: Sequence[str | Executor] | str | None = None,
             reference: Callable[..., Any] | None = None, rtol: float | None = None,
             atol: float | None = None, seed: int = DEFAULT_SEED, timeout: float | None = None,
-            equal_nan: bool = False, devices: int | None = None, **kwargs: Any) -> Comparison:
+            equal_nan: bool = False, devices: int | None = None,
+            captured: Capture | None = None, **kwargs: Any) -> Comparison:
     """Run `fn(*args, **kwargs)` under each executor and compare every pair that ran.
 
     `executors` is a sequence of names (or one comma-separated string, "interpret,reference").
@@ -291,6 +292,8 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
         timeout: each run's time limit in seconds (None: $PALLASLAB_TIMEOUT, else 300).
         equal_nan: count NaN equal to NaN.
         devices: run on this many simulated CPU devices, in a worker process.
+        captured: `fn(*args, **kwargs)`'s capture, made already on these concrete
+            arguments: not traced again here (see `prepare`).
         **kwargs: the function's keyword arguments.
 
     Returns:
@@ -313,7 +316,7 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
         notes = (added,) if added else ()
     runners = None if named is None else _runners(named, reference)
     time_limit(timeout)  # a bad limit is an error before anything runs
-    prepared = prepare(fn, args, kwargs, seed=seed, devices=devices)
+    prepared = prepare(fn, args, kwargs, seed=seed, devices=devices, captured=captured)
     if runners is None:
         names, note = default_executors(prepared.capture, reference, prepared.devices)
         runners, notes = _runners(list(names), reference), (note,)

@@ -16,11 +16,15 @@ inputs:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from pallaslab.settings import size_text
 
 DEFAULT_SEED = 0
 INT_HIGH = 8  # integers are drawn from [0, INT_HIGH)
@@ -48,6 +52,44 @@ def random_leaf(aval: Any, index: int, seed: int = DEFAULT_SEED, high: int = INT
         re, im = jax.random.normal(key, (2, *shape), jnp.float32)
         return (re + 1j * im).astype(dtype)
     raise TypeError(f"cannot make random data of dtype {dtype} for an abstract argument")
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+    """One array of a run's inputs or outputs, sized from its shape and dtype alone."""
+
+    name: str  # "args[0]", "kwargs['x']", "outputs[1]"
+    shape: tuple[int, ...]
+    dtype: str  # short form: "f32", "bf16", "i32"
+    nbytes: int
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.dtype}[{','.join(map(str, self.shape))}], " \
+               f"{size_text(self.nbytes)})"
+
+
+def array_leaves(tree: Any, prefix: str) -> list[Leaf]:
+    """Every leaf with a shape and a dtype (arrays, `ShapeDtypeStruct`s), named by its path;
+    nothing is allocated or read."""
+    found = []
+    for path, x in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_abstract)[0]:
+        shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+        if shape is None or dtype is None:
+            continue
+        dtype = jnp.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        found.append(Leaf(prefix + jax.tree_util.keystr(path), tuple(shape),
+                          _short_dtype(dtype), nbytes))
+    return found
+
+
+def _short_dtype(dtype: Any) -> str:
+    """JAX's short form: f32, bf16, i8, u32, c64, bool; other dtypes by their name."""
+    for long, short in (("bfloat", "bf"), ("float", "f"), ("uint", "u"), ("int", "i"),
+                        ("complex", "c")):
+        if dtype.name.startswith(long) and dtype.name[len(long):].isdigit():
+            return short + dtype.name[len(long):]
+    return dtype.name
 
 
 def concretize(args: Any, *, seed: int = DEFAULT_SEED,

@@ -44,7 +44,7 @@ from pallaslab.execute.registry import executor_names, get_executor
 from pallaslab.execute.result import DefaultChoice, RunResult
 from pallaslab.execute.running import execute_here
 from pallaslab.execute.unwritten import unwritten_findings
-from pallaslab.model import Kernel
+from pallaslab.model import Capture, Kernel
 
 __all__ = ["DeviceExecutor", "Executor", "ExecutorError", "ExecutorSpec", "InterpretExecutor",
            "Prepared", "ReferenceExecutor", "attached_accelerator", "check_devices", "execute",
@@ -79,7 +79,7 @@ def with_unwritten_findings(result: RunResult, prepared: Prepared) -> RunResult:
 def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
         executor: str | Executor | None = None, reference: Callable[..., Any] | None = None,
         seed: int = DEFAULT_SEED, timeout: float | None = None, devices: int | None = None,
-        **kwargs: Any) -> RunResult:
+        captured: Capture | None = None, **kwargs: Any) -> RunResult:
     """Run `fn(*args, **kwargs)` (or a captured `Kernel` on its operands) with one executor;
     None: the executor that can run the kernels (`vectorized` on a CPU host — interpret
     mode's results, batched — unless they need another interpreter, e.g. `tpu-interpret` for
@@ -103,6 +103,8 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
             none).
         devices: run on this many simulated CPU devices, in a worker process (kernels inside
             `shard_map`).
+        captured: `fn(*args, **kwargs)`'s capture, made already on these concrete
+            arguments: not traced again here (see `prepare`).
         **kwargs: the function's keyword arguments.
 
     Returns:
@@ -115,7 +117,8 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
     """
     chosen = None if executor is None else get_executor(executor, reference=reference)
     isolation.time_limit(timeout)  # a bad limit is an error before anything runs
-    prepared = prepare(kernel_or_fn, args, kwargs, seed=seed, devices=devices)
+    prepared = prepare(kernel_or_fn, args, kwargs, seed=seed, devices=devices,
+                       captured=captured)
     if chosen is not None:
         return execute(chosen, prepared, timeout=timeout)
     devices = prepared.devices

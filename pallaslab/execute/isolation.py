@@ -7,7 +7,8 @@ only us): the user's function, its concrete arguments and the executor travel th
 cloudpickle (functions defined in a notebook or a case file by value), the worker captures
 and runs them, and sends the `RunResult` back. While it runs, the worker publishes the
 program it is in to a small shared file; at the time limit, or on Ctrl-C, we kill the worker
-and say which program was running. The worker is reused between runs (its JAX stays warm)
+and say which program was running. The worker ends by itself when this process dies
+(`_worker.follow_parent`), and the CLI kills it on SIGTERM and SIGHUP. The worker is reused between runs (its JAX stays warm)
 and replaced after a kill. The stepper sends its programs to the same worker one at a time
 (`pallaslab.execute.stepper`); executor runs and stepper programs share one wait loop,
 `call_worker`, which polls the worker, the clock and Ctrl-C.
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pallaslab import settings
 from pallaslab.errors import PallasLabError
 from pallaslab.execute import capabilities
 from pallaslab.execute import monitor as monitor_module
@@ -48,7 +50,7 @@ from pallaslab.execute.monitor import describe_program, progress
 from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.running import execute_here
-from pallaslab.util.tempdir import session_subdir
+from pallaslab.util.tempdir import session_subdir, session_tmpdir
 
 if TYPE_CHECKING:
     from pallaslab.execute.prepared import Prepared
@@ -70,14 +72,9 @@ class TimeoutValueError(PallasLabError, ValueError):
 def time_limit(timeout: float | None) -> float:
     """The run's time limit in seconds (`math.inf`: none)."""
     if timeout is None:
-        text = os.environ.get("PALLASLAB_TIMEOUT")
-        if not text:
+        timeout = settings.timeout()  # checked like --timeout: a SettingError if bad
+        if timeout is None:
             return DEFAULT_TIMEOUT
-        try:
-            timeout = float(text)
-        except ValueError:
-            raise TimeoutValueError(f"PALLASLAB_TIMEOUT={text!r} is not a number of seconds") \
-                from None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
             math.isnan(timeout) or timeout <= 0:
         raise TimeoutValueError(f"timeout={timeout!r}: a time limit is a positive number of "
@@ -278,6 +275,8 @@ class _Worker:
             env["JAX_PLATFORMS"] = "cpu"
             env["XLA_FLAGS"] = with_host_device_count(env.get("XLA_FLAGS", ""), devices)
         env["PALLASLAB_WORKER_STATUS"] = str(self.status_path)
+        # Removed by the worker if we die without removing it (see `_worker.follow_parent`).
+        env["PALLASLAB_PARENT_TMPDIR"] = str(session_tmpdir())
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(
@@ -429,8 +428,10 @@ class _Workers:
             self._worker = None
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._discard(self._worker)
+        # Read once: a signal's backstop thread and the main thread may both close.
+        worker = self._worker
+        if worker is not None:
+            self._discard(worker)
 
 
 _WORKERS = _Workers()

@@ -268,19 +268,37 @@ def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, 
         wb = Workbench(cap, chips=options["chips"], targets=options["targets"],
                        tab=options["tab"] or ("compare" if compared else None),
                        kernel=options["kernel"], options=options["extra"])
+        call, reuse = _call_to_rerun(cap, traced, user_call)
         if compared:
             comparison = attach_comparison(
-                wb, executors=compared[0], reference=options.get("reference"),
-                call=user_call(*traced.call), timeout=options["timeout"],
+                wb, executors=compared[0], reference=options.get("reference"), call=call,
+                timeout=options["timeout"], **reuse,
                 **({"devices": options["devices"]} if options["devices"] else {}))
         elif options["devices"]:
-            device_run = _run_on_devices(wb, user_call(*traced.call), options)
+            device_run = _run_on_devices(wb, call, options, reuse)
     except PallasLabError as err:
         raise UsageError(f"%%pallas: {err}") from None
     return wb, comparison, device_run
 
 
-def _run_on_devices(wb: Any, call: Any, options: dict[str, Any]) -> Any:
+def _call_to_rerun(cap: Any, traced: Traced, user_call: Any) -> tuple[Any, dict[str, Any]]:
+    """The call `--compare` and `--devices` run, and `{"captured": cap}` when they may reuse
+    the line's capture instead of tracing the call again here (the user's Python then runs
+    once in the notebook, as in a plain cell; the worker process traces it again, where its
+    prints go to the worker's log). The call is the user's own function, returning the
+    leaves this trace computed (`Traced.sendable`: what `cap` captured), when every argument
+    holds arrays; else None: the captured jaxpr is re-run (see `user_call`)."""
+    from pallaslab.execute.data import any_abstract
+
+    if user_call(*traced.call) is None:
+        return None, {}
+    call = traced.sendable
+    # abstract arguments get the executors' random data, on which `cap` was not captured
+    return call, ({} if any_abstract(call[1:]) else {"captured": cap})
+
+
+def _run_on_devices(wb: Any, call: Any, options: dict[str, Any],
+                    reuse: dict[str, Any]) -> Any:
     """`--devices N` without `--compare`: the call run once on N simulated devices (the
     cell's value, and the run the Devices tab draws)."""
     from pallaslab.execute import run
@@ -291,7 +309,7 @@ def _run_on_devices(wb: Any, call: Any, options: dict[str, Any]) -> Any:
         s.call = call
     fn, args, kwargs = s.call_args()
     s.device_run = run(fn, *args, devices=options["devices"], timeout=options["timeout"],
-                       **kwargs)
+                       **reuse, **kwargs)
     return s.device_run
 
 

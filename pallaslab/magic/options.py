@@ -8,12 +8,14 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from pallaslab import settings
+
 EXTRA_OPTIONS: list[str] = []  # argparse dests added by `pallaslab.magic.register_option`
 
 
 def options_from(args: Any) -> dict[str, Any]:
-    from lowering.targets import TARGETS
     from pallaslab.analysis.chips import normalize
+    from pallaslab.lowering.targets import TARGETS
     from pallaslab.workbench import WorkbenchError, tab_name
 
     try:
@@ -49,6 +51,8 @@ def devices_option(text: str | None) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise UsageError(f"%%pallas: --devices {text}: the number of simulated CPU devices is "
                          "a whole number >= 1")
+    if problem := settings.devices_over_limit(int(text)):  # at once: before any capture
+        raise UsageError(f"%%pallas: --devices {text}: {problem}")
     return int(text)
 
 

@@ -36,6 +36,16 @@ def session_subdir(name: str) -> Path:
     return path
 
 
+def remove_session_tmpdir() -> None:
+    """Remove this process's directory now (a signal is ending the process: atexit may not
+    run). A later `session_tmpdir()` creates a fresh one."""
+    global _root
+    with _lock:
+        root, pid, _root = _root, _owner_pid, None
+    if root is not None and pid is not None:
+        _remove(root, pid)
+
+
 def _remove(root: Path, pid: int) -> None:
     if os.getpid() == pid:  # a forked child must not remove its parent's directory
         shutil.rmtree(root, ignore_errors=True)

@@ -37,7 +37,7 @@ from pallaslab.views.lowering_payload import (
 from pallaslab.views.registry import register_tab
 
 if TYPE_CHECKING:
-    from lowering import KernelLowering
+    from pallaslab.lowering import KernelLowering
 
 __all__ = ["LIVE_BUDGET", "STAGE_TEXT_CAP", "STATIC_BUDGET", "LoweringPayload", "LoweringView",
            "cap_text", "clean_lowering", "default_target", "lowering_payload", "payload_nbytes"]
@@ -55,7 +55,7 @@ class LoweringView(InteractiveView):
     module = "lowering.js"
 
     def __init__(self, ctx: KernelContext, target: str | None = None, compile: bool = False):
-        from lowering import get_target
+        from pallaslab.lowering import get_target
 
         self.ctx = ctx
         self.compile = compile
@@ -72,7 +72,7 @@ class LoweringView(InteractiveView):
     def result(self, target: str | None = None, *, compile: bool | None = None
                ) -> KernelLowering:
         """The kernel lowered (and compiled, when asked) for `target`; lowered once per view."""
-        from lowering import get_target, lower_kernel
+        from pallaslab.lowering import get_target, lower_kernel
 
         name = get_target(target or self.target).name
         want_compile = self.compile if compile is None else compile
@@ -200,7 +200,7 @@ class LoweringView(InteractiveView):
 
 
 def _target_name(target: str) -> str:
-    from lowering import get_target
+    from pallaslab.lowering import get_target
 
     return get_target(target).name
 

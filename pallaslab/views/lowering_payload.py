@@ -24,8 +24,8 @@ from pallaslab.util.text import strip_ansi
 from pallaslab.views._html import visible_payload
 
 if TYPE_CHECKING:
-    from lowering import KernelLowering
-    from lowering.result import Stage
+    from pallaslab.lowering import KernelLowering
+    from pallaslab.lowering.result import Stage
 
 PAYLOAD_VERSION = 1
 STAGE_TEXT_CAP = 200_000  # characters of one stage sent to the browser (cut at a line end)
@@ -133,7 +133,7 @@ def lowering_payload(
     The shown stage's text is always sent; the other stages' texts while `budget` characters
     last (the shown target's first, in stage order).
     """
-    from lowering.targets import TARGETS
+    from pallaslab.lowering.targets import TARGETS
 
     results = {t: clean_lowering(r) for t, r in results.items()}
     shown = results.get(target)
@@ -179,7 +179,7 @@ def clean_lowering(r: KernelLowering) -> KernelLowering:
 def clean_stage(s: Stage) -> Stage:
     import dataclasses
 
-    from lowering.irtext import jaxpr_with_sources
+    from pallaslab.lowering.irtext import jaxpr_with_sources
 
     if "\x1b" not in s.text:
         return s
@@ -211,8 +211,8 @@ def resource_figures(kernel: Kernel | None, target: str, r: KernelLowering
                  "its need: the compiler may add scratch or share windows; --vmem-exact "
                  "measures the need")
     elif kernel is not None:
-        from lowering.targets import TARGETS
         from pallaslab.analysis.occupancy import applies, occupancy
+        from pallaslab.lowering.targets import TARGETS
 
         chip = getattr(TARGETS.get(target), "chip", None)
         if chip and applies(kernel):

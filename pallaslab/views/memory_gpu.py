@@ -27,7 +27,7 @@ from pallaslab.views import _html
 from pallaslab.views._html import esc
 
 if TYPE_CHECKING:
-    from lowering import KernelLowering
+    from pallaslab.lowering import KernelLowering
 
 GPUS = ("a100", "h100")
 MOSAIC_GPUS = ("a100", "h100", "b200")
@@ -66,8 +66,8 @@ class GpuSection(TypedDict, total=False):
 
 def gpu_section(kernel: Kernel, gpus: Sequence[str] = GPUS) -> GpuSection:
     """Compile `kernel` with Triton for each GPU and compute its blocks per SM."""
-    import lowering
-    from lowering.params import triton_launch
+    from pallaslab import lowering
+    from pallaslab.lowering.params import triton_launch
 
     num_warps = triton_launch(kernel)[0]  # what the compile used
     rows = []
@@ -108,7 +108,7 @@ def _mosaic_row(kernel: Kernel, gpu: str, res: MosaicGpuResources,
         row["error"] = occ
         return row
     if compiled:
-        import lowering
+        from pallaslab import lowering
 
         try:
             kl = lowering.lower(kernel, target=f"gpu-{gpu}", compile=True)[0]

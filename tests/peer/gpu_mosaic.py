@@ -107,7 +107,8 @@ PREDICATED_COPY_OUT = ("JAX 0.12's Mosaic GPU interpreter runs no predicated SME
 
 
 @peer("mosaic-gpu", f"{MGPU_TESTS}::ExamplesTest::test_stage4", backend="mosaic-gpu",
-      reference=_sum, interpretable=False, why_not=PREDICATED_COPY_OUT)
+      reference=_sum, interpretable=False, why_not=PREDICATED_COPY_OUT,
+      unavailable_says="predicate not supported")
 def mgpu_pipeline_add():
     """Two blocks, each streaming (64, 32) tiles of its rows through `emit_pipeline`
     (input and output BlockSpecs)."""
@@ -120,7 +121,8 @@ def mgpu_pipeline_add():
 
 
 @peer("mosaic-gpu", f"{MGPU_TESTS}::ExamplesTest::test_stage5", backend="mosaic-gpu",
-      reference=_sum, interpretable=False, why_not=PREDICATED_COPY_OUT)
+      reference=_sum, interpretable=False, why_not=PREDICATED_COPY_OUT,
+      unavailable_says="predicate not supported")
 def mgpu_pipeline_swizzled():
     """`mgpu_pipeline_add` with its SMEM tiles tiled (8, 32) and swizzled 64 bytes."""
 
@@ -306,7 +308,8 @@ def _global_semaphore_body(out_ref):
       backend="mosaic-gpu", reference=lambda: jnp.ones((128,), jnp.float32),
       interpretable=False,
       why_not=("JAX 0.12's Mosaic GPU interpreter cannot allocate `pl.get_global` semaphores: "
-               "'TypeError: No ir_type_handler for aval type AbstractRef'"))
+               "'TypeError: No ir_type_handler for aval type AbstractRef'"),
+      unavailable_says="No ir_type_handler")
 def mgpu_global_semaphore():
     """Ten blocks share one global semaphore: block 0 signals it, block 1 waits on it and
     then writes the output."""

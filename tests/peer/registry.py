@@ -31,6 +31,10 @@ class Peer:
     devices: int = 1                # simulated devices (shard_map collectives)
     interpretable: bool = True      # False: JAX's own interpreters cannot run it (say why)
     why_not: str | None = None      # JAX's reason, when not interpretable
+    # ... and what pallaslab's compare must then say: every executor that did not run is
+    # "unavailable" (not an internal failure), its reason containing this phrase; None: the
+    # case cannot be run at all (e.g. it takes shapes only), compare does not apply
+    unavailable_says: str | None = None
 
     @property
     def name(self) -> str:

@@ -35,9 +35,10 @@ def instrument_kernel(eqn: Any, *, on_entry: Callable[[], None] | None = None,
                       on_check: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """Param overrides for a `pallas_call` whose body calls `on_entry()` when each program
     starts and `on_check(message)` when a debug check fails. None when there is nothing to
-    instrument (or a mesh kernel)."""
-    if eqn.primitive is not PALLAS_CALL or (on_entry is None and (
-            on_check is None or not _has_check(eqn.params["jaxpr"]))):
+    instrument (or a mesh kernel, or one closing over refs: its discharge needs them as the
+    body's constvars)."""
+    if eqn.primitive is not PALLAS_CALL or eqn.params["jaxpr"].constvars or (
+            on_entry is None and (on_check is None or not _has_check(eqn.params["jaxpr"]))):
         return None
     jaxpr = eqn.params["jaxpr"]
     gm = eqn.params["grid_mapping"]

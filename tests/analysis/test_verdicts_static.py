@@ -12,11 +12,11 @@ import kernels_verdicts as kv
 import pytest
 
 import pallaslab
-from lowering import diagnostics
 from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.cli import main
+from pallaslab.lowering import diagnostics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(kv.__file__)
 
 

@@ -14,10 +14,10 @@ import pytest
 from jax.experimental import pallas as pl
 from kernels import CATALOG, catalog_names
 
-import lowering
 import pallaslab
-from lowering.diagnostics import LoweringContextError
-from lowering.targets import Target, get_target
+from pallaslab import lowering
+from pallaslab.lowering.diagnostics import LoweringContextError
+from pallaslab.lowering.targets import Target, get_target
 
 pytestmark = pytest.mark.tpu_compiler
 

@@ -15,15 +15,15 @@ from helpers import line_of, workbench
 from jax.experimental import pallas as pl
 from kernels import CATALOG, add_kernel
 
-import lowering
 import pallaslab
-from lowering import KernelLowering, Resources, Stage
+from pallaslab import lowering
+from pallaslab.lowering import KernelLowering, Resources, Stage
 from pallaslab.views import lowering as lv
 from pallaslab.views import registry
 from pallaslab.views.context import KernelContext
 from pallaslab.views.report import encode_buffers
 
-KERNELS_PY = str(Path(__file__).resolve().parent / "kernels.py")
+KERNELS_PY = str(Path(__file__).resolve().parents[1] / "kernels.py")
 EVIL = "<script>alert(1)</script>"
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
@@ -411,7 +411,7 @@ def test_compile_that_says_nothing_about_vmem_shows_the_estimate_labelled():
 
 
 def test_module_buffers_reads_the_compiled_signature():
-    from lowering.tpu_compile import module_buffers
+    from pallaslab.lowering.tpu_compile import module_buffers
 
     sig = ('func.func @k(%arg0: i32 {llo.type = i32}, %idx: i32 {llo.type = memref<6xi32, '
            '#xir.tiled<(128),[1]>, #xir.memory_space<smem, tc>>}, %x: i32 {llo.type = '

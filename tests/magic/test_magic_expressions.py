@@ -307,7 +307,7 @@ def test_help_shows_the_cell_magic_usage(shell):
 
 
 def tour_cells() -> list[str]:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     tour = readme.split("## A short tour", 1)[1].split("The same from Python:", 1)[0]
     return re.findall(r"```python\n(.*?)```", tour, flags=re.S)
 

@@ -20,7 +20,7 @@ from pallaslab.analysis.finding import Finding
 from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.cli import main
 
-PEER = Path(__file__).parent / "peer" / "gpu_triton.py"
+PEER = Path(__file__).parents[1] / "peer" / "gpu_triton.py"
 TRITON = plt.CompilerParams()
 SCALAR = jax.ShapeDtypeStruct((), jnp.int32)
 
@@ -102,7 +102,7 @@ def _counter_call(kernel, grid=(4,)):
 
 
 def locked_counter():
-    """A case (`pallaslab check tests/test_verdicts_locks.py:locked_counter`)."""
+    """A case (`pallaslab check tests/analysis/test_verdicts_locks.py:locked_counter`)."""
     return _counter_call(_locked_counter)
 
 

@@ -23,11 +23,11 @@ from jax.sharding import PartitionSpec as P
 from kernels import CATALOG
 
 import pallaslab
-from lowering import get_target, slices
 from pallaslab.cli import main
+from pallaslab.lowering import get_target, slices
 from pallaslab.model.kernel import MeshInfo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason='needs libtpu: pip install "pallaslab[tpu]"')
 

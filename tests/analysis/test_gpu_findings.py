@@ -28,7 +28,7 @@ from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.cli import main
 from pallaslab.model._jax import stores
 
-CASES = Path(__file__).parent / "kernels.py"
+CASES = Path(__file__).parents[1] / "kernels.py"
 
 
 @pytest.mark.parametrize("name", ["masked_vector_add", "masked_row_softmax",

@@ -282,8 +282,8 @@ def test_jax_all_gather_is_captured_on_four_simulated_devices(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PALLASLAB_CACHE_DIR": str(tmp_path)}
     env.pop("XLA_FLAGS", None)
     out = subprocess.run(
-        [sys.executable, "-m", "pallaslab", "inspect", f"tests/{HERE}:all_gather_case",
-         "--devices", "4", "--json"], cwd=Path(__file__).resolve().parent.parent, env=env,
+        [sys.executable, "-m", "pallaslab", "inspect", f"tests/execute/{HERE}:all_gather_case",
+         "--devices", "4", "--json"], cwd=Path(__file__).resolve().parents[2], env=env,
         capture_output=True, text=True, timeout=600)
     assert out.returncode in (0, 1), out.stderr[-2000:]  # 1: error findings, not a crash
     (kernel,) = json.loads(out.stdout)["kernels"]

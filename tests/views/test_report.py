@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pallaslab.cli import main
 
-KERNELS = Path(__file__).parent / "kernels.py"
+KERNELS = Path(__file__).parents[1] / "kernels.py"
 
 
 def test_report_writes_one_self_contained_file(tmp_path, capsys):

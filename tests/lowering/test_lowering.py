@@ -14,14 +14,14 @@ import pytest
 from helpers import line_of
 from kernels import CATALOG, abstract, catalog_names, elementwise_2d, matmul
 
-import lowering
 import pallaslab
-from lowering import irtext, tpu_compile
+from pallaslab import lowering
 from pallaslab.cli import main
 from pallaslab.errors import MissingDependencyError
+from pallaslab.lowering import irtext, tpu_compile
 
-GOLDEN = Path(__file__).parent / "golden"
-KERNELS_PY = str(Path(__file__).parent / "kernels.py")
+GOLDEN = Path(__file__).parents[1] / "golden"
+KERNELS_PY = str(Path(__file__).parents[1] / "kernels.py")
 needs_libtpu = pytest.mark.tpu_compiler
 needs_triton = pytest.mark.skipif(
     __import__("importlib").util.find_spec("triton") is None, reason="needs triton (CI has it)")

@@ -10,8 +10,8 @@ import pytest
 from kernels import CATALOG
 
 import pallaslab
-from lowering import mosaic_gpu_compile
 from pallaslab.analysis.occupancy_gpu import gpu_occupancy, mosaic_gpu_resources
+from pallaslab.lowering import mosaic_gpu_compile
 from pallaslab.views.memory_gpu import mosaic_gpu_section
 
 # Mosaic GPU allocates all shared memory dynamically: the SMEM scratch, then the barriers

@@ -41,7 +41,7 @@ def test_f32_matmul_by_hand():
     assert [(o.origin, o.buffers, o.buffer_bytes) for o in occ.operands] == [
         ("args[0]", 2, block), ("args[1]", 2, block), ("outputs", 2, block),
         ("scratch[0]", 1, block)]
-    assert occ.bytes == 448 * KiB  # what libtpu needs (tests/test_vmem_fidelity.py)
+    assert occ.bytes == 448 * KiB  # what libtpu needs (tests/analysis/test_vmem_fidelity.py)
     assert (occ.limit, occ.limit_source, occ.fits) == (16 * 1024 * KiB, "chip default", True)
 
 
@@ -200,7 +200,7 @@ def _doubling(rows, limit):
 
 
 def test_a_limit_above_the_chip_is_capped_not_refused():
-    # libtpu caps vmem_limit_bytes at the chip's VMEM (tests/test_findings_vs_compiler.py).
+    # libtpu caps vmem_limit_bytes at the chip's VMEM (tests/analysis/test_findings_vs_compiler.py).
     (f,) = vmem_findings(kernel_of("vmem_limit_above_chip"), ("v5e", "v6e", "7x"))
     assert (f.code, f.severity) == ("vmem-limit-above-chip", "info")
     assert f.message.startswith("_double on TPU 7x asks for vmem_limit_bytes=104857600 "

@@ -24,7 +24,7 @@ from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.analysis.smem_order import SMEM_ORDER_CODES
 from pallaslab.cli import main
 
-sys.path.insert(0, str(Path(__file__).parent / "peer"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "peer"))
 import gpu_mosaic
 import gpu_wrong
 

@@ -9,7 +9,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "01_grids_and_blockspecs.ipynb"
+NOTEBOOK = Path(__file__).parents[2] / "notebooks" / "01_grids_and_blockspecs.ipynb"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 

@@ -207,7 +207,7 @@ def compiler_needs():
            "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
     proc = subprocess.run(
         [sys.executable, __file__, "--worker", *CASES], capture_output=True, text=True,
-        env=env, cwd=Path(__file__).parent, timeout=600, check=False,
+        env=env, cwd=Path(__file__).parents[1], timeout=600, check=False,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
@@ -258,7 +258,7 @@ def test_recorded_default_scoped_limit(compiler_needs, chip):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     print(json.dumps(_worker(sys.argv[2:])))
 
 

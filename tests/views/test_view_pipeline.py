@@ -32,7 +32,8 @@ def columns(track):
 
 
 def test_four_step_grid_payload_exact():
-    # The pipeline model's hand-checked 4-step case (tests/test_pipeline.py), as the widget gets it.
+    # The pipeline model's hand-checked 4-step case (tests/analysis/test_pipeline.py), as the
+    # widget gets it.
     events, summary, start = simulate([2, 2, 2, 2], [3, 1, 3, 1], [0, 1, 0, 1])
     model = Pipeline("k", "v5e", events, summary, start)
     p = pipeline_payload("k", 0, (2, 2), model)

@@ -231,7 +231,7 @@ def test_cores_that_signal_each_other_run_whole_and_step_together():
     result = run(signalling_cores, x, executor="tpu-interpret")
     assert result.status == "ran"
     np.testing.assert_array_equal(result.outputs[0], x)
-    # Stepped core by core with the cores running together (tests/test_cross_core.py).
+    # Stepped core by core with the cores running together (tests/execute/test_cross_core.py).
     st = pallaslab.step(signalling_cores, x)
     assert type(st).__name__ == "CoreStepper" and st.cores == {0: "waiting", 1: "waiting"}
     np.testing.assert_array_equal(st.run().outputs[0], x)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 BINDER = ROOT / "binder"
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import lowering
-from lowering import cache
-from lowering.result import Diagnostic, KernelLowering, Resources, Stage
+from pallaslab import lowering
 from pallaslab.cli import main
+from pallaslab.lowering import cache
+from pallaslab.lowering.result import Diagnostic, KernelLowering, Resources, Stage
 from pallaslab.util.tempdir import session_tmpdir
 
 K = "tests/kernels.py"
@@ -158,7 +158,7 @@ def test_tpu_worker_and_libtpu_logs_live_in_the_session_directory(private_loweri
     pytest.importorskip("libtpu")
     from kernels import CATALOG
 
-    from lowering import tpu_compile
+    from pallaslab.lowering import tpu_compile
 
     fn, args = CATALOG["vector_add"].case()
     assert lowering.lower(fn, *args, target="tpu-v5e", compile=True, use_cache=False).ok

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from js_scan import scan_static
 
-VIEWS = Path(__file__).resolve().parent.parent / "pallaslab" / "views"
+VIEWS = Path(__file__).resolve().parents[2] / "pallaslab" / "views"
 
 
 def python_typeddicts() -> dict[str, tuple[str, set[str]]]:

@@ -203,7 +203,7 @@ def test_triton_softmax_gpu_section_from_the_real_compile():
 
 
 def test_gpu_section_is_computed_only_when_asked(monkeypatch):
-    import lowering
+    from pallaslab import lowering
 
     def no_compile(*args, **kwargs):
         raise AssertionError("the default Memory view must not compile")
@@ -218,7 +218,7 @@ def test_gpu_section_is_computed_only_when_asked(monkeypatch):
 
 
 def test_workbench_gpu_option_reaches_the_memory_tab(monkeypatch):
-    import lowering
+    from pallaslab import lowering
 
     calls = []
     real = lowering.lower

@@ -26,7 +26,7 @@ HERE = __file__
 LIMIT_ENV = "PALLASLAB_MAX_PROGRAMS"
 
 
-# --- cases (also loaded by the CLI as `tests/test_grid_limits.py:NAME`) ---------------------
+# --- cases (also loaded by the CLI as `tests/analysis/test_grid_limits.py:NAME`) -------
 
 
 def _add_one(x_ref, o_ref):

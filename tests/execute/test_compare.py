@@ -16,7 +16,7 @@ from pallaslab.cli import main
 from pallaslab.execute import ExecutorError
 from pallaslab.execute.comparison import compare_arrays, default_rtol, ulp_distance
 
-KERNELS = Path(__file__).with_name("kernels.py")
+KERNELS = Path(__file__).parents[1] / "kernels.py"
 GPU_RACE = "overlapping_stores"  # a Triton kernel whose programs store the same elements
 
 
