@@ -7,7 +7,9 @@ lives here, away from the user's process (protocol: `lowering.compiler_worker`).
 Request:  {"topology": "v5e:1x1", "hlo": "<StableHLO text>", "dumps": true, "partitions": 1}
           (partitions > 1: the module is one SPMD program over the topology's first N devices)
 Response: {"ok": bool, "error": str | null, "passes": [[name, text], ...], "log": [str],
-           "seconds": float}
+           "seconds": float, "pipelines": [[kernel, [[name, text], ...]], ...]}
+          ("passes": the last kernel's pipeline; "pipelines": every kernel's, in compile order,
+          for a module holding several kernels. XLA compiles identical kernels once.)
 """
 
 from __future__ import annotations
@@ -55,30 +57,34 @@ def _compile(_jax: Any, devices: dict[str, Any], request: dict, dump_dir: Path) 
     except Exception as err:  # the compiler's verdict
         ok, error = False, f"{type(err).__name__}: {err}"
     seconds = time.perf_counter() - start
-    passes = _read_passes(dump_dir) if request.get("dumps", True) else []
-    return {"ok": ok, "error": error, "passes": passes, "seconds": seconds}
+    pipelines = _read_pipelines(dump_dir) if request.get("dumps", True) else []
+    passes = pipelines[-1][1] if pipelines else []
+    return {"ok": ok, "error": error, "passes": passes, "pipelines": pipelines,
+            "seconds": seconds}
 
 
-def _read_passes(dump_dir: Path) -> list[list[str]]:
-    """Mosaic's module after every pass, in order: files `<id>-<seq>-mosaic-dump-<kernel>-<pass>`.
+def _read_pipelines(dump_dir: Path) -> list[list[Any]]:
+    """Mosaic's module after every pass, per kernel in compile order: `[kernel, [[pass, text],
+    ...]]`, from files `<id>-<seq>-mosaic-dump-<kernel>-<pass>`.
 
-    Deserialization runs several times per compile (one file each); the pass pipeline is the
-    group of files that starts with `-original`.
+    Deserialization runs several times per compile (one file each); a kernel's pass pipeline
+    is the group of files that starts with `-original`.
     """
     groups: dict[str, list[Path]] = {}
     for path in dump_dir.glob("*-mosaic-dump-*.txt"):
         groups.setdefault(path.name.split("-", 1)[0], []).append(path)
-    pipeline = [g for g in groups.values() if any(p.stem.endswith("-original") for p in g)]
-    if not pipeline:
-        return []
-    files = sorted(pipeline[-1], key=lambda p: p.name)
+    pipelines = [g for g in groups.values() if any(p.stem.endswith("-original") for p in g)]
+    # the id prefix is a timestamp in nanoseconds: numeric order is compile order
+    pipelines.sort(key=lambda g: int(g[0].name.split("-", 1)[0]))
+    return [_pipeline(sorted(files, key=lambda p: p.name)) for files in pipelines]
+
+
+def _pipeline(files: list[Path]) -> list[Any]:
     original = next(p for p in files if p.stem.endswith("-original"))
     kernel = original.stem.split("-mosaic-dump-", 1)[1].removesuffix("-original")
-    out = []
-    for path in files:
-        name = path.stem.split("-mosaic-dump-", 1)[1].removeprefix(kernel + "-")
-        out.append([name, path.read_text(errors="replace")])
-    return out
+    passes = [[path.stem.split("-mosaic-dump-", 1)[1].removeprefix(kernel + "-"),
+               path.read_text(errors="replace")] for path in files]
+    return [kernel, passes]
 
 
 if __name__ == "__main__":

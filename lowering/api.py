@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+import io
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pallaslab.lowering import cache, params, slices
-from pallaslab.lowering.cross import CrossLowered, cross_lower
+from pallaslab.lowering.cross import CrossLowered, abstract_device, abstract_mesh, cross_lower
 from pallaslab.lowering.diagnostics import headline
 from pallaslab.lowering.result import Diagnostic, KernelLowering, LoweringResult, Resources, Stage
 from pallaslab.lowering.targets import Target, get_target
 from pallaslab.model import Capture, Kernel, capture
+
+if TYPE_CHECKING:
+    from pallaslab.lowering.tpu_compile import TpuCompiled
 
 
 def lower(
@@ -32,7 +38,9 @@ def lower(
 
     A kernel captured inside `shard_map` (remote DMAs, device semaphores) is lowered and
     compiled as one program over the devices of a multi-chip TPU topology: `devices=N` of
-    them, else as many as its mesh had when captured (`lowering.slices`).
+    them, else as many as its mesh had when captured (`lowering.slices`). Kernels that pass a
+    DMA semaphore from one to the next (a DMA started in one and waited in the other) are
+    compiled together, as one program (`SemaphoreGroup`); each gets the program's verdict.
 
     Args:
         fn_or_capture: a function to capture with `args` and `kwargs`, a `Capture`, or one
@@ -59,9 +67,11 @@ def lower(
     slices.check_devices(devices)
     kernels, notes = _for_chip(_kernels(fn_or_capture, args, kwargs), tgt)
     compile = compile or vmem_exact
+    groups = semaphore_groups(kernels, tgt) if compile else {}
+    compiled: dict[tuple[int, ...], tuple[TpuCompiled, ...] | None] = {}
     return LoweringResult(tgt.name, tuple(
-        _noted(lower_kernel(k, tgt, compile=compile, vmem_exact=vmem_exact,
-                            use_cache=use_cache, devices=devices), notes)
+        _noted(_lower_cached(k, tgt, compile, vmem_exact, use_cache, devices,
+                             _InGroup.of(groups.get(k.index), compiled)), notes)
         for k in kernels))
 
 
@@ -112,17 +122,172 @@ def _noted(result: KernelLowering, notes: tuple[Diagnostic, ...]) -> KernelLower
 def lower_kernel(kernel: Kernel, target: Target, *, compile: bool = False,
                  vmem_exact: bool = False, use_cache: bool = True,
                  devices: int | None = None) -> KernelLowering:
+    """One kernel, compiled alone (`lower` compiles semaphore-joined kernels together)."""
     slices.check_devices(devices)
+    return _lower_cached(kernel, target, compile, vmem_exact, use_cache, devices, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class SemaphoreGroup:
+    """Kernels of one capture joined by DMA semaphores: a semaphore output of one is an input
+    of another (JAX's async-copy pattern: a DMA started in one pallas_call, waited in the
+    next). libtpu compiles a semaphore, and the buffer its DMA is still writing, only as a
+    value inside one program: as a program's output or input it aborts (CopyArrayExplicit,
+    IsSflagMemorySpace). So the group is compiled as one program, as `jax.jit` compiles it."""
+
+    kernels: tuple[Kernel, ...]  # launch order
+
+    @property
+    def indexes(self) -> tuple[int, ...]:
+        return tuple(k.index for k in self.kernels)
+
+    def position(self, kernel: Kernel) -> int:
+        return self.indexes.index(kernel.index)
+
+    def wiring(self) -> list[list[list[int] | None]]:
+        """Per member, per input: [member, output] of the member that makes it, or None (a
+        parameter of the program): with the members' contents, what the program is."""
+        made = {id(v): [m, o] for m, k in enumerate(self.kernels)
+                for o, v in enumerate(k.handle.eqn.outvars)}
+        return [[made.get(id(v)) for v in k.handle.eqn.invars] for k in self.kernels]
+
+
+def semaphore_groups(kernels: tuple[Kernel, ...] | Capture, target: Target
+                     ) -> dict[int, SemaphoreGroup]:
+    """Kernel index -> its group, for the kernels joined by semaphores (others: absent).
+    Only TPU pallas_calls outside shard_map whose values are those of one jaxpr are joined:
+    a semaphore crossing a jit or loop boundary is a different variable there."""
+    if target.platform != "tpu":
+        return {}
+    joinable = [k for k in kernels if _joinable(k, target)]
+    root = {k.index: k.index for k in joinable}
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            i = root[i]
+        return i
+
+    producer = {id(var): k.index for k in joinable for var in _semaphore_outputs(k)}
+    for k in joinable:
+        for var in k.handle.eqn.invars:
+            if id(var) in producer:
+                root[find(k.index)] = find(producer[id(var)])
+    members: dict[int, list[Kernel]] = {}
+    for k in joinable:
+        members.setdefault(find(k.index), []).append(k)
+    groups = [SemaphoreGroup(tuple(m)) for m in members.values() if len(m) > 1]
+    return {k.index: g for g in groups for k in g.kernels}
+
+
+def _joinable(kernel: Kernel, target: Target) -> bool:
+    return (kernel.kind == "pallas_call" and kernel.device_mesh is None
+            and kernel.handle is not None
+            and params.lowering_backend(kernel, target) == "mosaic-tpu"
+            and len(kernel.outputs) == len(kernel.handle.eqn.outvars))
+
+
+def _semaphore_outputs(kernel: Kernel) -> Iterator[Any]:
+    for op, var in zip(kernel.outputs, kernel.handle.eqn.outvars, strict=True):
+        if op.is_semaphore:
+            yield var
+
+
+@dataclasses.dataclass(frozen=True)
+class _InGroup:
+    """A kernel's group, and the lower() call's compiles of groups (each compiled once)."""
+
+    group: SemaphoreGroup
+    compiled: dict[tuple[int, ...], tuple[TpuCompiled, ...] | None]
+
+    @classmethod
+    def of(cls, group: SemaphoreGroup | None,
+           compiled: dict[tuple[int, ...], tuple[TpuCompiled, ...] | None]) -> _InGroup | None:
+        return None if group is None else cls(group, compiled)
+
+    def compile(self, target: Target) -> tuple[TpuCompiled, ...] | None:
+        """Every member's compile (None: the group could not be lowered as one program)."""
+        key = self.group.indexes
+        if key not in self.compiled:
+            self.compiled[key] = _compile_group(self.group, target)
+        return self.compiled[key]
+
+
+def _compile_group(group: SemaphoreGroup, target: Target) -> tuple[TpuCompiled, ...] | None:
+    from pallaslab.lowering import tpu_compile
+
+    try:
+        hlo = group_hlo(group, target)
+    except Exception:  # each kernel lowered alone; the caller compiles them alone then
+        return None
+    return tpu_compile.compile_tpu_group(tuple(k.name for k in group.kernels), target, hlo)
+
+
+def group_hlo(group: SemaphoreGroup, target: Target,
+              vmem_limits: Mapping[int, int] | None = None) -> str:
+    """StableHLO of one program running the group's kernels in launch order, each output of
+    one fed to the next as the captured call does; inputs from elsewhere are parameters, and
+    the outputs no member consumes (but semaphores) are its results. `vmem_limits`: kernel
+    index -> vmem_limit_bytes for that kernel."""
+    limits = vmem_limits or {}
+    calls = [_kernel_call(k, target, limits.get(k.index)) for k in group.kernels]
+    produced = {id(v) for k in group.kernels for v in k.handle.eqn.outvars}
+    consumed = {id(v) for k in group.kernels for v in k.handle.eqn.invars}
+    semaphores = {id(v) for k in group.kernels for v in _semaphore_outputs(k)}
+    external = [v for k in group.kernels for v in k.handle.eqn.invars if id(v) not in produced]
+    results = [id(v) for k in group.kernels for v in k.handle.eqn.outvars
+               if id(v) not in consumed and id(v) not in semaphores]
+
+    def program(*operands: Any) -> list[Any]:
+        values = dict(zip((id(v) for v in external), operands, strict=True))
+        for kernel, call in zip(group.kernels, calls, strict=True):
+            outs = call(*(values[id(v)] for v in kernel.handle.eqn.invars))
+            values.update(zip((id(v) for v in kernel.handle.eqn.outvars), outs, strict=True))
+        return [values[i] for i in results]
+
+    import jax
+
+    avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in external]
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), \
+            jax.sharding.use_abstract_mesh(abstract_mesh(target)):
+        warnings.simplefilter("ignore")
+        return jax.jit(program).trace(*avals).lower(
+            lowering_platforms=(target.lowering_platform,)).as_text()
+
+
+def _kernel_call(kernel: Kernel, target: Target, vmem_limit: int | None) -> Callable[..., Any]:
+    """The kernel bound as `cross_lower` binds it for the target (not interpreted, the
+    target's compiler params, its body re-stamped with the target's abstract device)."""
+    from pallaslab.model._jax import lowering as _jax_lowering
+
+    compiler_params, _ = params.compiler_params_for(kernel, target, vmem_limit)
+    overrides: dict[str, Any] = {"debug": False, "interpret": False}
+    if compiler_params is not None:
+        overrides["compiler_params"] = compiler_params
+    return _jax_lowering.kernel_callable_for_device(kernel, abstract_device(target),
+                                                    **overrides)
+
+
+def _lower_cached(kernel: Kernel, target: Target, compile: bool, vmem_exact: bool,
+                  use_cache: bool, devices: int | None, in_group: _InGroup | None
+                  ) -> KernelLowering:
     # `devices` changes only what a kernel inside shard_map is compiled over
-    options = {"compile": compile, "vmem_exact": vmem_exact,
-               "devices": devices if kernel.device_mesh is not None else None}
+    options: dict[str, Any] = {"compile": compile, "vmem_exact": vmem_exact,
+                               "devices": devices if kernel.device_mesh is not None else None}
+    if in_group is not None:  # compiled with its group: the others decide its verdict too
+        options["semaphore_group"] = [cache.kernel_fingerprint(k)
+                                      for k in in_group.group.kernels]
+        options["group_position"] = in_group.group.position(kernel)
+        options["group_wiring"] = in_group.group.wiring()
     key = cache.cache_key(kernel, target.name, options) if use_cache else None
     if key is not None and (hit := cache.load(key)) is not None and not _stale(hit):
-        return dataclasses.replace(hit, index=kernel.index, cached=True)
-    result = _lower_uncached(kernel, target, compile, vmem_exact, devices)
-    if key is not None:
-        cache.store(key, result)
-    return result
+        result = dataclasses.replace(hit, index=kernel.index, cached=True)
+    else:
+        result = _lower_uncached(kernel, target, compile, vmem_exact, devices, in_group)
+        if key is not None:
+            cache.store(key, result)
+    if in_group is None or not result.compiled or _ALONE in result.diagnostics:
+        return result
+    return _noted(result, (_group_note(kernel, in_group.group),))
 
 
 def _stale(hit: KernelLowering) -> bool:
@@ -142,8 +307,9 @@ def _stale(hit: KernelLowering) -> bool:
     return tpu_compile.module_buffers(hit.stages[-1].text).vmem_bytes is not None
 
 
-def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
-                    vmem_exact: bool, devices: int | None = None) -> KernelLowering:
+def _lower_uncached(kernel: Kernel, target: Target, compile: bool, vmem_exact: bool,
+                    devices: int | None = None, in_group: _InGroup | None = None
+                    ) -> KernelLowering:
     cross = cross_lower(kernel, target, devices=devices)
     stages = list(cross.stages)
     diags = list(cross.diagnostics)
@@ -158,7 +324,7 @@ def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
     if cross.ok and compile:
         if cross.backend == "mosaic-tpu":
             ok, compiled, resources = _compile_tpu(kernel, target, cross, vmem_exact, stages,
-                                                   diags)
+                                                   diags, in_group)
         elif cross.backend == "triton":
             ok, compiled, resources = _compile_triton(kernel, target, cross, stages, diags)
         else:
@@ -173,11 +339,19 @@ def _lower_uncached(kernel: Kernel, target: Target, compile: bool,
 
 
 def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact: bool,
-                 stages: list[Stage], diags: list[Diagnostic]) -> tuple[bool, bool, Resources]:
+                 stages: list[Stage], diags: list[Diagnostic],
+                 in_group: _InGroup | None = None) -> tuple[bool, bool, Resources]:
     from pallaslab.lowering import tpu_compile
 
     assert cross.hlo is not None
-    out = tpu_compile.compile_tpu(kernel.name, target, cross.hlo, where=cross.slice)
+    together = in_group.compile(target) if in_group is not None else None
+    if in_group is not None and together is not None:
+        out = together[in_group.group.position(kernel)]
+    else:
+        if in_group is not None:
+            diags.append(_ALONE)
+        in_group = None
+        out = tpu_compile.compile_tpu(kernel.name, target, cross.hlo, where=cross.slice)
     stages.extend(out.stages)
     if cross.slice is not None:  # the note now says what the compiler compiled
         said = slices.note(kernel, target, cross.slice, "compiled" if out.ok else "rejected")
@@ -190,15 +364,34 @@ def _compile_tpu(kernel: Kernel, target: Target, cross: CrossLowered, vmem_exact
         declared = tpu_compile.module_buffers(out.stages[-1].text)
         vmem, smem = declared.vmem_bytes, declared.smem_bytes
     if vmem_exact and out.ok:
-        vmem = _vmem_exact(kernel, target, diags, cross) or vmem
+        vmem = _vmem_exact(kernel, target, diags, cross, in_group) or vmem
     elif not out.ok:
         vmem = next((d.get("needed_bytes") for d in out.diagnostics if d.code == "vmem-oom"),
                     None)
     return out.ok, True, Resources(vmem_bytes=vmem, smem_bytes=smem)
 
 
+def _group_note(kernel: Kernel, group: SemaphoreGroup) -> Diagnostic:
+    """Which kernels this one was compiled with: added after the cache (which holds a
+    kernel's result by content, not by its place in a capture)."""
+    others = ", ".join(f"#{k.index} {k.name!r}" for k in group.kernels if k is not kernel)
+    return Diagnostic(
+        "info", "semaphore-group",
+        f"kernel {kernel.name!r} passes DMA semaphores with kernel(s) {others} (a DMA started "
+        "in one kernel and waited in another); libtpu compiles such a semaphore only inside "
+        "one program, so they are compiled together (as jax.jit compiles the call): the "
+        "verdict is that program's, the passes and buffers this kernel's own.",
+        data=(("group", list(group.indexes)),))
+
+
+_ALONE = Diagnostic(
+    "warning", "semaphore-group",
+    "this kernel and the kernels it passes DMA semaphores with could not be lowered as one "
+    "program, so it was compiled alone: a compiler crash below may be that, not the kernel.")
+
+
 def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic],
-                cross: CrossLowered) -> int | None:
+                cross: CrossLowered, in_group: _InGroup | None = None) -> int | None:
     from pallaslab.lowering import tpu_compile
     from pallaslab.model import _jax
 
@@ -210,6 +403,8 @@ def _vmem_exact(kernel: Kernel, target: Target, diags: list[Diagnostic],
     capacity = int(_jax.tpu_chip_facts(target.chip)["vmem_capacity_bytes"])
 
     def hlo_with_limit(limit: int) -> str:
+        if in_group is not None:  # the kernel's limit, in its group's program
+            return group_hlo(in_group.group, target, {kernel.index: limit})
         devices = cross.slice.partitions if cross.slice is not None else None
         relowered = cross_lower(kernel, target, vmem_limit_bytes=limit, devices=devices)
         assert relowered.hlo is not None

@@ -101,10 +101,7 @@ def compile_tpu(kernel_name: str, target: Target, hlo: str, dumps: bool = True,
     except WorkerDied as died:  # libtpu aborted (a failed CHECK): the next compile restarts it
         return TpuCompiled(False, (), (compiler_crash(str(died), kernel_name, target.name),),
                            0.0)
-    stages = []
-    for name, text in response["passes"]:
-        clean, sources = irtext.pretty_ir_with_sources(text)
-        stages.append(Stage(f"mosaic:{name}", clean, sources))
+    stages = _stages(response["passes"])
     diags: list[Diagnostic] = []
     if not response["ok"]:
         where_text = target.name if partitions == 1 else \
@@ -113,7 +110,56 @@ def compile_tpu(kernel_name: str, target: Target, hlo: str, dumps: bool = True,
         if response["log"]:
             diags.append(Diagnostic("info", "compiler-log", "libtpu printed: "
                                     + " | ".join(response["log"][:10])))
-    return TpuCompiled(response["ok"], tuple(stages), tuple(diags), response["seconds"])
+    return TpuCompiled(response["ok"], stages, tuple(diags), response["seconds"])
+
+
+def compile_tpu_group(kernel_names: tuple[str, ...], target: Target, hlo: str,
+                      dumps: bool = True) -> tuple[TpuCompiled, ...]:
+    """Compile one program holding several kernels (`hlo`: they run in the order of
+    `kernel_names`) for one device of the target's topology; per kernel, the program's verdict
+    and that kernel's own pass pipeline. The verdict is the program's: an error or a crash is
+    told to every kernel, each with its own name."""
+    joined = ", ".join(repr(n) for n in kernel_names)
+    assert target.topology is not None
+    try:
+        response = worker().compile(target.topology, hlo, dumps)
+    except WorkerDied as died:
+        return tuple(TpuCompiled(False, (), (compiler_crash(str(died), joined, target.name),),
+                                 0.0) for _ in kernel_names)
+    diags: tuple[Diagnostic, ...] = ()
+    if not response["ok"]:
+        diags = (diagnostics.from_compile_error(response["error"], joined, target.name),)
+        if response["log"]:
+            diags += (Diagnostic("info", "compiler-log", "libtpu printed: "
+                                 + " | ".join(response["log"][:10])),)
+    pipelines = _pipelines_per_kernel(kernel_names, response.get("pipelines", []))
+    return tuple(TpuCompiled(response["ok"], _stages(passes), diags, response["seconds"])
+                 for passes in pipelines)
+
+
+def _pipelines_per_kernel(kernel_names: tuple[str, ...], pipelines: list[list[Any]]
+                          ) -> list[list[list[str]]]:
+    """Each kernel's pass pipeline: the next one compiled under its name. XLA compiles
+    identical kernels once, so a kernel whose name has no pipeline left gets the last one."""
+    by_name: dict[str, list[list[list[str]]]] = {}
+    for name, passes in pipelines:
+        by_name.setdefault(name, []).append(passes)
+    taken: dict[str, int] = {}
+    out = []
+    for name in kernel_names:
+        own = by_name.get(name, [])
+        i = taken.get(name, 0)
+        taken[name] = i + 1
+        out.append(own[min(i, len(own) - 1)] if own else [])
+    return out
+
+
+def _stages(passes: list[list[str]]) -> tuple[Stage, ...]:
+    stages = []
+    for name, text in passes:
+        clean, sources = irtext.pretty_ir_with_sources(text)
+        stages.append(Stage(f"mosaic:{name}", clean, sources))
+    return tuple(stages)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,6 +57,8 @@ def test_import_rules(path):
         assert not any(under(d, *SHELLS) for d in ours), f"{me} imports a shell: {ours}"
     if mine == "pallaslab.util":  # leaf utilities: nothing else of ours
         assert all(under(d, "pallaslab.util") for d in ours), f"{me}: {ours}"
+    if me == "pallaslab.settings":  # read by every layer: a leaf beside errors
+        assert all(under(d, "pallaslab.errors", "pallaslab.util") for d in ours), f"{me}: {ours}"
     if mine == "pallaslab.model":
         allowed = ("pallaslab.model", "pallaslab.errors", "pallaslab.util")
         assert all(under(d, *allowed) for d in ours), f"model must not depend on {ours}"

@@ -32,28 +32,9 @@ MIN_PEERS = 60
 
 _ASYNC = ("basic_async_copy", "multiple_async_copy", "async_slice")
 
-# (peer, stage) -> the pallaslab defect that makes the stage fail today, one line.
+# (peer, stage) -> the pallaslab defect that makes the stage fail today, one line. (What JAX's
+# own interpreters cannot run is no defect: the peer says so, `interpretable=False`.)
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
-    **{(name, "compare"): (
-        "incomplete: no executor runs a DMA semaphore passed between pallas_calls as an "
-        "output/input (tpu-interpret says unavailable), so the test's value is never checked")
-       for name in _ASYNC},
-    **{(name, "lower"): (
-        "lower --compile tpu-v5e: compiler-crash, libtpu aborts on the start kernel "
-        "(CopyArrayExplicit RET_CHECK) where JAX's test compiles and runs it on a TPU")
-       for name in _ASYNC},
-    ("triton_unsigned_dot", "compare"): (
-        "incomplete: compare's default for a Triton kernel without a reference pairs "
-        "vectorized with tpu-interpret, which refuses Triton compiler params"),
-    ("stateful_kernel_on_refs", "compare"): (
-        "the vectorized executor fails on a pallas_call with out_shape=[] whose body closes "
-        "over run_state refs: ValueError: zip() argument 2 is shorter than argument 1"),
-    ("all_gather_1d_hbm", "compare"): (
-        "compare(devices=4) traces the function in-process on 1 device first, where the "
-        "all-gather launches no kernel: NoKernelError"),
-    ("all_gather_1d_vmem", "compare"): (
-        "compare(devices=4) traces the function in-process on 1 device first, where the "
-        "all-gather launches no kernel: NoKernelError"),
 }
 
 

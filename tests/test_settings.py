@@ -11,8 +11,8 @@ from pallaslab import settings
 from pallaslab.analysis.tiling import max_programs
 from pallaslab.cli import main
 from pallaslab.errors import SettingError
-from pallaslab.execute.prepared import check_devices
 from pallaslab.execute.isolation import DEFAULT_TIMEOUT, time_limit
+from pallaslab.execute.prepared import check_devices
 from pallaslab.execute.protocol import ExecutorError
 
 CASES = "tests/kernels.py"
@@ -146,3 +146,16 @@ def test_the_devices_flag_keeps_its_lower_bound(capsys):
     assert main(["inspect", f"{CASES}:matmul_f32", "--devices", "0"]) == 2
     assert "argument --devices: must be a whole number of simulated CPU devices >= 1, got " \
            "'0'" in capsys.readouterr().err
+
+
+def test_the_magic_refuses_too_many_devices_at_once():
+    from IPython.core.error import UsageError
+
+    from pallaslab.magic.options import devices_option
+
+    limit = settings.DEFAULT_MAX_DEVICES
+    with pytest.raises(UsageError) as err:
+        devices_option("10000")
+    refusal = devices_refusal(10000, limit, f"PALLASLAB_MAX_DEVICES={limit} by default")
+    assert str(err.value) == f"%%pallas: --devices 10000: {refusal}"
+    assert devices_option(str(limit)) == limit

@@ -95,6 +95,25 @@ class Occupancy:
     # them in scoped VMEM on top of `bytes` (not counted; see `spill_note`).
     large_values: tuple[tuple[tuple[int, ...], str, int], ...] = ()
     vmem_usable: int | None = None  # the VMEM the compiler lets buffers use (None: capacity)
+    # The largest matrix product the body computes (shape, dtype, bytes), if one reaches
+    # SPILL_RISK_BYTES: the MXU's result lands in scoped VMEM whole, beside the buffers.
+    product: tuple[tuple[int, ...], str, int] | None = None
+
+    @property
+    def product_bytes(self) -> int:
+        return self.product[2] if self.product is not None else 0
+
+    @property
+    def need_bytes(self) -> int:
+        """Scoped VMEM the kernel needs: its buffers plus the matrix product its body
+        materialises (the rule of `vmem-spill-risk` and the what-if table; libtpu refuses a
+        bf16 matmul with 1024 blocks on v5e, 16 MiB of buffers, needing 18.36 MiB)."""
+        return self.bytes + self.product_bytes
+
+    @property
+    def need_fits(self) -> bool:
+        """The buffers and the body's matrix product fit the limit (see `need_bytes`)."""
+        return self.fits and self.need_bytes <= self.effective_limit
 
     @property
     def spill_note(self) -> str | None:
@@ -139,7 +158,8 @@ class Occupancy:
             "limit_source": self.limit_source, "vmem_capacity": self.vmem_capacity,
             "smem_bytes": self.smem_bytes, "smem_capacity": self.smem_capacity,
             "semaphores": self.semaphores, "operands": [op.to_json() for op in self.operands],
-            "spill_note": self.spill_note,
+            "spill_note": self.spill_note, "product_bytes": self.product_bytes,
+            "need_bytes": self.need_bytes, "need_fits": self.need_fits,
         }
 
     def __str__(self) -> str:
@@ -154,6 +174,11 @@ class Occupancy:
             lines.append(f"  {op.origin:<12} {op.space:<9} {op.buffers} x "
                          f"{'x'.join(map(str, op.padded_shape)) or '()'} {op.dtype:<9} "
                          f"{kib(op.bytes):>12}")
+        if self.product is not None:
+            shape, dtype, size = self.product
+            lines.append(f"  {'body':<12} {'vmem':<9} {dtype}{list(shape)} matrix product "
+                         f"{kib(size):>12}: {kib(self.need_bytes)} with the buffers -- "
+                         f"{'fits' if self.need_fits else 'DOES NOT FIT'}")
         if self.spill_note:
             lines.append(f"  note: {self.spill_note}")
         return "\n".join(lines)
@@ -360,6 +385,7 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
     ops = tuple(operand_occupancy(op, kernel, c, constant.get(op.origin, False))
                 for op in kernel.operands) + body_occupancy(kernel, c)
     limit, source = vmem_limit(kernel, c)
+    values = _jax.kernel_body_values(kernel)
     return Occupancy(
         kernel=kernel.name,
         chip=c.name,
@@ -372,8 +398,9 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
         smem_capacity=c.smem_capacity,
         semaphores=sum(o.bytes for o in ops if o.space == "semaphore")
         + pipeline_semaphores(kernel),
-        large_values=large_values(kernel, c),
+        large_values=large_values(values),
         vmem_usable=limit if on_sparse_core(kernel) else c.vmem_usable,
+        product=largest_product(values),
     )
 
 
@@ -383,17 +410,33 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
 SPILL_RISK_BYTES = 256 * 1024
 
 
-def large_values(kernel: Kernel, chip: Chip) -> tuple[tuple[tuple[int, ...], str, int], ...]:
+BodyValues = Sequence[tuple[tuple[int, ...], Any, str]]  # (shape, dtype, primitive)
+Value = tuple[tuple[int, ...], str, int]  # (shape, dtype name, bytes)
+
+
+def large_values(values: BodyValues) -> tuple[Value, ...]:
+    """The body's values (`_jax.kernel_body_values`) of at least SPILL_RISK_BYTES, the four
+    largest first. A value's own size: its layout is the compiler's choice (a trailing dim of
+    1 is not padded to 128 lanes: libtpu compiles tokamax's RoPE, int32[128, 128, 1] values
+    included, in exactly its 192 KiB of buffers)."""
     seen: dict[tuple[tuple[int, ...], str], int] = {}
-    del chip  # a value's own size: its layout is the compiler's choice (a trailing dim of
-    # 1 is not padded to 128 lanes: libtpu compiles tokamax's RoPE, int32[128, 128, 1] values
-    # included, in exactly its 192 KiB of buffers)
-    for shape, dtype, _ in _jax.kernel_body_values(kernel):
+    for shape, dtype, _ in values:
         size = math.prod(shape) * storage_dtype(dtype).itemsize
         if size >= SPILL_RISK_BYTES:
             seen[(shape, np.dtype(dtype).name)] = size
     ranked = sorted(seen.items(), key=lambda kv: -kv[1])
     return tuple((shape, dtype, size) for (shape, dtype), size in ranked[:4])
+
+
+def largest_product(values: BodyValues) -> Value | None:
+    """The largest matrix product among the body's values, if any of at least
+    SPILL_RISK_BYTES: the MXU's result lands in VMEM whole before what uses it (flash
+    attention's scores), where an elementwise value streams into its output (libtpu compiles
+    `o[...] = x[...] * 2` over 64 MiB of buffers with no VMEM for the 16 MiB product)."""
+    products = [(shape, np.dtype(dtype).name, math.prod(shape) * storage_dtype(dtype).itemsize)
+                for shape, dtype, primitive in values if primitive == "dot_general"]
+    big = [p for p in products if p[2] >= SPILL_RISK_BYTES]
+    return max(big, key=lambda p: p[2]) if big else None
 
 
 def applies(kernel: Kernel) -> bool:

@@ -3,30 +3,26 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-
-import numpy as np
 
 from pallaslab.analysis.chips import DEFAULT_CHIPS, Chip
 from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.finding import Finding
 from pallaslab.analysis.occupancy import (
-    SPILL_RISK_BYTES,
     Occupancy,
     applies,
     kib,
     occupancy,
     on_sparse_core,
-    storage_dtype,
 )
-from pallaslab.model import Kernel, _jax
+from pallaslab.model import Kernel
 
 
 def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple[Finding, ...]:
     """A `vmem-overflow` error for every chip the kernel's buffers do not fit; a
     `vmem-limit-above-chip` note where its `vmem_limit_bytes` exceeds the chip's VMEM (the
-    compiler caps it, it does not refuse it)."""
+    compiler caps it, it does not refuse it); a `vmem-spill-risk` warning where the buffers
+    fit but not with the matrix product the body materialises (`Occupancy.need_bytes`)."""
     if not applies(kernel):
         return ()
     out = []
@@ -40,32 +36,20 @@ def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple
             continue
         if occ.limit > occ.effective_limit:
             out.append(limit_above_chip_finding(occ))
-        product = largest_product(kernel)
-        if product is not None and occ.bytes + product[2] > occ.effective_limit:
-            out.append(spill_risk_finding(occ, product))
+        if not occ.need_fits:  # the buffers fit: what the body materialises does not
+            out.append(spill_risk_finding(occ))
     return tuple(out)
 
 
-def largest_product(kernel: Kernel) -> tuple[tuple[int, ...], str, int] | None:
-    """The largest matrix product the body computes (shape, dtype, bytes), if any of at least
-    SPILL_RISK_BYTES: the MXU's result lands in VMEM whole before what uses it (flash
-    attention's scores), where an elementwise value streams into its output (libtpu compiles
-    `o[...] = x[...] * 2` over 64 MiB of buffers with no VMEM for the 16 MiB product)."""
-    products = [(shape, np.dtype(dtype).name, math.prod(shape) * storage_dtype(dtype).itemsize)
-                for shape, dtype, primitive in _jax.kernel_body_values(kernel)
-                if primitive == "dot_general"]
-    big = [p for p in products if p[2] >= SPILL_RISK_BYTES]
-    return max(big, key=lambda p: p[2]) if big else None
-
-
-def spill_risk_finding(occ: Occupancy, product: tuple[tuple[int, ...], str, int]) -> Finding:
-    shape, dtype, size = product
+def spill_risk_finding(occ: Occupancy) -> Finding:
+    assert occ.product is not None
+    shape, dtype, size = occ.product
     return Finding(
         code="vmem-spill-risk", severity="warning",
         message=f"{occ.kernel} on TPU {occ.chip}: its buffers need {kib(occ.bytes)} of the "
                 f"{kib(occ.effective_limit)} scoped-VMEM limit, and its body computes a "
                 f"{dtype}{list(shape)} matrix product ({kib(size)}) that the compiler keeps in "
-                f"scoped VMEM too: {kib(occ.bytes + size)} would not fit. Rule: a matrix "
+                f"scoped VMEM too: {kib(occ.need_bytes)} would not fit. Rule: a matrix "
                 "product larger than the vector registers lands in scoped VMEM (libtpu was "
                 "measured to need up to about twice the largest); shrink the blocks that size "
                 "it or raise `vmem_limit_bytes`, and compile for the target (`pallaslab lower "

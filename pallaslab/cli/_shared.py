@@ -62,7 +62,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, self.prog, self.format_usage())
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         """The options, then every `PALLASLAB_*` setting: a bad one is a usage error too,
         reported before the command starts (as a bad flag would be)."""
         parsed = super().parse_args(args, namespace)

@@ -8,6 +8,11 @@
   the CPU is missing ("MLIR translation rule for primitive ... not found"). That is the
   interpreter's limit, not the kernel's fault, so the executor is *unavailable* for that
   kernel, with the primitive and the user's line named.
+- JAX's HLO interpreter cannot run an atomic on a rank-0 ref (`plt.atomic_add(o_ref, (),
+  x)`: its discharge rule unpacks an index that is not there), nor a window whose size is
+  traced (`pl.ds(start, size)` of a `pl.BoundedSlice` block): `interpret` and `vectorized`
+  are unavailable for such kernels, the first decided before running, the second from
+  the interpreter's error.
 - Kernels traced under an abstract TPU (`Kernel.traced_for_chip`, because their tracing asks
   the chip) are traced again for the same chip wherever they are re-traced (the executor
   worker process), and under the caller's own abstract mesh when there is one.
@@ -23,6 +28,7 @@ from typing import Any
 
 from pallaslab.model import Kernel
 from pallaslab.model._jax import rerun
+from pallaslab.model._jax.equation_fields import call_site_of
 
 # Mesh classes of TPU mesh kernels (tensorcore and SparseCore meshes).
 TPU_MESH_KINDS = ("TensorCoreMesh", "VectorSubcoreMesh", "ScalarSubcoreMesh")
@@ -30,6 +36,8 @@ TPU_MESH_KINDS = ("TensorCoreMesh", "VectorSubcoreMesh", "ScalarSubcoreMesh")
 _MISSING_RULE = re.compile(
     r"(?:MLIR translation rule|lowering rule) for primitive '(?P<prim>[\w.-]+)' not found"
     r"(?: for platform (?P<platform>\w+))?")
+# A shape built from a traced size (a `pl.ds(start, size)` window, pl.BoundedSlice).
+_UNSIZED_WINDOW = "Shapes must be 1D sequences of concrete values of integer type"
 _NOT_IMPLEMENTED = re.compile(r"NotImplementedError: (?P<what>[^\n]+)")
 
 
@@ -50,6 +58,42 @@ def hlo_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
                     f"(remote DMAs, semaphore signals to a device); tpu-interpret can (kernel "
                     f"{k.name})")
     return None
+
+
+HLO_INTERPRETER = "JAX's HLO interpreter (interpret=True)"
+
+
+def hlo_interpreter_gap(kernels: Iterable[Kernel]) -> str | None:
+    """What the kernels use that JAX's HLO interpreter does not implement, decided before
+    running (None: nothing known). Unlike `hlo_interpreter_refusal`, no other interpreter
+    is implied: `interpret` and `vectorized` are unavailable, the kernel is not at fault."""
+    for k in kernels:
+        if k.kind != "pallas_call" or k.handle is None:
+            continue
+        if sites := _unindexed_atomic_sites(k.handle.eqn.params["jaxpr"]):
+            more = f" and {len(sites) - 1} more" if len(sites) > 1 else ""
+            return (f"{HLO_INTERPRETER} does not implement an atomic on a rank-0 ref (index "
+                    f"()), used by kernel {k.name} at {sites[0]}{more}: its discharge rule "
+                    "expects an index ('ValueError: not enough values to unpack'); a limit of "
+                    "the interpreter, not a fault of the kernel: pallaslab check judges it "
+                    "statically, pallaslab lower --compile compiles it for a GPU")
+    return None
+
+
+def _unindexed_atomic_sites(jaxpr: Any) -> tuple[str, ...]:
+    """"file.py:LINE" of each atomic (`plt.atomic_*`) on a ref with no index, at any depth."""
+    found: dict[str, None] = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "atomic_rmw":
+            _, transforms, *_ = eqn.params["args_tree"].unflatten(eqn.invars)
+            if not transforms:
+                found.setdefault(call_site_of(eqn) or "an unknown line")
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr
+                if hasattr(sub, "eqns"):
+                    found.update(dict.fromkeys(_unindexed_atomic_sites(sub)))
+    return tuple(found)
 
 
 def tpu_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
@@ -79,6 +123,11 @@ def unimplemented(mode: str | None, message: str, kernels: Sequence[Kernel]) -> 
         return (f"{mode} does not implement {_user_name(prim)} (primitive {prim!r} has no "
                 f"{platform}lowering){where}: a limit of the interpreter, not a fault of the "
                 "kernel; compile it for a TPU (pallaslab lower --compile) or run it on one")
+    if _UNSIZED_WINDOW in message:
+        return (f"{mode} does not implement a window of varying size (pl.ds with a traced "
+                "size, as a pl.BoundedSlice block makes): it needs every block shape to be "
+                "concrete; a limit of the interpreter, not a fault of the kernel: pallaslab "
+                "check judges it statically, pallaslab lower --compile compiles it for a TPU")
     if m := _NOT_IMPLEMENTED.search(message):
         frames = _INTERNAL_FRAME.findall(message)  # the interpreter's rule that gave up
         where = f" (in its {frames[-1][2]})" if frames else ""

@@ -15,6 +15,7 @@ import jax
 
 from pallaslab.execute import capabilities
 from pallaslab.execute.protocol import ExecutorError
+from pallaslab.execute.registry import executor_spec
 from pallaslab.model import Kernel
 
 
@@ -99,7 +100,8 @@ def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] |
     """The executors a comparison runs when none are named, and a note saying which: the
     executor that can run the kernels (`default_executor_for`: `vectorized` on a CPU host,
     the HLO interpreter elsewhere, unless another interpreter must) against the reference
-    when one is given, else against TPU interpret mode."""
+    when one is given, else against TPU interpret mode, or, where it refuses the kernels,
+    the other of interpret mode's executors."""
     first = default_executor_for(kernels, devices)
     why = interpreter_choice(kernels, devices)
     if reference is not None and not any(op.kind == "read" for k in kernels
@@ -108,7 +110,7 @@ def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] |
         # take effect (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
         first, why = run_executor_for(kernels, devices)
     second = "reference" if reference is not None else (
-        "tpu-interpret" if first in ("interpret", "vectorized") else None)
+        _second_interpreter(first, kernels) if first in ("interpret", "vectorized") else None)
     if second is None:
         raise ExecutorError(
             f"only {first} can run these kernels here ({why}), so there is nothing to compare "
@@ -116,6 +118,24 @@ def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] |
             f"signature), or name the executors")
     because = f" ({why})" if why else ""
     return (first, second), f"executors chosen by default: {first}, {second}{because}"
+
+
+# What interpret mode's results are checked against, best first: TPU interpret mode (a
+# memory model, races), else the other of interpret mode's two executors.
+_SECOND_CHOICES = ("tpu-interpret", "interpret", "vectorized")
+
+
+def _second_interpreter(first: str, kernels: Sequence[Kernel]) -> str | None:
+    """The first of `_SECOND_CHOICES` other than `first` that does not refuse the kernels
+    (a Triton kernel has no TPU compiler params for TPU interpret mode); None when only
+    `first` runs them; TPU interpret mode when none does (both then say why not)."""
+    def runs(name: str) -> bool:
+        return executor_spec(name).refusal(kernels) is None
+
+    accepted = [name for name in _SECOND_CHOICES if name != first and runs(name)]
+    if accepted:
+        return accepted[0]
+    return None if runs(first) else "tpu-interpret"
 
 
 def fallback_note(unavailable: str, executor: str) -> str:

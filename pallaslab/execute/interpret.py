@@ -21,7 +21,8 @@ class InterpretExecutor:
         description="JAX's HLO interpreter (interpret=True): fast, no TPU memory model",
         integer_fill="min", interpreter="JAX's HLO interpreter (interpret=True)",
         refusal=semaphore_refusals.with_hlo_semaphore_refusal(
-            capabilities.hlo_interpreter_refusal))
+            lambda kernels: capabilities.hlo_interpreter_refusal(kernels)
+            or capabilities.hlo_interpreter_gap(kernels)))
     name = spec.name
 
     def unavailable(self) -> str | None:

@@ -8,10 +8,11 @@ cloudpickle (functions defined in a notebook or a case file by value), the worke
 and runs them, and sends the `RunResult` back. While it runs, the worker publishes the
 program it is in to a small shared file; at the time limit, or on Ctrl-C, we kill the worker
 and say which program was running. The worker ends by itself when this process dies
-(`_worker.follow_parent`), and the CLI kills it on SIGTERM and SIGHUP. The worker is reused between runs (its JAX stays warm)
-and replaced after a kill. The stepper sends its programs to the same worker one at a time
-(`pallaslab.execute.stepper`); executor runs and stepper programs share one wait loop,
-`call_worker`, which polls the worker, the clock and Ctrl-C.
+(`_worker.follow_parent`), and the CLI kills it on SIGTERM and SIGHUP. The worker is reused
+between runs (its JAX stays warm) and replaced after a kill, its files removed. The stepper
+sends its programs to the same worker one at a time (`pallaslab.execute.stepper`); executor
+runs and stepper programs share one wait loop, `call_worker`, which polls the worker, the
+clock and Ctrl-C.
 
 What cannot travel (a function closing over something unpicklable, a lone captured
 `Kernel`) runs in this process instead, where the time limit is checked at each program
@@ -287,6 +288,7 @@ class _Worker:
         self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
         self.recv_conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
         self.ready = False
+        self.last_words: str | None = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -306,6 +308,8 @@ class _Worker:
         np.zeros(4 + monitor_module.STATUS_MAX_RANK, np.int64).tofile(self.status_path)
 
     def log_tail(self, lines: int = 6) -> str:
+        if self.last_words is not None:  # killed: its log is gone, its tail kept
+            return self.last_words
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
@@ -326,6 +330,12 @@ class _Worker:
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
+        # Its files go with it: a long session replaces many workers.
+        if self.last_words is None:
+            self.last_words = self.log_tail()
+        for path in (self.log_path, self.status_path):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,6 +416,8 @@ class _Workers:
         worker = self._worker
         if worker is not None and worker.alive():
             return worker
+        if worker is not None:  # died between requests (killed, out of memory): tidy up
+            self._discard(worker)
         worker = _Worker(self.devices)
         deadline = time.monotonic() + WORKER_START_TIMEOUT
         try:

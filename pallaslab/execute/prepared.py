@@ -60,6 +60,7 @@ def _prepared_from(fn: Kernel | Callable[..., Any], args: tuple[Any, ...],
                             "capture made already is reused for a function called on concrete "
                             "arrays only (abstract arguments get random data, which it was "
                             "not captured on)")
+    check_memory(args, kwargs, captured.handle.closed_jaxpr.out_avals)  # as after a capture
     return Prepared(fn, args, kwargs, captured, output_info(captured), devices)
 
 
@@ -103,9 +104,9 @@ def check_memory(args: tuple[Any, ...], kwargs: Mapping[str, Any],
     raise MemoryBudgetError(
         f"{largest}: the run would hold {size_text(total)} (inputs {size_text(held_in)}, "
         f"outputs {size_text(held_out)}, the executor's copies {size_text(copies)}), over the "
-        f"budget of {size_text(budget.nbytes)} ({budget.origin}); refused before the inputs "
-        f"were made or anything ran. Use smaller arrays, or set {settings.MEMORY_BUDGET} to a "
-        "number of bytes or a fraction of the memory available")
+        f"budget of {size_text(budget.nbytes)} ({budget.origin}); refused before the run. "
+        f"Use smaller arrays, or set {settings.MEMORY_BUDGET} to a number of bytes or a "
+        "fraction of the memory available")
 
 
 def _input_name(path: str) -> str:

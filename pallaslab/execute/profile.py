@@ -13,6 +13,7 @@ import dataclasses
 import glob
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,6 +30,8 @@ KINDS = ("kernel", "step", "op")
 # XLA:CPU's event for a whole asynchronous execution (seen for long interpreted grids).
 _WAIT = "ThunkExecutor::Execute (wait for completion)"
 KERNEL, STEP, OP = 0, 1, 2
+# JAX allows one profiler trace per process at a time: profiles here take turns.
+_TRACE_LOCK = threading.Lock()
 
 
 class ProfileError(PallasLabError, RuntimeError):
@@ -63,7 +66,8 @@ def profile(fn: Callable[..., Any] | Kernel, *args: Any, kernel: int | str = 0,
     """Profile one kernel that `fn(*args)` launches (or a captured `Kernel`).
 
     `interpret` defaults to True on a CPU-only machine. The kernel runs once to compile
-    before the trace, then `runs` times inside it; the last run's events are returned.
+    before the trace, then `runs` times inside it; the last run's events are returned. The
+    trace goes to a new folder of its own, under `trace_dir` when given.
     """
     k = fn if isinstance(fn, Kernel) else select_kernel(capture(fn, *args), kernel)
     if interpret is None:
@@ -76,11 +80,15 @@ def profile(fn: Callable[..., Any] | Kernel, *args: Any, kernel: int | str = 0,
     jitted = jax.jit(pallaslab_profiled_kernel)
     operands = _operands(k)
     jax.block_until_ready(jitted(*operands))
-    # Traces stay readable for the session and are removed when the process ends.
-    directory = trace_dir or tempfile.mkdtemp(prefix="profile-", dir=session_subdir("profiles"))
+    # Each run traces into a folder of its own (under `trace_dir` when given), so profiles run
+    # at the same time (two notebooks sharing a trace_dir) never read each other's trace. The
+    # session's traces stay readable for the session and are removed when the process ends.
+    if trace_dir:
+        os.makedirs(trace_dir, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix="profile-", dir=trace_dir or session_subdir("profiles"))
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # Python frames would swamp the kernel's events
-    with jax.profiler.trace(directory, profiler_options=options):
+    with _TRACE_LOCK, jax.profiler.trace(directory, profiler_options=options):
         for _ in range(max(1, runs)):
             jax.block_until_ready(jitted(*operands))
     files = sorted(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True),

@@ -97,6 +97,8 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
     eqn = kernel.handle.eqn
     if "shard_map" in kernel.context:  # its body is traced per shard: not re-traced here
         return interpreted("kernels inside shard_map are not batched")
+    if eqn.params["jaxpr"].constvars:  # pl.run_state: refs reach the body, not operands
+        return interpreted("the body closes over refs (a pallas_call inside pl.run_state)")
     if kernel.dynamic_grid_dims:
         return interpreted("the grid is dynamic")
     if kernel.programs == 0:
@@ -210,7 +212,8 @@ class VectorizedExecutor:
         name="vectorized", label="interpret mode",
         description="the fast CPU executor: interpret mode's results, programs batched "
                     "where provably equivalent, else interpreted (the rule is reported)",
-        integer_fill="min", refusal=semaphore_refusals.hlo_interpreter_semaphore_refusal)
+        integer_fill="min", refusal=semaphore_refusals.with_hlo_semaphore_refusal(
+            capabilities.hlo_interpreter_gap))  # what it interprets, the HLO interpreter runs
     name = spec.name
 
     def unavailable(self) -> str | None:
@@ -224,10 +227,27 @@ class VectorizedExecutor:
 
     def execute(self, prepared: Prepared, deadline: float | None = None) -> RunResult:
         cap = prepared.capture
-        plans = self.plans(prepared)
+        try:
+            plans = self.plans(prepared)
+        except Exception as err:  # our planning broke: the interpreter still runs the kernels
+            why = _own_failure("could not plan the batching", err)
+            return self._interpreted(prepared, deadline,
+                                     [KernelPlan(k.name, None, why) for k in cap], why)
         left = [k for k, p in zip(cap, plans, strict=True) if p.plan is None]
         if len(left) == len(plans) or capabilities.hlo_interpreter_refusal(left) is not None:
             return self._interpreted(prepared, deadline, plans)
+        try:
+            return self._batched(prepared, deadline, plans)
+        except Exception as err:  # batching broke (a body vmap cannot batch, our own bug):
+            # the interpreter runs it all and reports any fault of the kernel as its own
+            return self._interpreted(prepared, deadline, plans,
+                                     _own_failure("could not batch", err))
+
+    def _batched(self, prepared: Prepared, deadline: float | None, plans: list[KernelPlan]
+                 ) -> RunResult:
+        """The planned kernels batched (or without programs), the others interpreted, as one
+        computation; raises when that computation cannot be built or run."""
+        cap = prepared.capture
         batched = {id(k.handle.eqn): p.plan for k, p in zip(cap, plans, strict=True)
                    if p.plan is not None and not p.no_programs}
         empty = {id(k.handle.eqn) for k, p in zip(cap, plans, strict=True) if p.no_programs}
@@ -236,12 +256,7 @@ class VectorizedExecutor:
                                      batched or id(eqn) in empty else {"interpret": True})
         flat = prepared.flat_args
         t0 = time.perf_counter()
-        call = _callable(jaxpr, batched, empty)
-        try:
-            compiled = jax.jit(call).lower(*flat).compile()
-        except Exception as err:  # a body vmap cannot batch: the interpreter runs it all
-            why = f"could not batch: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            return self._interpreted(prepared, deadline, plans, why)
+        compiled = jax.jit(_callable(jaxpr, batched, empty)).lower(*flat).compile()
         compile_time = time.perf_counter() - t0
         if deadline is not None and time.monotonic() > deadline:  # one computation: no
             # program boundary to stop at, so the limit is checked before it starts
@@ -272,6 +287,11 @@ class VectorizedExecutor:
                                    ran_under=name, fallback="; ".join(reasons),
                                    batching=tuple(_interpreted_batching(p, name, why)
                                                   for p in plans))
+
+
+def _own_failure(what: str, err: Exception) -> str:
+    """Why vectorized handed a run to the interpreter after its own machinery raised."""
+    return f"{what}: {type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
 
 
 def _interpreted_batching(plan: KernelPlan, interpreter: str, why: str | None

@@ -16,7 +16,9 @@ namespace exactly as IPython would, and traces the last line's value once with
   first appear; everything else it reads is closed over.
 
 The cell's value is computed from that trace (`pallaslab.execute.auto.evaluate`), so the
-user's code runs once in the notebook. With no TPU/GPU attached, kernels written for one run
+user's code runs once in the notebook; `--compare` and `--devices` reuse that capture too
+(`prepare(captured=...)`), and only the worker process traces the call again, where what it
+prints goes to the worker's log. With no TPU/GPU attached, kernels written for one run
 interpreted in the killable worker process (which traces the call again there), one line says
 so, and what they print is printed. What the line only does with its value (`print(f(x))`,
 `results.append(f(x))`, f-strings, `(out := f(x)).sum()`) runs on the computed value, not on
@@ -42,6 +44,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from pallaslab.magic.line import (
     SHAPES,
+    ComputedPart,
     last_value,
     leaked_tracers_error,
     traced_line,
@@ -270,8 +273,11 @@ def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, 
                        kernel=options["kernel"], options=options["extra"])
         call, reuse = _call_to_rerun(cap, traced, user_call)
         if compared:
+            reference = options.get("reference")
+            if reuse and reference is not None and not all(traced.computed):
+                reference = ComputedPart(reference, traced.computed)
             comparison = attach_comparison(
-                wb, executors=compared[0], reference=options.get("reference"), call=call,
+                wb, executors=compared[0], reference=reference, call=call,
                 timeout=options["timeout"], **reuse,
                 **({"devices": options["devices"]} if options["devices"] else {}))
         elif options["devices"]:

@@ -72,6 +72,12 @@ class Traced:
         fn, args, kwargs = self.call
         return TracedLeaves(fn), args, kwargs
 
+    @property
+    def computed(self) -> tuple[bool, ...]:
+        """For each leaf of the line's value: did the trace compute it (an output of the
+        capture), or is it a Python value or an array the call did not compute?"""
+        return tuple(v is _MISSING for v in self.kept)
+
     def value(self, outputs: Sequence[Any]) -> Any:
         """The line's value: its traced leaves from `outputs`, the others as they were, and
         the rest of the line (`print(...)`) run on them."""
@@ -82,6 +88,27 @@ class Traced:
         leaves = [next(it) if v is _MISSING else v for v in self.kept]
         core = jax.tree_util.tree_unflatten(self.treedef, leaves)
         return core if self.finish is None else self.finish(core)
+
+
+class ComputedPart:
+    """A reference function returning the leaves of its result at the positions the traced
+    call computed (`Traced.computed`): what it is compared with are the capture's outputs,
+    which hold no Python values. A result of another leaf count is returned whole (the
+    comparison then says how it differs). Picklable when the reference is, for the worker."""
+
+    def __init__(self, reference: Callable[..., Any], computed: tuple[bool, ...]) -> None:
+        self.reference = reference
+        self.computed = computed
+        self.__name__ = getattr(reference, "__name__", type(reference).__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import jax
+
+        result = self.reference(*args, **kwargs)
+        leaves = jax.tree_util.tree_leaves(result)
+        if len(leaves) != len(self.computed):
+            return result
+        return [v for v, c in zip(leaves, self.computed, strict=True) if c]
 
 
 def traced_line(expr: ast.expr, filename: str, flags: int, ns: dict[str, Any]) -> Traced:

@@ -4,7 +4,9 @@ Per chip, one bar stacks every operand's share of scoped VMEM (buffers x the blo
 chip's native tiling, scratch once) against the scoped-VMEM limit the kernel compiles with (and
 the chip's VMEM capacity); overflow is marked, with the compiler's spill risk when the body holds
 large values. With `what_if=(make, candidates)` the view adds the what-if table (best first,
-candidates that do not fit every chip marked). With `gpu=True` (a Triton kernel) the view adds
+candidates that do not fit every chip marked: buffers plus the matrix product the body
+materialises, the rule of `vmem-spill-risk`); with `compile=True` each candidate is also
+compiled with libtpu per chip and the compiler's verdict is shown beside, and ranks. With `gpu=True` (a Triton kernel) the view adds
 shared memory, registers, spills and blocks per SM on a100/h100 from the real Triton compile
 (`pallaslab.views.memory_gpu`). Numbers come from `pallaslab.analysis.occupancy`
 and `pallaslab.analysis.whatif`; `memory_payload` is the pure function the widget, the report
@@ -21,8 +23,15 @@ from typing import Any, TypedDict
 from pallaslab.analysis.chips import DEFAULT_CHIPS
 from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.occupancy import Occupancy, OperandOccupancy, applies, occupancy
-from pallaslab.analysis.whatif import WhatIfTable, what_if
-from pallaslab.model import Kernel
+from pallaslab.analysis.whatif import (
+    ChipVerdict,
+    CompilerVerdict,
+    WhatIfRow,
+    WhatIfTable,
+    compiler_text,
+    what_if,
+)
+from pallaslab.model import Capture, Kernel
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -73,10 +82,14 @@ class ChipMemory(TypedDict):
 
 class WhatIfChip(TypedDict):
     chip: str
-    vmem_bytes: int
+    vmem_bytes: int  # the buffers
+    body_bytes: int  # the matrix product the body materialises beside them
+    need_bytes: int  # vmem_bytes + body_bytes, judged against the limit
     limit: int
     fits: bool
     predicted_time: float | None  # seconds; None when the pipeline could not be modelled
+    compiles: bool | None  # libtpu's verdict (None: no compile was asked for)
+    compiler: str | None  # it in words: "ok", "no (18.36 MiB)"
 
 
 class WhatIfRowPayload(TypedDict):
@@ -85,7 +98,8 @@ class WhatIfRowPayload(TypedDict):
     programs: int | None
     fetches: int | None
     hbm_bytes: int | None
-    fits: bool  # on every chip
+    fits: bool  # on every chip, by the estimate
+    compiles: bool | None  # libtpu accepts it on every chip (None: no compile was asked for)
     error: str | None  # the candidate could not be built
     chips: list[WhatIfChip]
 
@@ -154,15 +168,38 @@ def _operand(o: OperandOccupancy, labels: dict[str, str]) -> MemoryOperand:
 
 
 def what_if_payload(table: WhatIfTable) -> WhatIfPayload:
-    rows = [WhatIfRowPayload(
-        block_sizes=repr(r.block_sizes), kernel=r.kernel, programs=r.programs,
-        fetches=r.fetches, hbm_bytes=r.hbm_bytes, fits=r.fits, error=r.error,
-        chips=[WhatIfChip(chip=c.chip, vmem_bytes=c.vmem_bytes, limit=c.limit, fits=c.fits,
-                          predicted_time=None if math.isnan(c.predicted_time)
-                          else c.predicted_time) for c in r.chips])
-        for r in table.rows]
-    return WhatIfPayload(chips=list(table.chips), rows=rows,
+    return WhatIfPayload(chips=list(table.chips), rows=[_what_if_row(r) for r in table.rows],
                          best=0 if table.best is not None else None)
+
+
+def _what_if_row(r: WhatIfRow) -> WhatIfRowPayload:
+    return WhatIfRowPayload(
+        block_sizes=repr(r.block_sizes), kernel=r.kernel, programs=r.programs,
+        fetches=r.fetches, hbm_bytes=r.hbm_bytes, fits=r.fits, compiles=r.compiles,
+        error=r.error, chips=[_what_if_chip(c) for c in r.chips])
+
+
+def _what_if_chip(c: ChipVerdict) -> WhatIfChip:
+    return WhatIfChip(
+        chip=c.chip, vmem_bytes=c.vmem_bytes, body_bytes=c.body_bytes, need_bytes=c.need_bytes,
+        limit=c.limit, fits=c.fits,
+        predicted_time=None if math.isnan(c.predicted_time) else c.predicted_time,
+        compiles=None if c.compiler is None else c.compiler.compiles,
+        compiler=None if c.compiler is None else compiler_text(c.compiler))
+
+
+def libtpu_verdict(cap: Capture, index: int, chip: str, *,
+                   vmem_exact: bool = False) -> CompilerVerdict:
+    """libtpu's verdict on kernel `index` of a candidate's capture for `chip` (cached on disk;
+    `vmem_exact` bisects the need of a kernel that compiles, about 17 compiles)."""
+    from pallaslab.lowering import lower  # the backend layer loads only when a compile is asked
+
+    result = lower(cap, target=get_chip(chip).target, compile=True, vmem_exact=vmem_exact)
+    k = next(k for k in result.kernels if k.index == index)
+    if k.ok and k.compiled:
+        return CompilerVerdict(True, k.resources.vmem_bytes if vmem_exact else None)
+    errors = [d.code for d in k.diagnostics if d.severity == "error"]
+    return CompilerVerdict(False, k.resources.vmem_bytes, errors[0] if errors else "refused")
 
 
 # --- the view ---------------------------------------------------------------------------------
@@ -175,7 +212,9 @@ class MemoryView(View):
 
     `chips` defaults to the workbench's (`%%pallas --chip`, `Workbench(chips=...)`), else v5e
     and v6e. `what_if` is `(make, candidates)` (see `pallaslab.analysis.whatif.what_if`) or a
-    table already computed. `gpu=True` compiles the kernel with Triton for a100 and h100
+    table already computed. `compile=True` (workbench option "compile") compiles every
+    candidate with libtpu per chip and shows its verdict beside the estimate; `vmem_exact=True`
+    also bisects each accepted candidate's true need (about 17 compiles each). `gpu=True` compiles the kernel with Triton for a100 and h100
     (seconds; cached on disk) and shows shared memory, registers, spills and blocks per SM; it
     defaults to the workbench option "gpu".
     """
@@ -184,8 +223,12 @@ class MemoryView(View):
     module = "memory.js"
 
     def __init__(self, ctx: KernelContext, chips: Sequence[str] | str | None = None,
-                 what_if: WhatIf | None = None, gpu: bool | None = None):
+                 what_if: WhatIf | None = None, gpu: bool | None = None,
+                 compile: bool | None = None, vmem_exact: bool = False):
         self.ctx = ctx
+        self.vmem_exact = vmem_exact
+        self.compile = vmem_exact or (bool(ctx.options.get("compile")) if compile is None
+                                      else compile)
         # A GPU target asked for (--target gpu-h100) means the GPU's figures, as --gpu does.
         self.gpu = bool(ctx.options.get("gpu") or any(t.startswith("gpu-") for t in ctx.targets)
                         ) if gpu is None else gpu
@@ -213,7 +256,10 @@ class MemoryView(View):
                 *, kernel: int | None = None) -> MemoryView:
         """Judge candidate block sizes (`make(candidate) -> (fn, args)`); shows the table."""
         index = self.ctx.kernel.index if kernel is None else kernel
-        return self._set_table(what_if(make, list(candidates), self.chips, kernel=index))
+        compiler = functools.partial(libtpu_verdict, vmem_exact=self.vmem_exact) \
+            if self.compile else None
+        return self._set_table(what_if(make, list(candidates), self.chips, kernel=index,
+                                       compiler=compiler))
 
     def _set_table(self, table: WhatIfTable) -> MemoryView:
         self.table = table
@@ -251,7 +297,9 @@ class MemoryView(View):
         if p["gpu"] is not None:
             lines += gpu_text(p["gpu"])
         if self.table is not None:
-            lines.append("What-if (best first; '!!' = does not fit):")
+            lines.append("What-if (best first; VMEM = buffers+the body's matrix product; "
+                         "'!!' = does not fit" + ("; libtpu = the compiler's verdict):"
+                                                   if self.table.compiled else "):"))
             lines += ["  " + line for line in str(self.table).splitlines()]
         return visible("\n".join(lines))
 
@@ -358,22 +406,39 @@ def _us(t: float | None) -> str:
     return "-" if t is None else f"{t * 1e6:,.2f}"
 
 
+def _row_verdict(r: WhatIfRowPayload) -> str:
+    if r["compiles"] is not None:
+        return "libtpu compiles it" if r["compiles"] else "libtpu refuses it"
+    return "fits" if r["fits"] else "does not fit"
+
+
+def _what_if_cells(c: WhatIfChip, compiled: bool) -> str:
+    """Buffers + the body's product against the limit, libtpu's verdict, the time."""
+    need = _bytes(c["vmem_bytes"]) + (f" + {_bytes(c['body_bytes'])}" if c["body_bytes"] else "")
+    cells = (f'<td class="num{"" if c["fits"] else " pl-mem-over"}" title="limit '
+             f'{esc(_bytes(c["limit"]))}">{esc(need)}{"" if c["fits"] else " ✗"}</td>')
+    if compiled:
+        over = "" if c["compiles"] in (True, None) else " pl-mem-over"
+        cells += f'<td class="num{over}">{esc(c["compiler"] or "-")}</td>'
+    return cells + f'<td class="num">{_us(c["predicted_time"])}</td>'
+
+
 def what_if_table_html(w: WhatIfPayload) -> str:
-    head = "".join(f"<th class=\"num\">{esc(c)} VMEM</th><th class=\"num\">{esc(c)} µs</th>"
-                   for c in w["chips"])
+    compiled = any(r["compiles"] is not None for r in w["rows"])
+    head = "".join(f"<th class=\"num\">{esc(c)} VMEM (buffers + body)</th>"
+                   + (f"<th class=\"num\">{esc(c)} libtpu</th>" if compiled else "")
+                   + f"<th class=\"num\">{esc(c)} µs</th>" for c in w["chips"])
     body = []
     for i, r in enumerate(w["rows"]):
-        cls = "pl-best" if i == w["best"] else ("" if r["fits"] else "pl-nofit")
+        accepted = r["fits"] if r["compiles"] is None else r["compiles"]
+        cls = "pl-best" if i == w["best"] else ("" if accepted else "pl-nofit")
         if r["error"]:
+            span = 4 + (3 if compiled else 2) * len(w["chips"])
             body.append(f'<tr class="pl-nofit"><td>{esc(r["block_sizes"])}</td>'
-                        f'<td colspan="{4 + 2 * len(w["chips"])}">error: {esc(r["error"])}</td>'
-                        "</tr>")
+                        f'<td colspan="{span}">error: {esc(r["error"])}</td></tr>')
             continue
-        chips = "".join(
-            f'<td class="num{"" if c["fits"] else " pl-mem-over"}">{esc(_bytes(c["vmem_bytes"]))}'
-            f'{"" if c["fits"] else " ✗"}</td><td class="num">{_us(c["predicted_time"])}</td>'
-            for c in r["chips"])
-        verdict = "best" if i == w["best"] else ("fits" if r["fits"] else "does not fit")
+        chips = "".join(_what_if_cells(c, compiled) for c in r["chips"])
+        verdict = "best" if i == w["best"] else _row_verdict(r)
         body.append(f'<tr class="{cls}"><td>{esc(r["block_sizes"])}</td><td>{verdict}</td>'
                     f'<td class="num">{_html.num(r["programs"])}</td>'
                     f'<td class="num">{_html.num(r["fetches"])}</td>'

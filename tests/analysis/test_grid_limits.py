@@ -202,12 +202,12 @@ def test_default_limit_is_2_to_the_24(monkeypatch):
 
 
 def test_an_unusable_limit_is_named(monkeypatch):
-    monkeypatch.setenv(LIMIT_ENV, "lots")
-    k = _matmul()
-    assert tile(k) is None
-    assert tiling_unavailable_reason(k) == (
-        "the whole-grid analysis limit is unusable: PALLASLAB_MAX_PROGRAMS='lots' is not a "
-        "whole number of programs (e.g. PALLASLAB_MAX_PROGRAMS=67108864)")
+    from pallaslab.errors import SettingError
+
+    monkeypatch.setenv(LIMIT_ENV, "lots")  # an error, not a silently skipped analysis
+    with pytest.raises(SettingError, match=r"^PALLASLAB_MAX_PROGRAMS: must be a whole number "
+                                           r"of programs >= 1, got 'lots'$"):
+        tile(_matmul())
 
 
 BILLION = ("grid (1000, 1000, 1000) has 1,000,000,000 programs, more than the whole-grid "

@@ -95,3 +95,15 @@ def test_prepare_reuses_a_capture_without_tracing_again():
     assert prepared.capture is cap and prepared.output_info == output_info(cap)
     with pytest.raises(ExecutorError, match="concrete arrays only"):
         prepare(ns["double"], (jax.ShapeDtypeStruct(x.shape, x.dtype),), captured=cap)
+
+
+def test_a_value_with_python_leaves_still_compares_with_its_reference(shell, shown):
+    # The capture's outputs are the leaves the trace computed; the reference's `3` is not one.
+    cell = ("%%pallas --compare interpret,reference=ref_pair\n"
+            f"{DOUBLE}def pair(x):\n    return double(x), 3\n"
+            "def ref_pair(x):\n    return 2 * x, 3\npair(x)")
+    appends, prints, result = side_effects(shell, cell)
+    assert (appends, prints) == (1, 1) and result.result[1] == 3
+    (wb,) = shown
+    comparison = wb.view("compare").comparison
+    assert comparison.passed, comparison.verdict()

@@ -1,6 +1,7 @@
 """Peers from tpu_pallas_distributed_test.py and tpu_all_gather_test.py: kernels inside
-`shard_map` that DMA to other devices, run on 4 simulated devices. The mesh is built from
-`jax.devices()` at call time, so the cases also trace on one device."""
+`shard_map` that DMA to other devices, run on 4 simulated devices (JAX's all-gather on 2: see
+its section). The mesh is built from `jax.devices()` at call time, so the cases also trace
+on one device."""
 
 from __future__ import annotations
 
@@ -124,6 +125,21 @@ def barrier_semaphore():
 
 
 # --- tpu_all_gather_test.py::AllGatherTest::test_all_gather_1d_mesh -------------------------
+#
+# On 2 devices, not 4. JAX's kernel (jax.experimental.pallas.ops.tpu.all_gather.ag_kernel)
+# receives every ring step of a direction on one semaphore (recv_sem[0] / recv_sem[1]) and
+# starts step i + 1 after waiting only for its own send and its own receive, so from 3 devices
+# on a sender can have two DMAs in flight to one neighbour on one semaphore, and the receiver's
+# wait for step i can be met by step i + 1's copy: it then forwards a slot that has not landed
+# yet. The kernel relies on DMAs landing in the order they were issued; JAX's test runs on TPU
+# v5e hardware only (it skips elsewhere). JAX's own TPU interpreter runs pending DMAs out of
+# order (`dma_execution_mode="on_wait"`, its default): on 4 devices, without pallaslab, 10 of
+# 10 runs returned a quarter of the output NaN, `detect_races=True` raised RACE DETECTED at
+# all_gather.py:99, and `dma_execution_mode="eager"` or one receive semaphore per step gave x.
+# pallaslab's compare(devices=4) says the same (data-race findings, a mismatch in most runs).
+# On 2 devices each direction has one step, nothing shares a semaphore in flight, and JAX's
+# interpreter gives x every time (20 of 20 runs, no race): the peer holds that.
+ALL_GATHER_DEVICES = 2
 
 
 def _all_gather(x, memory_space):
@@ -132,14 +148,19 @@ def _all_gather(x, memory_space):
     return all_gather.all_gather(x, mesh=_mesh(), axis_name="x", memory_space=memory_space)
 
 
+def _gather_x(key, dtype):  # the test's shape: (devices * leading, ...), one shard per device
+    return jax.random.normal(jax.random.key(key), (ALL_GATHER_DEVICES * 8, 128),
+                             jnp.float32).astype(dtype)
+
+
 @peer("collective", "tpu_all_gather_test.py::AllGatherTest::test_all_gather_1d_mesh",
-      backend="tpu", reference=lambda x: x, devices=DEVICES)
+      backend="tpu", reference=lambda x: x, devices=ALL_GATHER_DEVICES)
 def all_gather_1d_hbm():
-    return functools.partial(_all_gather, memory_space=pl.ANY), (_x(),)
+    return functools.partial(_all_gather, memory_space=pl.ANY), (_gather_x(0, jnp.float32),)
 
 
 @peer("collective", "tpu_all_gather_test.py::AllGatherTest::test_all_gather_1d_mesh",
-      backend="tpu", reference=lambda x: x, devices=DEVICES)
+      backend="tpu", reference=lambda x: x, devices=ALL_GATHER_DEVICES)
 def all_gather_1d_vmem():
     return functools.partial(_all_gather, memory_space=pltpu.VMEM), (
-        jax.random.normal(jax.random.key(1), (DEVICES * 8, 128), jnp.bfloat16),)
+        _gather_x(1, jnp.bfloat16),)

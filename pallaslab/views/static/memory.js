@@ -21,13 +21,14 @@ import { h, num, lifetime, onModel } from "./prelude.js";
  *   semaphores: number, spill_note: string | null, operands: MemoryOperand[]}} ChipMemory
  */
 /**
- * @typedef {{chip: string, vmem_bytes: number, limit: number, fits: boolean,
- *   predicted_time: number | null}} WhatIfChip
+ * @typedef {{chip: string, vmem_bytes: number, body_bytes: number, need_bytes: number,
+ *   limit: number, fits: boolean, predicted_time: number | null, compiles: boolean | null,
+ *   compiler: string | null}} WhatIfChip
  */
 /**
  * @typedef {{block_sizes: string, kernel: string, programs: number | null,
- *   fetches: number | null, hbm_bytes: number | null, fits: boolean, error: string | null,
- *   chips: WhatIfChip[]}} WhatIfRowPayload
+ *   fetches: number | null, hbm_bytes: number | null, fits: boolean, compiles: boolean | null,
+ *   error: string | null, chips: WhatIfChip[]}} WhatIfRowPayload
  */
 /** @typedef {{chips: string[], rows: WhatIfRowPayload[], best: number | null}} WhatIfPayload */
 /**
@@ -276,31 +277,55 @@ function sharedBuffers(buffers) {
   return table;
 }
 
+/**
+ * One chip's cells: buffers + the body's matrix product against the limit, libtpu's verdict
+ * (when compiled), the predicted time.
+ * @param {WhatIfChip} c
+ * @param {boolean} compiled
+ */
+function whatIfCells(c, compiled) {
+  const need = bytes(c.vmem_bytes) + (c.body_bytes ? ` + ${bytes(c.body_bytes)}` : "");
+  const cell = h("td", `num${c.fits ? "" : " pl-mem-over"}`, `${need}${c.fits ? "" : " ✗"}`);
+  cell.title = `limit ${bytes(c.limit)}`;
+  const cells = [cell];
+  if (compiled) cells.push(h("td", `num${c.compiles === false ? " pl-mem-over" : ""}`, c.compiler ?? "-"));
+  cells.push(h("td", "num", us(c.predicted_time)));
+  return cells;
+}
+
+/** @param {WhatIfRowPayload} r */
+function rowVerdict(r) {
+  if (r.compiles !== null) return r.compiles ? "libtpu compiles it" : "libtpu refuses it";
+  return r.fits ? "fits" : "does not fit";
+}
+
 /** @param {WhatIfPayload} w */
 function whatIfTable(w) {
   const box = h("div", "pl-whatif-box");
   box.append(h("div", "pl-title", "What-if: block sizes, best first"));
   const table = h("table", "pl-table pl-whatif");
+  const compiled = w.rows.some((r) => r.compiles !== null);
   const head = h("tr");
   ["block sizes", "verdict", "programs", "fetches", "HBM bytes"].forEach((c, i) => head.append(h("th", i >= 2 ? "num" : "", c)));
-  for (const c of w.chips) head.append(h("th", "num", `${c} VMEM`), h("th", "num", `${c} µs`));
+  for (const c of w.chips) {
+    head.append(h("th", "num", `${c} VMEM (buffers + body)`));
+    if (compiled) head.append(h("th", "num", `${c} libtpu`));
+    head.append(h("th", "num", `${c} µs`));
+  }
   table.append(head);
   w.rows.forEach((r, i) => {
-    const tr = h("tr", i === w.best ? "pl-best" : r.fits ? "" : "pl-nofit");
+    const accepted = r.compiles === null ? r.fits : r.compiles;
+    const tr = h("tr", i === w.best ? "pl-best" : accepted ? "" : "pl-nofit");
     tr.dataset.fits = String(r.fits);
     tr.append(h("td", "pl-mono", r.block_sizes));
     if (r.error) {
       const td = h("td", "pl-mem-over", `error: ${r.error}`);
-      td.setAttribute("colspan", String(4 + 2 * w.chips.length));
+      td.setAttribute("colspan", String(4 + (compiled ? 3 : 2) * w.chips.length));
       tr.append(td);
     } else {
-      tr.append(h("td", r.fits ? "pl-mem-fits" : "pl-mem-over", i === w.best ? "★ best" : r.fits ? "fits" : "does not fit"),
+      tr.append(h("td", accepted ? "pl-mem-fits" : "pl-mem-over", i === w.best ? "★ best" : rowVerdict(r)),
         h("td", "num", num(r.programs)), h("td", "num", num(r.fetches)), h("td", "num", num(r.hbm_bytes)));
-      for (const c of r.chips) {
-        const cell = h("td", `num${c.fits ? "" : " pl-mem-over"}`, `${bytes(c.vmem_bytes)}${c.fits ? "" : " ✗"}`);
-        cell.title = `limit ${bytes(c.limit)}`;
-        tr.append(cell, h("td", "num", us(c.predicted_time)));
-      }
+      for (const c of r.chips) tr.append(...whatIfCells(c, compiled));
     }
     table.append(tr);
   });
