@@ -18,7 +18,8 @@ class Diagnostic:
     mixed with blocked dimensions), `unsupported-target` (e.g. a SparseCore kernel for a chip
     without SparseCores), `unsupported-op`, `layout`, `shape`, `lowering-error`,
     `compile-error` (libtpu's code and name as data), `mosaic-alignment` (E2003),
-    `mosaic-gpu-pallas-call`, `compiler-crash` (the compiler process aborted; its fatal line),
+    `mosaic-gpu-pallas-call`, `compiler-crash` (the compiler process aborted; its fatal
+    line), `semaphore-group` (info: kernels joined by a DMA semaphore compiled as one program),
     `wrong-backend`, `params-adapted`, `missing-tool`, `no-compiler`.
     """
 

@@ -30,8 +30,6 @@ REQUIRED_KINDS = {
 }
 MIN_PEERS = 60
 
-_ASYNC = ("basic_async_copy", "multiple_async_copy", "async_slice")
-
 # (peer, stage) -> the pallaslab defect that makes the stage fail today, one line. (What JAX's
 # own interpreters cannot run is no defect: the peer says so, `interpretable=False`.)
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {

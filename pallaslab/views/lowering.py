@@ -80,10 +80,27 @@ class LoweringView(InteractiveView):
         if have is None or (want_compile and not have.compiled):
             # a shard_map kernel compiles over as many chips as the workbench runs devices
             devices = self.ctx.options.get("devices")
-            self._results[name] = clean_lowering(lower_kernel(
-                self.ctx.kernel, get_target(name), compile=want_compile,
-                devices=int(devices) if devices else None))
+            count = int(devices) if devices else None
+            if want_compile and self._joined_by_semaphores():
+                lowered = self._lowered_with_its_group(name, count)
+            else:
+                lowered = lower_kernel(self.ctx.kernel, get_target(name), compile=want_compile,
+                                       devices=count)
+            self._results[name] = clean_lowering(lowered)
         return self._results[name]
+
+    def _joined_by_semaphores(self) -> bool:
+        """A kernel passing a DMA semaphore to another kernel compiles only together with it."""
+        return self.ctx.capture is not None and any(
+            op.is_semaphore and op.role != "scratch" for op in self.ctx.kernel.operands)
+
+    def _lowered_with_its_group(self, target: str, devices: int | None) -> KernelLowering:
+        from pallaslab.lowering import lower
+
+        assert self.ctx.capture is not None
+        result = lower(self.ctx.capture, target=target, compile=True, devices=devices)
+        position = [k.index for k in self.ctx.capture].index(self.ctx.kernel.index)
+        return result.kernels[position]
 
     @property
     def results(self) -> dict[str, KernelLowering]:

@@ -19,7 +19,7 @@ from pallaslab.lowering.api import semaphore_groups
 from pallaslab.model import capture
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peer"))
-import tpu_async  # noqa: E402  (needs tests/peer on the path for its registry)
+import tpu_async  # tests/peer on the path above: it imports its registry
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason='needs libtpu: pip install "pallaslab[tpu]"')
@@ -85,3 +85,16 @@ def test_identical_groups_each_name_their_own_kernels():
     assert all(k.ok for k in kernels)
     assert [_group_of(k) for k in kernels] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert kernels[3].cached
+
+
+@pytest.mark.tpu_compiler
+def test_the_lowering_tab_compiles_a_semaphore_joined_kernel_with_its_group():
+    from pallaslab.views.context import KernelContext
+    from pallaslab.views.lowering import LoweringView
+
+    fn, args = tpu_async.basic_async_copy()[:2]
+    cap = pallaslab.capture(fn, *args)
+    for kernel in cap:
+        result = LoweringView(KernelContext(kernel, cap), compile=True).result("tpu-v5e")
+        assert result.ok, [d.message for d in result.diagnostics]
+        assert "semaphore-group" in [d.code for d in result.diagnostics]
