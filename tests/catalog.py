@@ -50,6 +50,9 @@ def catalog_names(*, tag: str | None = None) -> list[str]:
 
 
 def catalog_line(text: str, file: str = "kernels.py") -> str:
-    """"kernels.py:LINE" of the first catalog line holding `text` (catalog edits move lines)."""
-    lines = (Path(__file__).parent / file).read_text().splitlines()
+    """"kernels.py:LINE" of the first catalog line holding `text` (catalog edits move lines).
+    `file` is relative to tests/, or the name of a test module in one of its folders."""
+    tests = Path(__file__).parent
+    path = tests / file if (tests / file).exists() else next(tests.glob(f"*/{file}"))
+    lines = path.read_text().splitlines()
     return f"{file}:{next(n for n, line in enumerate(lines, 1) if text in line)}"

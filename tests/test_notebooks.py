@@ -135,10 +135,12 @@ def test_pipelining_tutorial_trades_traffic_against_vmem_and_asks_libtpu():
     text = text_of("03_tpu_pipelining_and_vmem.ipynb")
     assert "blocks 128:" in text and "HBM traffic 276,824,064 B" in text
     assert "blocks 512:" in text and "HBM traffic 75,497,472 B" in text
-    assert "What-if (best first" in text and "40960 !!" in text
+    assert "What-if (best first" in text and "40960+16384 !!" in text
+    assert "16384+4096 !!" in text and "no (18.36 MiB)" in text
     assert "blocks 512: compiled True, ok True | libtpu needs" in text
     assert "blocks 2048: compiled True, ok False" in text and "vmem-oom" in text
-    assert text.rstrip().endswith("fits v5e: [1024, 512]")
+    assert "fits v5e's default limit: [512]" in text
+    assert text.rstrip().endswith("libtpu compiles: [1024]")
 
 
 def test_fuser_tutorial_shows_what_was_fused_and_whose_arrays():

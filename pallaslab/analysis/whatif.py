@@ -123,7 +123,7 @@ class WhatIfTable:
         with a compile, libtpu's verdict beside ('ok', or 'no' and the MiB it needs)."""
         compiled = self.compiled
         head = f"{'block sizes':<22}{'fetches':>9}{'HBM MiB':>10}" + "".join(
-            f"{c + ' VMEM KiB':>20}" + (f"{c + ' libtpu':>14}" if compiled else "")
+            f"{c + ' VMEM KiB':>20}" + (f"{c + ' libtpu':>17}" if compiled else "")
             + f"{c + ' us':>10}" for c in self.chips)
         lines = [head]
         for r in self.rows:
@@ -140,7 +140,7 @@ def _chip_cells(c: ChipVerdict, compiled: bool) -> str:
     vmem = f"{c.vmem_bytes / 1024:.0f}" + (f"+{c.body_bytes / 1024:.0f}" if c.body_bytes else "")
     cells = f"{vmem:>17}{'' if c.fits else ' !!':<3}"
     if compiled:
-        cells += f"{compiler_text(c.compiler):>14}"
+        cells += f"{compiler_text(c.compiler):>17}"
     return cells + f"{c.predicted_time * 1e6:>10.1f}"
 
 

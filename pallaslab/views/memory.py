@@ -6,11 +6,12 @@ the chip's VMEM capacity); overflow is marked, with the compiler's spill risk wh
 large values. With `what_if=(make, candidates)` the view adds the what-if table (best first,
 candidates that do not fit every chip marked: buffers plus the matrix product the body
 materialises, the rule of `vmem-spill-risk`); with `compile=True` each candidate is also
-compiled with libtpu per chip and the compiler's verdict is shown beside, and ranks. With `gpu=True` (a Triton kernel) the view adds
-shared memory, registers, spills and blocks per SM on a100/h100 from the real Triton compile
-(`pallaslab.views.memory_gpu`). Numbers come from `pallaslab.analysis.occupancy`
-and `pallaslab.analysis.whatif`; `memory_payload` is the pure function the widget, the report
-and the tests share. The payload is small (one entry per operand per chip): plain JSON.
+compiled with libtpu per chip and the compiler's verdict is shown beside, and ranks. With
+`gpu=True` (a Triton kernel) the view adds shared memory, registers, spills and blocks per SM
+on a100/h100 from the real Triton compile (`pallaslab.views.memory_gpu`). Numbers come from
+`pallaslab.analysis.occupancy` and `pallaslab.analysis.whatif`; `memory_payload` is the pure
+function the widget, the report and the tests share. The payload is small (one entry per
+operand per chip): plain JSON.
 """
 
 from __future__ import annotations
@@ -214,9 +215,10 @@ class MemoryView(View):
     and v6e. `what_if` is `(make, candidates)` (see `pallaslab.analysis.whatif.what_if`) or a
     table already computed. `compile=True` (workbench option "compile") compiles every
     candidate with libtpu per chip and shows its verdict beside the estimate; `vmem_exact=True`
-    also bisects each accepted candidate's true need (about 17 compiles each). `gpu=True` compiles the kernel with Triton for a100 and h100
-    (seconds; cached on disk) and shows shared memory, registers, spills and blocks per SM; it
-    defaults to the workbench option "gpu".
+    also bisects each accepted candidate's true need (about 17 compiles each). `gpu=True`
+    compiles the kernel with Triton for a100 and h100 (seconds; cached on disk) and shows
+    shared memory, registers, spills and blocks per SM; it defaults to the workbench option
+    "gpu".
     """
 
     name = "memory"
