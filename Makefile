@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 MGPU_DIR := $(VENV)/mosaic-gpu-compiler
 MGPU_STAMP := $(MGPU_DIR)/.installed
 
-.PHONY: setup mosaic-gpu-compiler lab test test-python lint browser-deps typecheck-js clean
+.PHONY: setup mosaic-gpu-compiler lab test test-python test-jax011 lint browser-deps typecheck-js clean
 
 setup: $(STAMP) $(MGPU_STAMP)
 
@@ -64,7 +64,28 @@ lint: setup
 test-python: setup
 	JAX_PLATFORMS=cpu $(PY) -m pytest -q
 
-test: setup browser-deps lint typecheck-js test-python
+# The other supported JAX (pyproject: jax>=0.11,<0.13) in a second virtualenv: the catalog's
+# capture, check (findings), compare and lower tests, and the version gates' own test. JAX 0.11
+# pins its libtpu through jax[tpu]; pallaslab itself comes in editable, with no extras.
+JAX011_VENV := .venv-jax011
+JAX011_PY := $(JAX011_VENV)/bin/python
+JAX011 := 0.11.2
+JAX011_STAMP := $(JAX011_VENV)/.installed
+JAX011_TESTS := tests/test_jax_versions.py tests/model/test_capture.py \
+	tests/analysis/test_findings.py tests/execute/test_compare.py tests/lowering/test_lowering.py
+
+$(JAX011_STAMP): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12"; exit 1; }
+	test -x $(JAX011_PY) || $(PYTHON312) -m venv $(JAX011_VENV)
+	$(JAX011_PY) -m pip install --quiet --upgrade pip
+	$(JAX011_PY) -m pip install --quiet "jax[tpu]==$(JAX011)" "jaxlib==$(JAX011)" \
+		-e ".[gpu]" "pytest>=8"
+	touch $(JAX011_STAMP)
+
+test-jax011: $(JAX011_STAMP)
+	JAX_PLATFORMS=cpu $(JAX011_PY) -m pytest -q -p no:cacheprovider $(JAX011_TESTS)
+
+test: setup browser-deps lint typecheck-js test-python test-jax011
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-results
+	rm -rf $(VENV) $(JAX011_VENV) .pytest_cache .mypy_cache .ruff_cache test-results

@@ -14,7 +14,13 @@ loads miss, stores skip, and `info()`/`clear()` (which back `pallaslab cache`) r
 
 An entry that cannot be read or has the wrong structure (truncated, not an object, missing
 keys, wrong types) is a miss; the next store rewrites it. A store that fails (a full disk) leaves
-no temporary file behind. There is no JAX persistent compilation cache under this directory.
+no temporary file behind.
+
+Beside `lowering/`, JAX's persistent compilation cache of pallaslab's own processes (the
+executor worker, the CLI; never a notebook's) lives in `jax-<jax>-<jaxlib>-pallaslab-<version>/`
+(`pallaslab.util.jax_cache`): `jax_info()` measures it and `jax_clear()` removes its entries
+(the regular files JAX names `<key>-cache` and `<key>-atime`, in every such folder, nothing
+through a link).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any, get_args
 from pallaslab.errors import PallasLabError
 from pallaslab.lowering.result import Diagnostic, KernelLowering, LoweringBackend, Resources, Stage
 from pallaslab.model import Kernel
-from pallaslab.util import private_dir
+from pallaslab.util import jax_cache, private_dir
 
 SCHEMA = 8  # 2: lowered under the target's own abstract device; 3: VMEM of body allocations;
 # 4: Triton compiles the module bytecode of the custom call (multi-line loc aliases);
@@ -56,6 +62,9 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # What pallaslab writes in the cache: entries, and temporary files of stores cut short by a
 # crash (`tmp*.tmp`, as `private_dir.write_atomically` and older pallaslab name them).
 _OUR_FILES = re.compile(r"[0-9a-f]{40}\.json|tmp[a-z0-9_]+\.tmp")
+# JAX's persistent cache: an entry `<key>-cache` and its access time `<key>-atime`.
+_JAX_FILES = re.compile(r"[^/.][^/]*-(cache|atime)")
+_JAX_FOLDERS = re.compile(re.escape(jax_cache.PREFIX) + r".+-pallaslab-.+")
 
 
 def cache_dir() -> Path:
@@ -220,13 +229,61 @@ def info() -> CacheInfo:
 def clear() -> CacheInfo:
     """Remove every entry (the regular files pallaslab wrote, nothing else and nothing through
     a link); returns what was removed (entries and bytes freed)."""
-    directory = cache_dir()
+    return _remove_files(cache_dir(), _OUR_FILES, _is_entry)
+
+def jax_cache_dir() -> Path:
+    """The folder of JAX's persistent compilation cache for this jax, jaxlib and pallaslab
+    (beside `cache_dir()`; the same checks of $PALLASLAB_CACHE_DIR)."""
+    return cache_dir().parent / jax_cache.folder_name()
+
+
+def _is_jax_entry(f: private_dir.FileEntry) -> bool:
+    return f.name.endswith("-cache")
+
+
+def jax_info() -> CacheInfo:
+    """JAX's persistent cache of this version: its folder, entries and total size."""
+    directory = jax_cache_dir()
+    fd = _open_existing(directory)
+    if fd is None:
+        return CacheInfo(directory, 0, 0)
+    try:
+        files = private_dir.regular_files(fd, _JAX_FILES)
+    finally:
+        os.close(fd)
+    return CacheInfo(directory, sum(map(_is_jax_entry, files)), sum(f.size for f in files))
+
+
+def jax_clear() -> CacheInfo:
+    """Remove the entries of JAX's persistent cache, in the folders of every version (older
+    versions' entries can never be read again); returns this version's folder with what was
+    removed from all of them."""
+    root = cache_dir().parent
+    fd = _open_existing(root)
+    if fd is None:
+        return CacheInfo(jax_cache_dir(), 0, 0)
+    try:
+        with os.scandir(fd) as found:
+            folders = sorted(e.name for e in found if _JAX_FOLDERS.fullmatch(e.name)
+                             and e.is_dir(follow_symlinks=False))
+    finally:
+        os.close(fd)
+    entries = freed = 0
+    for name in folders:
+        removed = _remove_files(root / name, _JAX_FILES, _is_jax_entry)
+        entries, freed = entries + removed.entries, freed + removed.bytes
+    return CacheInfo(jax_cache_dir(), entries, freed)
+
+
+def _remove_files(directory: Path, names: re.Pattern[str],
+                  is_entry: Any) -> CacheInfo:
+    """Remove the regular files of `directory` named by `names` (never through a link)."""
     fd = _open_existing(directory)
     if fd is None:
         return CacheInfo(directory, 0, 0)
     entries = freed = 0
     try:
-        for file in private_dir.regular_files(fd, _OUR_FILES):
+        for file in private_dir.regular_files(fd, names):
             try:
                 os.unlink(file.name, dir_fd=fd)
             except FileNotFoundError:
@@ -235,7 +292,7 @@ def clear() -> CacheInfo:
                 raise CacheError(f"cannot remove the cache entry {str(directory / file.name)!r}: "
                                  f"{err.strerror or err}") from err
             freed += file.size
-            entries += _is_entry(file)
+            entries += is_entry(file)
     finally:
         os.close(fd)
     return CacheInfo(directory, entries, freed)

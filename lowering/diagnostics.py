@@ -6,6 +6,7 @@ import re
 
 from pallaslab.errors import PallasLabError
 from pallaslab.lowering.result import Diagnostic
+from pallaslab.model.source_names import short_source
 
 
 class LoweringContextError(PallasLabError, RuntimeError):
@@ -164,7 +165,7 @@ def _from_coded_error(coded: re.Match[str], message: str, kernel_name: str, targ
 def _user_location(text: str) -> str | None:
     """"file.py:LINE" of the first Python location libtpu names after its error."""
     m = _LOCATION.search(text)
-    return f"{m['file'].rsplit('/', 1)[-1]}:{m['line']}" if m else None
+    return short_source(f"{m['file']}:{m['line']}") if m else None
 
 
 def headline(text: str, max_lines: int = 6, max_chars: int = 800) -> str:

@@ -216,11 +216,12 @@ def _placed_by_xla(signature: str, at: int) -> bool:
 
 
 # `%x_ref: i32 {llo.type = memref<128x128xbf16, #xir.tiled<(8,128)(2,1),[1,1]>,
-#  #xir.memory_space<vmem, tc>>}` in the compiled module's main function signature.
+#  #xir.memory_space<vmem, tc>>}` in the compiled module's main function signature (libtpu
+#  0.0.48, JAX 0.11's, writes `#tpu.` where 0.0.52 writes `#xir.`).
 _BUFFER = re.compile(r"llo\.type = memref<(?:(?P<shape>\d+(?:x\d+)*)x)?"
                      r"(?P<dtype>[a-z]+)(?P<bits>\d+)"
-                     r"(?:, #xir\.tiled<\((?P<tile>[\d,]+)\)[^>]*>)?"
-                     r", #xir\.memory_space<(?P<space>\w+)")
+                     r"(?:, #(?:xir|tpu)\.tiled<\((?P<tile>[\d,]+)\)[^>]*>)?"
+                     r", #(?:xir|tpu)\.memory_space<(?P<space>\w+)")
 _ATTR = r"\b{}\s*=\s*(\d+)"
 _ALLOCA_VMEM = re.compile(r"llo\.alloca_vmem (\d+)")
 # `llo.alloca_vmem N` counts 512-byte units (one 128-lane row of 32-bit words): a 128x128
@@ -247,7 +248,7 @@ def module_buffers(text: str) -> Buffers:
     while start >= 0:
         end = text.find("{\n", start)
         sig = text[start: end if end > 0 else len(text)]
-        if "window_params" in sig or "xir.main" in sig:
+        if "window_params" in sig or "xir.main" in sig or "tpu.main" in sig:
             break
         start = text.find("func.func", start + 1)
     else:

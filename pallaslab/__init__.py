@@ -14,16 +14,21 @@ magic). The packages, in the order data flows (docs/architecture.md):
 - `pallaslab.magic` and `pallaslab.cli`: thin shells; `pallaslab.util`: leaf helpers;
   `pallaslab.cases` loads `file.py:function` cases, `pallaslab.errors` holds the errors.
 
-`Workbench`, `inspect` and `lower` are imported on first use, so `import pallaslab` stays fast.
+Everything but `PallasLabError` is imported on first use, so `import pallaslab` stays fast
+(no JAX).
 """
 
 from pallaslab._platform import prefer_cpu_on_accelerator_free_host
 
 prefer_cpu_on_accelerator_free_host()
 
+from typing import TYPE_CHECKING  # noqa: E402
+
 from pallaslab.errors import PallasLabError  # noqa: E402
-from pallaslab.execute import compare, run, step  # noqa: E402
-from pallaslab.model import Capture, Kernel, Operand, capture  # noqa: E402
+
+if TYPE_CHECKING:
+    from pallaslab.execute import compare, run, step
+    from pallaslab.model import Capture, Kernel, Operand, capture
 
 __version__ = "0.1.0"
 
@@ -40,7 +45,18 @@ def load_ipython_extension(ipython: object) -> None:
     prewarm_worker()  # runs go to a killable worker process: start it while the user types
 
 
+# Imported on first use, as `lower` and the workbench below: they import JAX (about a second),
+# which `pallaslab --help` and a usage error never need.
+_LAZY = {"compare": "pallaslab.execute", "run": "pallaslab.execute", "step": "pallaslab.execute",
+         "Capture": "pallaslab.model", "Kernel": "pallaslab.model", "Operand": "pallaslab.model",
+         "capture": "pallaslab.model"}
+
+
 def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     # `lower` lives in `pallaslab.lowering`, which imports the compilers' front ends: import it
     # on first use so that `import pallaslab` stays lean.
     if name == "lower":

@@ -1,6 +1,12 @@
 """Kernel cases: `path/to/file.py:function`, a zero-argument function returning `(fn, args)`
 or `(fn, args, kwargs)`. The CLI and the report load kernels this way.
 
+On the command line a case argument may also name several cases (`expand_case_arguments`):
+a file without `:function` means every case it defines (each public top-level `def` that needs
+no argument, in the file's order), a directory every `*.py` file directly in it whose name does
+not start with `_` (sorted), and a glob (`cases/*.py`, `cases/**/*.py`, `k.py` patterns with
+`:function` too) every file or directory it matches.
+
 When the user's own code fails (the case file does not import, the case function raises or
 needs arguments, their kernel raises while being traced) the error is a `CaseCodeError`
 carrying *their* traceback: pallaslab's, JAX's internal and the import machinery's frames
@@ -9,7 +15,9 @@ removed, so their own line (or that of the library they called) is the last fram
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import glob
 import importlib.util
 import inspect
 import sys
@@ -162,6 +170,100 @@ def _validate(spec: str, func_name: str, result: Any) -> Case:
     if not isinstance(kwargs, dict):
         raise CaseError(f"case {spec!r}: kwargs is a {type(kwargs).__name__}, not a dict; {rule}")
     return Case(spec, fn, tuple(args), dict(kwargs))
+
+
+# --- case arguments: files, directories, globs -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseEntry:
+    """One case a command-line argument named: its spec, or why the argument names none."""
+    spec: str
+    error: CaseError | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseList:
+    entries: tuple[CaseEntry, ...]
+    several: bool  # more than one argument, or one that is a directory, a glob or a whole file
+
+
+def expand_case_arguments(arguments: list[str]) -> CaseList:
+    """The cases named by command-line arguments (see the module's docstring). An argument
+    that names none (a glob matching nothing, a directory without case files) is an entry
+    holding its error, so the other cases still run. A lone `file.py:function` is not
+    expanded: loading it reports its errors as a single case always did."""
+    entries: list[CaseEntry] = []
+    several = len(arguments) != 1
+    for argument in arguments:
+        found = _expand(argument)
+        several = several or found != [CaseEntry(argument)]
+        entries += found
+    return CaseList(tuple(entries), several)
+
+
+def _expand(argument: str) -> list[CaseEntry]:
+    path_text, sep, func_name = argument.rpartition(":")
+    if not sep:
+        path_text, func_name = argument, ""
+    if glob.has_magic(path_text):
+        matches = sorted(glob.glob(path_text, recursive=True))
+        if not matches:
+            return [CaseEntry(argument, CaseError(
+                f"case argument {argument!r}: the pattern {path_text!r} matches no file or "
+                "directory"))]
+        return [e for m in matches for e in _expand_path(argument, Path(m), func_name)]
+    if not Path(path_text).exists():
+        return [CaseEntry(argument)]  # load_case says what is wrong, as for any single case
+    return _expand_path(argument, Path(path_text), func_name)
+
+
+def _expand_path(argument: str, path: Path, func_name: str) -> list[CaseEntry]:
+    if path.is_dir():
+        if func_name:
+            return [CaseEntry(argument, CaseError(
+                f"case argument {argument!r}: {str(path)!r} is a directory; a directory names "
+                "every case of its *.py files, :function goes with a file"))]
+        return _directory_cases(argument, path)
+    if not path.is_file():
+        return [CaseEntry(argument, CaseError(
+            f"case argument {argument!r}: no such file or directory {str(path)!r}"))]
+    if func_name:
+        return [CaseEntry(f"{path}:{func_name}")]
+    return _file_cases(path)
+
+
+def _directory_cases(argument: str, folder: Path) -> list[CaseEntry]:
+    files = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    if not files:
+        return [CaseEntry(argument, CaseError(
+            f"case argument {argument!r}: the directory {str(folder)!r} holds no case file "
+            "(*.py whose name does not start with '_')"))]
+    return [e for f in files for e in _file_cases(f)]
+
+
+def _file_cases(path: Path) -> list[CaseEntry]:
+    """Every public top-level `def` of the file that needs no argument, read from its source
+    (nothing is imported or run to list them)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError) as err:
+        return [CaseEntry(str(path), CaseError(
+            f"case file {str(path)!r} cannot be read for its cases: {error_line(err)}"))]
+    names = [node.name for node in tree.body
+             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+             and _needs_no_argument(node.args)]
+    if not names:
+        return [CaseEntry(str(path), CaseError(
+            f"case file {str(path)!r} defines no case: a case is a public top-level function "
+            "of no arguments returning (fn, args) or (fn, args, kwargs)"))]
+    return [CaseEntry(f"{path}:{name}") for name in names]
+
+
+def _needs_no_argument(args: ast.arguments) -> bool:
+    positional = args.posonlyargs + args.args
+    return len(args.defaults) == len(positional) and all(
+        default is not None for default in args.kw_defaults)
 
 
 # --- the user's traceback ----------------------------------------------------------------------

@@ -9,6 +9,12 @@ import pytest
 
 # Before jax is imported anywhere: this machine has no accelerator.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Test modules in tests/<package>/ import the shared helpers and catalogs of tests/ (pytest
+# puts this folder on sys.path); a test that loads one of them as a case in a subprocess
+# (`python -m pallaslab inspect tests/execute/test_x.py:case`) needs it there too.
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_TESTS, os.environ.get("PYTHONPATH", "")) if p)
 # Every run starts from an empty compile cache, so no test passes thanks to an old result.
 _CACHE = tempfile.mkdtemp(prefix="pallaslab-test-cache-")
 os.environ["PALLASLAB_CACHE_DIR"] = _CACHE

@@ -33,6 +33,7 @@ from pallaslab.analysis.tiling import (
     tiling_unavailable_reason,
 )
 from pallaslab.model import Kernel, Operand
+from pallaslab.model.source_names import short_source
 
 HEAD_STEPS = 64 * MAX_EXAMPLES  # steps a rule keeps to pick its examples from
 
@@ -328,7 +329,7 @@ def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[
                 else "they hold whatever was in memory (garbage on TPU/GPU)")
         if op.selected_after and not aliased:
             tail += (f", but every use of the output goes through a select (jnp.where) at "
-                     f"{op.selected_after.rsplit('/', 1)[-1]}: harmless if its mask drops "
+                     f"{short_source(op.selected_after)}: harmless if its mask drops "
                      "exactly these elements (as libraries that leave rows unwritten on "
                      "purpose do)")
         none = " (the grid has none)" if not tiling.programs else ""

@@ -26,6 +26,7 @@ from pallaslab.analysis.output_writes import lock_guarded_finding, lock_guards, 
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.model import Kernel, Operand
 from pallaslab.model._jax import stores
+from pallaslab.model.source_names import short_source
 
 MAX_EXAMPLES = 8
 EVALUATED = ("were evaluated per program on the captured scalar-prefetch values and seeded "
@@ -196,4 +197,4 @@ def _elements(flat: np.ndarray, shape: tuple[int, ...]) -> list[tuple[int, ...]]
 
 def _short(source: str) -> str:
     """'/long/path/file.py:12' -> 'file.py:12'."""
-    return source.rsplit("/", 1)[-1]
+    return short_source(source)

@@ -18,6 +18,7 @@ from pallaslab.analysis.occupancy import (
 from pallaslab.analysis.tiling import Tiling, tile
 from pallaslab.analysis.vmem_findings import vmem_findings
 from pallaslab.model import Capture, DmaCopy, Kernel, MeshInfo
+from pallaslab.model.source_names import short_source
 
 SCHEMA_VERSION = 1
 
@@ -233,9 +234,7 @@ def operand_labels(kernel: Kernel, callers: Mapping[str, str] | None = None) -> 
 
 def _short_source(source: str | None) -> str | None:
     """'/long/path/file.py:12' -> 'file.py:12' (the contract's form)."""
-    if source is None:
-        return None
-    return source.rsplit("/", 1)[-1]
+    return short_source(source)
 
 
 def capture_json(inspections: tuple[KernelInspection, ...]) -> dict[str, Any]:

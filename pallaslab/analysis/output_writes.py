@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pallaslab.analysis.finding import Finding
 from pallaslab.model import Kernel, Operand
 from pallaslab.model._jax import verdict_facts
+from pallaslab.model.source_names import short_source
 
 
 def _eqn(kernel: Kernel) -> object | None:
@@ -108,4 +109,4 @@ def _lines(sources: tuple[str, ...]) -> str:
 
 
 def _short(source: str) -> str:
-    return source.rsplit("/", 1)[-1]
+    return short_source(source)

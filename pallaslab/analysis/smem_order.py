@@ -9,6 +9,7 @@ from pallaslab.analysis.finding import Finding
 from pallaslab.model import Kernel
 from pallaslab.model._jax import tma_hazards
 from pallaslab.model._jax.tma_hazards import SmemHazard
+from pallaslab.model.source_names import cell_label, file_label
 
 SMEM_ORDER_CODES = ("unwaited-copy", "uncommitted-smem")
 
@@ -56,5 +57,5 @@ def _line(source: str | None, kernel: Kernel) -> str:
     file, _, line = source.rpartition(":")
     if file == "<dynamic-code>":
         home = (kernel.source or "").rsplit(":", 1)[0]
-        file = home if home.endswith(".py") else ""
-    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else f"line {line}"
+        file = home if home.endswith(".py") or cell_label(home) else ""
+    return f"{file_label(file)}:{line}" if file else f"line {line}"

@@ -6,8 +6,10 @@ that end a command propagate to `main`, which reports them the same way for ever
 subcommand (see `_shared.EXIT_STATUS_HELP`).
 
 Its modules: `inspect`, `check`, `lower`, `compare`, `report` and `cache` (one subcommand
-each) and `_shared` (loading cases, option checks, exit statuses, one JSON object on stdout
-with --json). It is a shell: it may import any layer, and nothing of pallaslab imports it.
+each), `_shared` (loading cases, option checks, exit statuses, one JSON object on stdout
+with --json) and `_many` (several cases in one call). It is a shell: it may import any layer,
+and nothing of pallaslab imports it. Parsing the command line imports no JAX (each
+subcommand imports what it runs when it runs), so `--help` and usage errors are quick.
 
 Signals: Ctrl-C stops the run and says which executor and program it stopped (130); SIGTERM
 and SIGHUP (`timeout`, a CI cancellation, `kill`, a closed terminal) kill the executor
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     # Known before parsing, so that even a usage error is one JSON object on stdout.
     json_mode = "--json" in argv
@@ -76,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except UsageError as err:
         return report_usage(err, json_mode)
+    # After parsing: enabling JAX's cache imports JAX, which --help and usage errors never need.
+    importlib.import_module("pallaslab.cli.cache").enable_jax_cache(own_process=own_process)
     try:
         with ended_by_signals(), json_only_stdout(json_mode):
             return int(args.func(args))

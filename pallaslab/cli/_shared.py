@@ -12,16 +12,17 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from typing import IO, Any, NoReturn
-
-from rich.console import Console
-from rich.markup import escape
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from pallaslab import settings
 from pallaslab.cases import Case, CaseCodeError, capture_case, load_case
 from pallaslab.errors import PallasLabError, SettingError
-from pallaslab.model import Capture
 from pallaslab.util.text import visible
+
+if TYPE_CHECKING:  # the model imports JAX, rich takes 70 ms: parsing needs neither
+    from rich.console import Console
+
+    from pallaslab.model import Capture
 
 # Exit statuses, the same in every subcommand.
 EXIT_OK = 0
@@ -36,6 +37,9 @@ EXIT_STATUS_HELP = """exit status:
      compiler), an incomplete comparison or a time limit
 with --json, stdout is always one JSON object; on failure
 {"error": {"type": ..., "message": ...}}"""
+
+CASES_HELP = ("path/to/file.py:function returning (fn, args[, kwargs]); several, a file "
+              "(its every case), a directory (its *.py files) or a glob run in one process")
 
 # Stages a lowering can produce (lowering/cross.py, tpu_compile.py, triton_compile.py);
 # "mosaic[N]" is a kernel's N-th Mosaic module, "mosaic:PASS" the module after a compiler pass.
@@ -59,8 +63,18 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error raises `UsageError` (so `--json` can report it as JSON)
     instead of printing and exiting; subcommand parsers inherit this class."""
 
+    # Help text that needs a heavy import (the executor registry imports JAX) is filled in
+    # by this function when the help is first shown, never while parsing.
+    fill_help: Callable[[argparse.ArgumentParser], None] | None = None
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, self.prog, self.format_usage())
+
+    def format_help(self) -> str:
+        if self.fill_help is not None:
+            fill, self.fill_help = self.fill_help, None
+            fill(self)
+        return super().format_help()
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         """The options, then every `PALLASLAB_*` setting: a bad one is a usage error too,
@@ -71,6 +85,13 @@ class Parser(argparse.ArgumentParser):
         except SettingError as err:
             raise UsageError(str(err), self.prog, self.format_usage()) from None
         return parsed
+
+
+def fill_help_later(parser: argparse.ArgumentParser,
+                    fill: Callable[[argparse.ArgumentParser], None]) -> None:
+    """`fill(parser)` completes the parser's help when it is first shown (see `Parser`)."""
+    assert isinstance(parser, Parser), f"{parser.prog}'s parser is a {type(parser).__name__}"
+    parser.fill_help = fill
 
 
 def add_exit_status(parser: argparse.ArgumentParser) -> None:
@@ -182,6 +203,8 @@ def executor_list(text: str) -> list[str]:
 def console(stderr: bool = False) -> Console:
     """Markup is for our own literals only: interpolate user text through `safe()`. No emoji
     codes (`:b:` stays text); no highlighting of numbers and paths in user text."""
+    from rich.console import Console
+
     # Pipes and CI logs get a wide page instead of rich's 80 columns.
     probe = Console(stderr=stderr)
     width = None if probe.is_terminal else 160
@@ -191,6 +214,8 @@ def console(stderr: bool = False) -> Console:
 def safe(text: object) -> str:
     """User text (a kernel name, a path, a message, IR) for a rich markup string: shown as
     written, never read as markup, control and bidi-override characters made visible."""
+    from rich.markup import escape
+
     return escape(visible(str(text)))
 
 

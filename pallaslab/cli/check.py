@@ -3,7 +3,8 @@
 Errors are error-severity findings of the tiling analysis (judged by each target's rules) and,
 for every `--target`, a kernel that fails to lower (or, with `--compile`, to compile) for it.
 A case that cannot be loaded is reported and the other cases are still checked; the exit
-status is then 2.
+status is then 2. Case arguments may be files, directories and globs
+(`pallaslab.cases.expand_case_arguments`, as in every command taking several cases).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pallaslab.analysis.inspection import inspect_capture
-from pallaslab.analysis.occupancy import DEFAULT_CHIPS
+from pallaslab.cases import expand_case_arguments
 from pallaslab.cli._shared import (
+    CASES_HELP,
     EXIT_ERROR,
     EXIT_FAILED,
     EXIT_OK,
@@ -32,8 +33,10 @@ from pallaslab.cli._shared import (
     target_name,
 )
 from pallaslab.cli.inspect import SEVERITY_STYLE
-from pallaslab.model import Capture
 from pallaslab.util.text import visible
+
+if TYPE_CHECKING:  # the model and the analyses import JAX: not to parse the command line
+    from pallaslab.model import Capture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Fail (exit 1) when a kernel has an error finding (races, "
                                    "uncovered output, misaligned blocks, VMEM overflow) or "
                                    "fails to lower for a --target.")
-    p.add_argument("cases", nargs="+", metavar="CASE", help="path/to/file.py:function")
+    p.add_argument("cases", nargs="+", metavar="CASE", help=CASES_HELP)
     p.add_argument("--target", action="append", default=[], metavar="T", type=target_name,
                    help="judge by this target's rules and lower for it (tpu-v5e, gpu-h100, ...;"
                         " repeatable)")
@@ -85,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
     case_errors: list[dict[str, Any]] = []
     if args.devices:
         simulate_cpu_devices(args.devices)
-    for spec in args.cases:
+    for entry in expand_case_arguments(args.cases).entries:
+        spec = entry.spec
         try:
+            if entry.error is not None:
+                raise entry.error
             _, cap = load_and_capture(spec)
             for target in args.target or [None]:
                 found = _check(spec, cap, target, args)
@@ -120,6 +126,9 @@ def _case_error(spec: str, err: Exception, json_mode: bool) -> dict[str, Any]:
 
 def _check(spec: str, cap: Capture, target: str | None, args: argparse.Namespace
            ) -> list[KernelVerdict]:
+    from pallaslab.analysis.inspection import inspect_capture
+    from pallaslab.analysis.occupancy import DEFAULT_CHIPS
+
     backend = backend_for_target(target) if target else None
     lowered = _lower(cap, target, args.compile, args.devices) if target else None
     chips = (target.removeprefix("tpu-"),) if target and backend == "tpu" else DEFAULT_CHIPS

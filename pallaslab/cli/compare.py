@@ -1,24 +1,27 @@
-"""`pallaslab compare CASE --executors interpret,tpu-interpret[,reference] [--reference F:FN]`:
-run a case under several executors and compare them.
+"""`pallaslab compare CASE... --executors interpret,tpu-interpret[,reference] [--reference F:FN]`:
+run cases under several executors and compare them (several cases share one process, so one
+warm executor worker).
 
 Exit status: 0 when every pair agrees and nothing was found; 1 when a pair mismatches or the
 kernel was found wrong (an error finding of a run, even one that stopped it, such as a
 deadlock, or of the static analysis, such as `block-out-of-bounds`); 2 when the comparison is
 incomplete for a reason that is not the kernel's (fewer than two executors ran, or a named
 executor or the reference did not run: unavailable here, failed, stopped by the time limit)
-or the case cannot be loaded.
+or the case cannot be loaded. With several cases, the worst.
+
+The executors (and so JAX) are imported when the command runs or its help is shown, not to
+parse the command line.
 """
 
 from __future__ import annotations
 
 import argparse
 import textwrap
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from rich.table import Table
-
-from pallaslab.cases import load_function
+from pallaslab.cli._many import CaseOutcome, run_cases
 from pallaslab.cli._shared import (
+    CASES_HELP,
     EXIT_ERROR,
     EXIT_FAILED,
     EXIT_OK,
@@ -27,17 +30,22 @@ from pallaslab.cli._shared import (
     device_count,
     error_json,
     executor_list,
+    fill_help_later,
     load_and_capture,
     nonnegative_float,
     positive_float,
     print_error,
-    print_json,
     safe,
     simulate_cpu_devices,
 )
-from pallaslab.execute import Comparison, compare, executor_names, executor_specs
-from pallaslab.execute.comparison import OutputComparison
-from pallaslab.execute.pair import PairComparison, is_float
+
+if TYPE_CHECKING:
+    import numpy as np
+    from rich.table import Table
+
+    from pallaslab.execute import Comparison
+    from pallaslab.execute.comparison import OutputComparison
+    from pallaslab.execute.pair import PairComparison
 
 STATUS_STYLE = {"ran": "green", "unavailable": "yellow", "failed": "bold red",
                 "timed-out": "bold red"}
@@ -47,18 +55,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="run under several executors and compare the outputs",
                        description="Run a case under several executors and compare every "
                                    "pair of outputs; a mismatch names the grid programs that "
-                                   "wrote the wrong blocks.",
-                       epilog=executors_epilog())
-    p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
-    p.add_argument("--executors", default=None, metavar="E1,E2,...",
-                   type=executors_arg,
-                   help=f"two or more (or one with --reference), comma-separated, from: "
-                        f"{', '.join(executor_names())} "
-                        "(default: the interpreter that can run the kernels, against "
-                        "--reference if given, else interpret against tpu-interpret; the "
-                        "result's notes say which). With --reference, 'reference' is added "
-                        "when not listed. Every executor named must run, else the "
-                        "comparison is incomplete (exit 2)")
+                                   "wrote the wrong blocks.")
+    p.add_argument("cases", nargs="+", metavar="CASE", help=CASES_HELP)
+    executors = p.add_argument(
+        "--executors", default=None, metavar="E1,E2,...", type=executors_arg,
+        help="two or more (or one with --reference), comma-separated, from: {names} "
+             "(default: the interpreter that can run the kernels, against --reference if "
+             "given, else interpret against tpu-interpret; the result's notes say which). "
+             "With --reference, 'reference' is added when not listed. Every executor named "
+             "must run, else the comparison is incomplete (exit 2)")
     p.add_argument("--reference", metavar="FILE.py:FUNC",
                    help="a pure-JAX function with the kernel function's signature")
     p.add_argument("--rtol", type=nonnegative_float, default=None,
@@ -78,13 +83,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--equal-nan", action="store_true",
                    help="count NaN == NaN as equal (by default NaN equals nothing: output no "
                         "program wrote is NaN under the interpreters)")
-    p.add_argument("--json", action="store_true", help="print the stable JSON form")
+    p.add_argument("--json", action="store_true", help="print the stable JSON form (several "
+                   "cases: {\"cases\": [...]})")
     p.set_defaults(func=run)
+
+    def fill_help(parser: argparse.ArgumentParser) -> None:
+        from pallaslab.execute import executor_names
+
+        executors.help = (executors.help or "").replace(
+            "{names}", ", ".join(executor_names()))
+        parser.epilog = "\n\n".join(filter(None, (executors_epilog(), parser.epilog)))
+
+    fill_help_later(p, fill_help)
 
 
 def executors_arg(text: str) -> list[str]:
     """--executors: as `executor_list`, but one name is accepted (--reference, when given,
     is the second; `run` refuses one name without it)."""
+    from pallaslab.execute import executor_names
+
     names = [e.strip() for e in text.split(",") if e.strip()]
     if len(names) == 1 and names[0] in executor_names():
         return names
@@ -103,29 +120,37 @@ def run(args: argparse.Namespace) -> int:
                          "signature)", prog="pallaslab compare")
     if args.devices:  # traced here as on N devices too (a case may skip its kernel on one)
         simulate_cpu_devices(args.devices)
+    from pallaslab.cases import load_function
+
     reference = load_function(args.reference) if args.reference else None
+    return run_cases(args.cases, args.json, lambda spec: compare_case(spec, reference, args))
+
+
+def compare_case(spec: str, reference: Any, args: argparse.Namespace) -> CaseOutcome:
+    from pallaslab.execute import compare
+
     # Traced here first, so that the user's own tracing errors show their traceback.
-    case, _ = load_and_capture(args.case)
+    case, _ = load_and_capture(spec)
     result = compare(case.fn, *case.args, executors=args.executors, reference=reference,
                      rtol=args.rtol, atol=args.atol, timeout=args.timeout,
                      equal_nan=args.equal_nan, devices=args.devices, **case.kwargs)
     incomplete = result.verdict() if result.outcome == "incomplete" else None
-    if args.json:
-        payload = result.to_json()
-        if incomplete:
-            payload.update(error_json("IncompleteComparison", incomplete))
-        print_json(payload)
-    else:
+    payload = result.to_json()
+    if incomplete:
+        payload.update(error_json("IncompleteComparison", incomplete))
+    if not args.json:
         render(result)
     if incomplete:
         print_error(incomplete)
-        return EXIT_ERROR
+        return CaseOutcome(EXIT_ERROR, payload)
     # A mismatch, or the kernel's error (a race, unwritten output, a deadlock): exit 1.
-    return EXIT_OK if result.passed else EXIT_FAILED
+    return CaseOutcome(EXIT_OK if result.passed else EXIT_FAILED, payload)
 
 
 def executors_epilog() -> str:
     """The registered executors, one per line with its description (`ExecutorSpec`)."""
+    from pallaslab.execute import executor_specs
+
     specs = executor_specs()
     width = max((len(s.name) for s in specs), default=0)
     indent = " " * (width + 4)
@@ -163,6 +188,8 @@ def render(result: Comparison) -> None:
 
 
 def _table(o: OutputComparison) -> Table:
+    from rich.table import Table
+
     nans = any(p.nan_a or p.nan_b for p in o.pairs)
     table = Table(title=f"{safe(o.origin)} {o.dtype}{list(o.shape)}", show_edge=False,
                   header_style="bold")
@@ -186,6 +213,10 @@ def _table(o: OutputComparison) -> Table:
 def pair_figures(p: PairComparison, dtype: np.dtype) -> tuple[str, str, str]:
     """max abs, max rel and max ULP as shown: "nan" where a NaN on one side makes the error
     infinite, "-" for ULP of integer outputs (their |a - b| is max abs already)."""
+    import numpy as np
+
+    from pallaslab.execute.pair import is_float
+
     nan = bool(p.nan_a or p.nan_b)
 
     def figure(x: float) -> str:

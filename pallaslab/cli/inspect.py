@@ -1,29 +1,30 @@
-"""`pallaslab inspect CASE [--json]`: grid, operands, fetches and findings of every kernel."""
+"""`pallaslab inspect CASE... [--json]`: grid, operands, fetches and findings of every kernel.
+
+Its imports of the analyses (and so of JAX) wait until it runs: `pallaslab --help` and usage
+errors do not pay for them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import re
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from pallaslab.analysis.inspection import (
-    KernelInspection,
-    capture_json,
-    inspect_capture,
-    kernel_json,
-)
-from pallaslab.analysis.occupancy import DEFAULT_CHIPS, spill_note
 from pallaslab.cases import capture_case, load_case
+from pallaslab.cli._many import CaseOutcome, run_cases
 from pallaslab.cli._shared import (
+    CASES_HELP,
+    EXIT_OK,
     chip_name,
     console,
     device_count,
-    print_json,
     safe,
     simulate_cpu_devices,
 )
+
+if TYPE_CHECKING:
+    from pallaslab.analysis.inspection import KernelInspection
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -32,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="show the grid, BlockSpecs, fetches and findings",
                        description="Show the grid, BlockSpecs, fetches, VMEM and findings of "
                                    "every kernel a case launches.")
-    p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
-    p.add_argument("--json", action="store_true", help="print the stable JSON form")
+    p.add_argument("cases", nargs="+", metavar="CASE", help=CASES_HELP)
+    p.add_argument("--json", action="store_true", help="print the stable JSON form (several "
+                   "cases: {\"cases\": [...]})")
     p.add_argument("--chip", action="append", default=None, metavar="CHIP", type=chip_name,
                    help="TPU chip for the VMEM section (repeatable; default v5e and v6e)")
     p.add_argument("--devices", type=device_count, default=None, metavar="N",
@@ -45,24 +47,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.devices:
         simulate_cpu_devices(args.devices)
-    case = load_case(args.case)
+    return run_cases(args.cases, args.json, lambda spec: inspect_case(spec, args))
+
+
+def inspect_case(spec: str, args: argparse.Namespace) -> CaseOutcome:
+    from pallaslab.analysis.inspection import capture_json, inspect_capture
+    from pallaslab.analysis.occupancy import DEFAULT_CHIPS
+
+    case = load_case(spec)
     if args.chip:
         # The first --chip is also the abstract TPU for kernels whose tracing asks the chip
         # (capture's own `chip` keyword, handed through the case's keyword arguments).
         case = dataclasses.replace(case, kwargs={**case.kwargs, "chip": args.chip[0]})
     cap = capture_case(case)
     inspections = inspect_capture(cap, chips=args.chip or DEFAULT_CHIPS)
-    if args.json:
-        print_json(capture_json(inspections))
-        return 0
-    out = console()
-    for insp in inspections:
-        render(insp, out)
-    return 0
+    if not args.json:
+        out = console()
+        for insp in inspections:
+            render(insp, out)
+    return CaseOutcome(EXIT_OK, capture_json(inspections))
 
 
 def render(insp: KernelInspection, out) -> None:
     """Human-readable: a header, the operand table and the findings of one kernel."""
+    from rich.table import Table
+
+    from pallaslab.analysis.inspection import kernel_json
+    from pallaslab.analysis.occupancy import spill_note
+
     data = kernel_json(insp)
     grid = " x ".join("?" if g is None else str(g) for g in data["grid"]) or "()"
     semantics = safe(", ".join(data["dimension_semantics"] or []) or "-")

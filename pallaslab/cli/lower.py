@@ -1,24 +1,25 @@
-"""`pallaslab lower CASE --target T [--compile] [--vmem-exact] [--devices N] [--json]`:
-lowered IR per kernel.
+"""`pallaslab lower CASE... --target T [--compile] [--vmem-exact] [--devices N] [--json]`:
+lowered IR per kernel (several cases share one process and one lowering cache).
 
 Exit status: 0 when every kernel lowers (and compiles, with --compile), 1 when one does not,
-2 when the case cannot be loaded, a dependency is missing or a --stage is not produced.
+2 when the case cannot be loaded, a dependency is missing or a --stage is not produced. With
+several cases, the worst.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from rich.syntax import Syntax
-
+from pallaslab.cli._many import CaseOutcome, run_cases
 from pallaslab.cli._shared import (
+    CASES_HELP,
     EXIT_FAILED,
     EXIT_OK,
     UsageError,
     console,
     device_count,
+    fill_help_later,
     load_and_capture,
-    print_json,
     safe,
     simulate_cpu_devices,
     stage_name,
@@ -31,14 +32,12 @@ LEXERS = {"llir": "llvm", "ptx": "ptx"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from pallaslab.lowering.targets import TARGETS
-
     p = sub.add_parser("lower", help="lower (and compile) every kernel for a TPU or GPU target",
                        description="Lower (and, with --compile, compile) every kernel of a "
                                    "case for a TPU or GPU target and show the IR.")
-    p.add_argument("case", help="path/to/file.py:function returning (fn, args[, kwargs])")
-    p.add_argument("--target", default="tpu-v5e", metavar="T", type=target_name,
-                   help=f"one of: {', '.join(TARGETS)} (default tpu-v5e)")
+    p.add_argument("cases", nargs="+", metavar="CASE", help=CASES_HELP)
+    target = p.add_argument("--target", default="tpu-v5e", metavar="T", type=target_name,
+                            help="one of: {targets} (default tpu-v5e)")
     p.add_argument("--compile", action="store_true",
                    help="also run the real compiler (libtpu for TPU, triton for GPU)")
     p.add_argument("--vmem-exact", action="store_true",
@@ -52,27 +51,37 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "inside shard_map over N devices of a multi-chip topology (default: as "
                         "many as their mesh had when captured)")
     p.add_argument("--no-cache", action="store_true", help="ignore the on-disk result cache")
-    p.add_argument("--json", action="store_true", help="print the stable JSON form")
+    p.add_argument("--json", action="store_true", help="print the stable JSON form (several "
+                   "cases: {\"cases\": [...]})")
     p.set_defaults(func=run)
+
+    def fill_help(parser: argparse.ArgumentParser) -> None:
+        from pallaslab.lowering.targets import TARGETS  # (the lowering package imports JAX)
+
+        target.help = (target.help or "").replace("{targets}", ", ".join(TARGETS))
+
+    fill_help_later(p, fill_help)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pallaslab.lowering import lower
-
     if args.devices:  # a shard_map case is then traced on N devices, as N chips run it
         simulate_cpu_devices(args.devices)
-    _, cap = load_and_capture(args.case)
+    return run_cases(args.cases, args.json, lambda spec: lower_case(spec, args))
+
+
+def lower_case(spec: str, args: argparse.Namespace) -> CaseOutcome:
+    from pallaslab.lowering import lower
+
+    _, cap = load_and_capture(spec)
     result = lower(cap, target=args.target, compile=args.compile,
                    vmem_exact=args.vmem_exact, use_cache=not args.no_cache,
                    devices=args.devices)
     _require_stages(args.stage or [], result)  # (--json holds every stage)
-    if args.json:
-        print_json(result.to_json())
-    else:
+    if not args.json:
         out = console()
         for kernel in result.kernels:
             render(kernel, result.target, args.stage, out)
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return CaseOutcome(EXIT_OK if result.ok else EXIT_FAILED, result.to_json())
 
 
 def _require_stages(wanted: list[str], result) -> None:
@@ -115,6 +124,8 @@ def render(kernel, target: str, stages: list[str] | None, out) -> None:
     for s in wanted:
         out.print(f"\n[bold]--- {safe(s.name)} ---[/]")
         if out.is_terminal:  # highlighted, long lines wrapped (never cut)
+            from rich.syntax import Syntax
+
             out.print(Syntax(visible(s.text), LEXERS.get(s.name, "text"), line_numbers=True,
                              word_wrap=True))
         else:  # piped or redirected: the IR as it is, whole lines, no padding

@@ -20,6 +20,7 @@ from typing import Any
 
 import pallaslab.execute.builtin  # noqa: F401 - registers the built-in executors first
 from pallaslab.execute.comparison import Comparison, OutputComparison, PairComparison, compare
+from pallaslab.execute.compile_cache import compile_cache_stats as compile_cache_stats
 from pallaslab.execute.executors import prepare, run
 from pallaslab.execute.protocol import Executor, ExecutorError, ExecutorSpec
 from pallaslab.execute.registry import (

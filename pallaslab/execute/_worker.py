@@ -14,7 +14,11 @@ then answers each request, a pickled dict whose "kind" says what to do:
   "scratch"} (numpy), {"missing": True} when this worker has no such runner (it was started
   after the runner was opened, or dropped it), or {"error": str};
 - "open-device-stepper" (with "work", "key") and "device-step" ({"key"[, "close"]}): a
-  multi-device kernel stepped in lockstep (`pallaslab.execute.device_stepper`) -> its state.
+  multi-device kernel stepped in lockstep (`pallaslab.execute.device_stepper`) -> its state;
+- "compile-cache-stats": {} -> the `CacheStats` of this worker's compiled computations.
+
+The worker's JAX keeps compiled computations on disk too (JAX's persistent compilation cache,
+`pallaslab.util.jax_cache`), so a new worker skips compiles an earlier one did.
 
 The worker ends with its parent (a Jupyter kernel restarted or shut down, a CLI killed): a
 thread polls the parent's pid (a parent that dies re-parents us), then removes the parent's
@@ -66,6 +70,9 @@ def main() -> int:
     status = os.environ.get("PALLASLAB_WORKER_STATUS")
     if status:
         monitor.STATUS_SLOT = np.memmap(status, np.int64, mode="r+")
+    from pallaslab.util import jax_cache
+
+    jax_cache.enable()  # before JAX compiles anything: it checks the setting once
     import pallaslab.execute.executors  # noqa: F401 - warm JAX and pallaslab before "ready"
 
     send.send_bytes(b"ready")
@@ -109,6 +116,10 @@ def handle(data: bytes) -> Any:
     kind = request.get("kind", "execute")
     if kind == "run-program":
         return run_program(request)
+    if kind == "compile-cache-stats":
+        from pallaslab.execute.running import compile_cache_stats
+
+        return compile_cache_stats()
     if kind == "device-step":
         from pallaslab.execute.step_requests import handle_request
 

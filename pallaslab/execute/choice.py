@@ -17,6 +17,7 @@ from pallaslab.execute import capabilities
 from pallaslab.execute.protocol import ExecutorError
 from pallaslab.execute.registry import executor_spec
 from pallaslab.model import Kernel
+from pallaslab.model.source_names import short_source
 
 
 def interpreter_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
@@ -80,7 +81,7 @@ def needs_tpu_semantics(cap: Sequence[Kernel]) -> str | None:
 
 
 def _at(source: str | None) -> str:
-    return f" at {source.rsplit('/', 1)[-1]}" if source else ""
+    return f" at {short_source(source)}" if source else ""
 
 
 def run_executor_for(cap: Sequence[Kernel], devices: int | None = None

@@ -66,6 +66,7 @@ from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
 from pallaslab.execute.static_checks import StaticFinding, unreported_errors, why_the_runs_agree
 from pallaslab.execute.unwritten import unwritten_confirmed
 from pallaslab.model import Capture, Kernel
+from pallaslab.model.source_names import short_source
 
 __all__ = ["Comparison", "OutputComparison", "PairComparison", "compare", "compare_arrays",
            "default_rtol", "ulp_distance"]
@@ -382,7 +383,7 @@ def _shard_mismatches(record: Any, origin: str, mismatch: np.ndarray) -> list[st
         writer = record.last_writer(d, buffer, first)
         how = ("written by no DMA (the kernel's own store, or nothing)" if writer is None else
                f"last written by the DMA of step {writer.step} from device {writer.src_device}"
-               f" ({writer.source.rsplit('/', 1)[-1] if writer.source else '?'})")
+               f" ({short_source(writer.source) or '?'})")
         lines.append(f"device {d} (rows {d * rows}-{(d + 1) * rows - 1} of {origin}): "
                      f"{int(local.sum()):,} mismatched elements; the first, {first} on the "
                      f"device, was {how}")

@@ -50,6 +50,7 @@ from pallaslab.execute.running import execute_here
 from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
 from pallaslab.model import Kernel, select_kernel
 from pallaslab.model.devices import SemaphoreEvent, Transfer
+from pallaslab.model.source_names import short_source
 
 _KEYS = itertools.count()
 STATES = ("waiting", "running", "blocked", "finished")
@@ -401,7 +402,7 @@ class CoreStepper(SteppedRun):
 
     def event_text(self, e: SemaphoreEvent) -> str:
         """"core 0 signalled scratch[3] (semaphore #2001) of core 1 by 1 at file.py:LINE"."""
-        where = f" at {e.source.rsplit('/', 1)[-1]}" if e.source else ""
+        where = f" at {short_source(e.source)}" if e.source else ""
         name = self.semaphore_name(e.semaphore)
         if e.kind == "signal":
             target = f" of core {e.core}" if e.core is not None and e.core != e.by_core \

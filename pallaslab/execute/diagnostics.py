@@ -18,6 +18,7 @@ import jax
 from pallaslab.analysis.findings import Finding
 from pallaslab.execute.monitor import RunMonitor
 from pallaslab.model import Kernel, _jax
+from pallaslab.model.source_names import cell_label, file_label
 
 # Finding codes the executors add to the analysis codes (docs/architecture.md, "Stable contracts").
 EXECUTOR_CODES = ("data-race", "out-of-bounds-read", "output-revisit", "interpret-error",
@@ -153,8 +154,9 @@ def _frame(text: str | None, kernel: Kernel | None) -> str | None:
     file = m["file"]
     if file == "<dynamic-code>":
         source = (kernel.source or "") if kernel is not None else ""
-        file = source.rsplit(":", 1)[0] if source.split(":")[0].endswith(".py") else "line"
-    name = file.rsplit("/", 1)[-1]
+        home = source.rsplit(":", 1)[0]
+        file = home if home.endswith(".py") or cell_label(home) else "line"
+    name = file_label(file)
     return f"line {m['line']}" if name == "line" else f"{name}:{m['line']}"
 
 

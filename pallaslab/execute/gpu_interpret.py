@@ -65,7 +65,7 @@ class GpuInterpretExecutor:
         # Races between a block's warpgroups are found by vector clocks (whatever the threads'
         # order), reported as warnings: the run goes on and each race is a finding.
         logging = {"logging_mode": _jax.barrier_logging_mode()} if recorder is not None else {}
-        params = plgpu.InterpretGPUParams(detect_races=True, on_race="warn", **logging)
+        params = _jax.gpu_interpret_params(detect_races=True, on_race="warn", **logging)
         t0 = time.perf_counter()
         with plgpu.force_gpu_interpret_mode(params):
             compiled = jax.jit(prepared.fn).lower(*prepared.args, **prepared.kwargs).compile()

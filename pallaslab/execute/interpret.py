@@ -9,7 +9,7 @@ from pallaslab.execute.monitor import RunMonitor, total_programs
 from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import timed_jaxpr_run
+from pallaslab.execute.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import _jax
 
 
@@ -37,15 +37,17 @@ class InterpretExecutor:
                              deadline=deadline)
         by_eqn = {id(k.handle.eqn): k for k in cap}
 
-        def overrides(eqn: Any) -> dict[str, Any]:
-            update: dict[str, Any] = {"interpret": True}
-            kernel = by_eqn.get(id(eqn))
-            if kernel is not None:
-                index = kernel.index
-                update |= _jax.instrument_kernel(
-                    eqn, on_entry=lambda: monitor.enter_next(index),
-                    on_check=monitor.check_failed) or {}
-            return update
+        def rewrite(slot: MonitorSlot) -> Any:
+            def overrides(eqn: Any) -> dict[str, Any]:
+                update: dict[str, Any] = {"interpret": True}
+                kernel = by_eqn.get(id(eqn))
+                if kernel is not None:
+                    index = kernel.index
+                    update |= _jax.instrument_kernel(
+                        eqn, on_entry=lambda: slot.enter_next(index),
+                        on_check=slot.check_failed) or {}
+                return update
 
-        jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
-        return timed_jaxpr_run(self, prepared, jaxpr, monitor)
+            return _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
+
+        return timed_jaxpr_run(self, prepared, rewrite, monitor)

@@ -51,6 +51,7 @@ from pallaslab.execute.monitor import describe_program, progress
 from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.running import execute_here
+from pallaslab.model.source_names import short_source
 from pallaslab.util.tempdir import session_subdir, session_tmpdir
 
 if TYPE_CHECKING:
@@ -161,11 +162,17 @@ def _with_user_sources(result: RunResult, prepared: Prepared) -> RunResult:
             if source:
                 known.setdefault(source.rsplit(":", 1)[-1], set()).add(source)
 
-    def fix(text: str | None) -> str | None:
+    def fix(text: str | None, shown: bool = False) -> str | None:
+        """`shown`: text the user reads, where the line is named as every view names it."""
         if text is None or "<dynamic-code>" not in text:
             return text
-        return _DYNAMIC.sub(lambda m: next(iter(known[m[1]])) if len(known.get(m[1], ())) == 1
-                            else m[0], text)
+
+        def user_line(m: re.Match[str]) -> str:
+            if len(known.get(m[1], ())) != 1:
+                return m[0]
+            source = next(iter(known[m[1]]))
+            return short_source(source) if shown else source
+        return _DYNAMIC.sub(user_line, text)
 
     record = result.device_record
     if record is not None:
@@ -174,10 +181,10 @@ def _with_user_sources(result: RunResult, prepared: Prepared) -> RunResult:
                                     for t in record.transfers),
             semaphores=tuple(dataclasses.replace(e, source=fix(e.source))
                              for e in record.semaphores))
-    findings = tuple(dataclasses.replace(f, message=fix(f.message) or "")
+    findings = tuple(dataclasses.replace(f, message=fix(f.message, shown=True) or "")
                      for f in result.findings)
     return dataclasses.replace(result, device_record=record, findings=findings,
-                               error=fix(result.error))
+                               error=fix(result.error, shown=True))
 
 
 def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:

@@ -11,6 +11,7 @@ import numpy as np
 from pallaslab.analysis.tiling import OperandTiling, Tiling
 from pallaslab.errors import UnavailableError
 from pallaslab.model import Kernel, _jax
+from pallaslab.model.source_names import short_source
 
 if TYPE_CHECKING:
     from pallaslab.model._jax.runner import ProgramRunner
@@ -123,7 +124,7 @@ def core_mismatches(comparison: Any) -> list[str]:
                     writer = t
             how = ("written by no DMA (a core's own store, or nothing)" if writer is None else
                    f"last written by core {writer.core if writer.core is not None else '?'}'s "
-                   f"DMA at {writer.source.rsplit('/', 1)[-1] if writer.source else '?'}")
+                   f"DMA at {short_source(writer.source) or '?'}")
             lines.append(f"{out.origin} of mesh kernel {kernel.name} ({pair.a} vs {pair.b}): "
                          f"{int(pair.mismatch.sum()):,} mismatched elements; the first, "
                          f"{first}, was {how}")

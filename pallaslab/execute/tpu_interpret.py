@@ -17,9 +17,10 @@ from pallaslab.execute.monitor import RunMonitor, total_programs
 from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import timed_jaxpr_run
+from pallaslab.execute.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import deadlock
+from pallaslab.model.source_names import short_source
 
 TPU_INTERPRET_CORES = 2
 
@@ -53,9 +54,7 @@ class TpuInterpretExecutor:
 
     def params(self, recorder: Callable[..., Any] | None = None,
                logging_mode: Any = None) -> Any:
-        from jax.experimental.pallas import tpu as pltpu
-
-        return pltpu.InterpretParams(
+        return _jax.tpu_interpret_params(
             detect_races=self.detect_races, on_race="warn", out_of_bounds_reads="raise",
             uninitialized_memory="nan", num_cores_or_threads=self.cores,
             grid_point_recorder=recorder, logging_mode=logging_mode)
@@ -79,29 +78,34 @@ class TpuInterpretExecutor:
                              deadline=deadline)
         by_eqn = {id(k.handle.eqn): k for k in cap}
 
-        def recorder_for(index: int) -> Callable[..., Any]:
-            def record(token: Any, grid_point: Any, core_id: Any) -> Any:
-                monitor.enter(index, tuple(int(g) for g in grid_point), int(core_id))
-                return token
-            return record
-
         devices = self.device_recorder(kernels)
         mode = _jax.device_logging_mode() if devices is not None else None
 
-        def overrides(eqn: Any) -> dict[str, Any]:
-            kernel = by_eqn.get(id(eqn))
-            recorder = recorder_for(kernel.index) if kernel is not None else None
-            update = {"interpret": self.params(recorder, mode)}
-            if kernel is not None:
-                update |= _jax.full_dimension_semantics_params(kernel) or {}
-                update |= _jax.instrument_kernel(eqn, on_check=monitor.check_failed) or {}
-            return update
+        def rewrite(slot: MonitorSlot) -> Any:
+            def recorder_for(index: int) -> Callable[..., Any]:
+                def record(token: Any, grid_point: Any, core_id: Any) -> Any:
+                    slot.enter(index, tuple(int(g) for g in grid_point), int(core_id))
+                    return token
+                return record
 
-        jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
+            def overrides(eqn: Any) -> dict[str, Any]:
+                kernel = by_eqn.get(id(eqn))
+                recorder = recorder_for(kernel.index) if kernel is not None else None
+                update = {"interpret": self.params(recorder, mode)}
+                if kernel is not None:
+                    update |= _jax.full_dimension_semantics_params(kernel) or {}
+                    update |= _jax.instrument_kernel(eqn, on_check=slot.check_failed) or {}
+                return update
+
+            return _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
+
+        # A run that records DMAs and semaphores logs through a mode made for it: not kept
+        # (a function in the options has no structural key).
+        options = (self.cores, self.detect_races) if devices is None else _recorded_run
         race_log = diagnostics.RaceLog(monitor)
         with race_log, _jax.DeadlockWatch() as watch, devices or contextlib.nullcontext():
             result = timed_jaxpr_run(
-                self, prepared, jaxpr, monitor,
+                self, prepared, rewrite, monitor, options,
                 interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
                 reset=pltpu.reset_tpu_interpret_mode_state)
         if devices is not None:
@@ -115,6 +119,10 @@ class TpuInterpretExecutor:
                 jax.effects_barrier()
             pltpu.reset_tpu_interpret_mode_state()
         return _with_deadlock(result, watch.found, kernels)
+
+
+def _recorded_run() -> None:
+    """The options of a run that records its DMAs and semaphores: never a cache key."""
 
 
 def _zero_size_refusal(kernels: Sequence[Kernel]) -> str | None:
@@ -165,7 +173,7 @@ def _with_deadlock(result: RunResult, found: Any, kernels: Sequence[Kernel]) -> 
     waits = sorted({op.source for k in kernels for op in k.semaphore_ops
                     if op.kind in ("wait", "dma_wait") and op.source})
     located = all(w.source for w in found.waits)
-    where = f" (the kernel waits at {', '.join(w.rsplit('/', 1)[-1] for w in waits)})" \
+    where = f" (the kernel waits at {', '.join(short_source(w) for w in waits)})" \
         if waits and not located else ""
     kernel = kernels[0] if len(kernels) == 1 else None  # ids are per launch: one kernel's
     names = deadlock.semaphore_names(kernel.operands) if kernel is not None else {}

@@ -50,7 +50,7 @@ from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec, numpy_values
 from pallaslab.execute.registry import get_executor
 from pallaslab.execute.result import KernelBatching, RunResult
-from pallaslab.execute.running import execute_here
+from pallaslab.execute.running import cached_compile, computation_key, execute_here
 from pallaslab.execute.vectorize_layout import regular_layouts
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import vectorize, vectorize_blocks
@@ -255,9 +255,11 @@ class VectorizedExecutor:
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, lambda eqn: None if id(eqn) in
                                      batched or id(eqn) in empty else {"interpret": True})
         flat = prepared.flat_args
-        t0 = time.perf_counter()
-        compiled = jax.jit(_callable(jaxpr, batched, empty)).lower(*flat).compile()
-        compile_time = time.perf_counter() - t0
+        # Kept by what it computes: the capture and the plans (which scalar-prefetch values
+        # may decide), so a re-run of an unchanged function skips the compile.
+        compiled, compile_time = cached_compile(
+            lambda: computation_key(self.name, plans, cap.handle.closed_jaxpr, flat),
+            lambda: jax.jit(_callable(jaxpr, batched, empty)).lower(*flat).compile())
         if deadline is not None and time.monotonic() > deadline:  # one computation: no
             # program boundary to stop at, so the limit is checked before it starts
             return RunResult(self.name, None, prepared.output_info, 0.0, compile_time,

@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 from pallaslab.execute.result import RunResult
 from pallaslab.model.devices import DeviceRecord
+from pallaslab.model.source_names import short_source
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -204,11 +205,6 @@ def lanes_svg(p: DevicesPayload, width: int = 640, lane: int = 28) -> str:
               "</marker></defs>")
     return (f'<svg class="pl-devices-lanes" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}">{marker}{"".join(parts)}</svg>')
-
-
-def short_source(source: str | None) -> str | None:
-    """"file.py:LINE" without the file's directory."""
-    return None if source is None else source.rsplit("/", 1)[-1]
 
 
 def _available(ctx: KernelContext) -> bool:

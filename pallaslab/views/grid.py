@@ -20,6 +20,7 @@ from pallaslab.analysis.findings import Finding, Rules, concurrent_dims, write_b
 from pallaslab.analysis.inspection import caller_names, inspect_kernel, operand_labels
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
 from pallaslab.model import Kernel, Operand
+from pallaslab.model.source_names import short_source
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -265,7 +266,7 @@ def _callers(ctx: KernelContext) -> dict[str, str]:
 
 
 def _short(source: str | None) -> str | None:
-    return None if source is None else source.rsplit("/", 1)[-1]
+    return short_source(source)
 
 
 def payload_nbytes(payload: GridPayload) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from pallaslab.model import Kernel
+from pallaslab.model.source_names import file_label, short_source
 from pallaslab.util.text import strip_ansi
 from pallaslab.views._html import visible_payload
 
@@ -297,7 +298,7 @@ def source_chunks(kernel: Kernel, results: Sequence[KernelLowering] | Any
                                                   text[start - 1: end]]))
             budget -= end - start + 1
         if file_chunks:
-            files.append(SourceFile(path=path, name=path.rsplit("/", 1)[-1]))
+            files.append(SourceFile(path=path, name=file_label(path)))
             chunks += file_chunks
     return files, chunks
 
@@ -340,7 +341,7 @@ def _path(source: str | None) -> str | None:
 
 
 def _short(source: str | None) -> str | None:
-    return None if source is None else source.rsplit("/", 1)[-1]
+    return short_source(source)
 
 
 def payload_nbytes(payload: LoweringPayload) -> int:

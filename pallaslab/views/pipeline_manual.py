@@ -9,6 +9,7 @@ import numpy as np
 
 from pallaslab.analysis.pipeline import pipeline
 from pallaslab.model import Kernel
+from pallaslab.model.source_names import short_source
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc
@@ -76,7 +77,7 @@ def _order(source: str | None, kind: int, i: int) -> tuple[str, int, int]:
 
 
 def _short(source: str | None) -> str | None:
-    return None if source is None else source.rsplit("/", 1)[-1]
+    return short_source(source)
 
 
 def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:

@@ -13,6 +13,7 @@ from typing import TypedDict
 from pallaslab.model import Kernel
 from pallaslab.model._jax.deadlock import semaphore_names
 from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
+from pallaslab.model.source_names import short_source
 from pallaslab.views import _html
 from pallaslab.views._html import esc
 
@@ -146,7 +147,7 @@ def _region_text(region: tuple[tuple[int, int], ...] | None) -> str | None:
 
 
 def _short(source: str | None) -> str | None:
-    return None if source is None else source.rsplit("/", 1)[-1]
+    return short_source(source)
 
 
 # --- static forms ---------------------------------------------------------------------------

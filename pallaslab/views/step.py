@@ -25,6 +25,7 @@ from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
+from pallaslab.model.source_names import short_source
 from pallaslab.util.text import strip_ansi, visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -202,7 +203,7 @@ def _cap(text: str) -> str:
 
 
 def _short(source: str | None) -> str | None:
-    return None if source is None else source.rsplit("/", 1)[-1]
+    return short_source(source)
 
 
 def comparison_steps(comparison: Comparison | None, kernel: Kernel, tiling: Tiling

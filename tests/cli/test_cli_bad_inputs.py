@@ -52,8 +52,9 @@ CATALOG: dict[str, Bad] = {
     "missing-file": bad("inspect", "tests/cases/nope.py:f", error_type=CASE_ERR,
                         message="case 'tests/cases/nope.py:f': no such file "
                                 "'tests/cases/nope.py'"),
-    "not-file-colon-func": bad("inspect", BAD, error_type=CASE_ERR,
-                               message=f"case {BAD!r} is not of the form "
+    # (an existing file without :func names every case it defines: test_cli_many_cases.py)
+    "not-file-colon-func": bad("inspect", "tests/cases/nope", error_type=CASE_ERR,
+                               message="case 'tests/cases/nope' is not of the form "
                                        "path/to/file.py:function"),
     "no-such-function": bad("inspect", f"{BAD}:missing", error_type=CASE_ERR,
                             message="bad_cases.py defines no 'missing'"),
@@ -89,7 +90,7 @@ CATALOG: dict[str, Bad] = {
     "inspect-unknown-chip": bad("inspect", f"{K}:vector_add", "--chip", "v9",
                                 message="argument --chip: unknown TPU chip 'v9': known chips "
                                         "are v4, v5e, v5p, v6e, 7x"),
-    "inspect-no-case": bad("inspect", message="the following arguments are required: case"),
+    "inspect-no-case": bad("inspect", message="the following arguments are required: CASE"),
     # -- check ------------------------------------------------------------------------------
     "check-unknown-target": bad("check", f"{K}:vector_add", "--target", "tpu-v9",
                                 message="argument --target: unknown target 'tpu-v9'; valid "

@@ -121,7 +121,8 @@ def test_cache_info_and_clear(cache_dir, capsys):
     size = sum(p.stat().st_size for p in cache_dir.glob("*.json"))
     assert main(["cache", "info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {
-        "action": "info", "directory": str(cache_dir), "entries": 2, "bytes": size}
+        "action": "info", "directory": str(cache_dir), "entries": 2, "bytes": size,
+        "jax_cache": {"directory": str(cache.jax_cache_dir()), "entries": 0, "bytes": 0}}
     assert main(["cache", "info"]) == 0
     assert f"2 entries, {size:,} bytes" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0

@@ -18,9 +18,12 @@ package, one module per responsibility:
 - what the interpreters say: `deadlock` and `device_record` (TPU interpret mode's threads and
   log), `barrier_record` (Mosaic GPU interpret mode's barriers and TMA copies), `log_recorder`;
 - `lowering`: what the top-level `lowering` package needs (Mosaic modules, topologies, AOT
-  compiles).
+  compiles);
+- `versions` (`JAX_VERSION`, `SUPPORTED_JAX`): the modules that differ between JAX versions
+  gate on it, here and nowhere else; `interpret_params` (the interpreters' parameters, the
+  same meaning on every supported JAX).
 
-Checked against jax 0.12; other versions get a warning at import.
+Checked against jax 0.11 and 0.12; other versions get a warning at import.
 """
 
 from pallaslab.model._jax.barrier_record import BarrierRecorder
@@ -38,6 +41,7 @@ from pallaslab.model._jax.device_record import destination_from as remote_destin
 from pallaslab.model._jax.device_record import logging_mode as device_logging_mode
 from pallaslab.model._jax.fusion import fuser_sources
 from pallaslab.model._jax.index_maps import eval_index_map_once
+from pallaslab.model._jax.interpret_params import gpu_interpret_params, tpu_interpret_params
 from pallaslab.model._jax.kernels import kernel_from_eqn
 from pallaslab.model._jax.lowering import (
     MOSAIC_LOC_TAG,
@@ -73,10 +77,13 @@ from pallaslab.model._jax.trace import (
     needs_concrete_values,
     trace,
 )
+from pallaslab.model._jax.versions import JAX_VERSION, SUPPORTED_JAX
 
 __all__ = [
+    "JAX_VERSION",
     "MOSAIC_LOC_TAG",
     "RACE_LOGGER",
+    "SUPPORTED_JAX",
     "BarrierRecorder",
     "DeadlockWatch",
     "DeviceRecorder",
@@ -91,6 +98,7 @@ __all__ = [
     "find_kernels",
     "full_dimension_semantics_params",
     "fuser_sources",
+    "gpu_interpret_params",
     "instrument_kernel",
     "is_pallas_call",
     "jaxpr_callable",
@@ -112,6 +120,7 @@ __all__ = [
     "rewrite_kernels",
     "tpu_chip_facts",
     "tpu_interpret_buffers",
+    "tpu_interpret_params",
     "tpu_topology_device",
     "tpu_topology_devices",
     "trace",

@@ -14,12 +14,13 @@ from jax._src.pallas import mpmd as pallas_mpmd
 from jax._src.pallas import pallas_call as pallas_call_mod
 
 from pallaslab.model._jax.arguments import argument_positions
+from pallaslab.model._jax.versions import SUPPORTED_JAX, jax_supported
 
-SUPPORTED_JAX = (0, 12)
-if tuple(int(p) for p in jax.__version__.split(".")[:2]) != SUPPORTED_JAX:  # pragma: no cover
+if not jax_supported():  # pragma: no cover
     warnings.warn(
-        f"pallaslab was built against jax {SUPPORTED_JAX[0]}.{SUPPORTED_JAX[1]}.x; "
-        f"found jax {jax.__version__}. Capture may fail or miss kernels.",
+        "pallaslab supports jax "
+        + " and ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED_JAX)
+        + f"; found jax {jax.__version__}. Capture may fail or miss kernels.",
         stacklevel=2,
     )
 

@@ -45,6 +45,10 @@ def structural_key(value: Any) -> Hashable:
         return (type(value).__name__, value)
     if isinstance(value, jax_core.Jaxpr):
         return _jaxpr_key(value)
+    if isinstance(value, jax_core.Tracer):
+        # JAX 0.11's emit_pipeline keeps its index maps' closed-over program ids (tracers of
+        # the kernel's trace) among a jaxpr's constants: no value to key by.
+        raise Unkeyable("a tracer has no value")
     if isinstance(value, (np.ndarray, np.generic, jax.Array)):
         return _array_key(value)
     if isinstance(value, np.dtype):

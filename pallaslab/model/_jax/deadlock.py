@@ -20,6 +20,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from pallaslab.model.source_names import short_source
+
 POLL = 0.25  # seconds between looks at the interpreter's threads
 FOUND: list[Deadlock] = []  # every deadlock found in this process, in order (a stepped
 # run reads its own from here once it stopped)
@@ -42,7 +44,7 @@ class BlockedWait:
 
     def named(self, names: Mapping[int, str]) -> str:
         """The wait, naming the semaphore by `names` (interpreter id -> the user's name)."""
-        at = f" at {self.source.rsplit('/', 1)[-1]}" if self.source else ""
+        at = f" at {short_source(self.source)}" if self.source else ""
         sem = names.get(self.semaphore, f"#{self.semaphore}")
         return (f"waits on semaphore {sem}{at} for a count of {self.value}, "
                 f"which stays at {self.count}")

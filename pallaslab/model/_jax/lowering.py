@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from pallaslab.model._jax.versions import JAX_VERSION
 from pallaslab.model.kernel import (
     Kernel,
 )
@@ -41,6 +43,8 @@ def mosaic_tpu_module(body: bytes, debug_locations: bytes | None) -> tuple[str, 
         passmanager.PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(
             module.operation
         )
+        if JAX_VERSION < (0, 12) and not debug_locations:
+            debug_locations = _inline_locations(module)
         for i, item in enumerate(_preorder(module.operation)):
             loc = ir.Location.name(f"{MOSAIC_LOC_TAG}{i}")
             if isinstance(item, ir.BlockArgument):
@@ -53,6 +57,24 @@ def mosaic_tpu_module(body: bytes, debug_locations: bytes | None) -> tuple[str, 
             parsed = ir.Module.parse(debug_locations)
             locs = str(parsed.operation.get_asm(enable_debug_info=True))
     return text, locs
+
+
+def _inline_locations(module: Any) -> bytes:
+    """JAX 0.11 keeps the Mosaic module's locations inline (0.12 moves them to the config's
+    `debug_locations`, as a `tpu.locs` list in pre-order) and leaves the module unnamed (0.12
+    names it after the kernel). Both made as 0.12 has them: the same text, the same source
+    map, on either version."""
+    op = module.operation
+    if "sym_name" not in op.attributes:
+        funcs = [o for o in module.body.operations if o.operation.name == "func.func"]
+        kernel = next((f for f in funcs if "dimension_semantics" in f.attributes), None)
+        if kernel is not None or funcs:
+            op.attributes["sym_name"] = (kernel or funcs[0]).attributes["sym_name"]
+    locations = [str(item.location) for item in _preorder(op)]
+    lines = [f"#loc{i} = {loc}" for i, loc in enumerate(locations)]
+    refs = ", ".join(f"#loc{i}" for i in range(len(locations)))
+    lines.append(f"module attributes {{tpu.locs = [{refs}]}} {{\n}}")
+    return "\n".join(lines).encode()
 
 
 def triton_module_texts(stablehlo: Any) -> list[str]:
@@ -98,7 +120,26 @@ def tpu_topology_devices(topology: str) -> tuple[Any, ...]:
     """Every device of a libtpu topology ("v5e:2x2"), in the topology's order."""
     from jax.experimental import topologies
 
-    return tuple(topologies.get_topology_desc(topology, "tpu").devices)
+    try:
+        return tuple(topologies.get_topology_desc(topology, "tpu").devices)
+    except Exception as err:
+        # JAX 0.11's libtpu (0.0.48) splits slices into hosts of 2x2x1 chips by default and
+        # refuses smaller slices ("v5e:1x1"); 0.12's (0.0.52) takes them as one host. On
+        # 0.11 a slice that does not divide is described as one host of its own size.
+        bounds = _one_host_bounds(topology)
+        if JAX_VERSION >= (0, 12) or bounds is None or "chips_per_host_bounds" not in str(err):
+            raise
+    return tuple(topologies.get_topology_desc(
+        topology, "tpu", chips_per_host_bounds=bounds).devices)
+
+
+def _one_host_bounds(topology: str) -> list[int] | None:
+    """"v5e:1x2" -> [1, 2, 1]: the slice's chips as one host (None: not a "chip:AxB" name)."""
+    m = re.fullmatch(r"[^:]+:(\d+(?:x\d+){0,2})", topology)
+    if m is None:
+        return None
+    dims = [int(d) for d in m.group(1).split("x")]
+    return dims + [1] * (3 - len(dims))
 
 
 def aot_compile_stablehlo(hlo_text: str, device: Any, *, partitions: Sequence[Any] = ()

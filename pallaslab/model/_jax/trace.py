@@ -25,6 +25,7 @@ from pallaslab.model._jax.base import (
 )
 from pallaslab.model._jax.consumers import selected_after
 from pallaslab.model._jax.equation_fields import is_numpy_dtype
+from pallaslab.model.source_names import short_source
 
 # --------------------------------------------------------------------------------------------
 # Tracing
@@ -277,7 +278,7 @@ def _index_map_parameter_error(err: TypeError) -> IndexMapError | None:
     grid = tuple(frame_locals.get("grid") or ())
     given = len(frame_locals.get("index_map_avals") or ())
     code = getattr(func, "__code__", None)
-    where = (f" ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+    where = (f" ({short_source(f'{code.co_filename}:{code.co_firstlineno}')})"
              if code is not None else "")
     takes = code.co_argcount if code is not None else "a different number of"
     prefetch = given - len(grid)
