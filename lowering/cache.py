@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -105,18 +104,11 @@ def kernel_fingerprint(kernel: Kernel) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@functools.cache
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
-
-
 def cache_key(kernel: Kernel, target: str, options: dict[str, Any]) -> str:
     compiler = "libtpu" if target.startswith("tpu") else "triton"
-    payload = {"schema": SCHEMA, "jax": _version("jax"), "jaxlib": _version("jaxlib"),
-               compiler: _version(compiler), "target": target, "options": options,
+    version = jax_cache.installed_version
+    payload = {"schema": SCHEMA, "jax": version("jax"), "jaxlib": version("jaxlib"),
+               compiler: version(compiler), "target": target, "options": options,
                "kernel": kernel_fingerprint(kernel)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:40]
 
@@ -215,15 +207,21 @@ def _is_entry(f: private_dir.FileEntry) -> bool:
 
 def info() -> CacheInfo:
     """Where the cache is, how many entries it holds and their total size."""
-    directory = cache_dir()
+    return _info(cache_dir(), _OUR_FILES, _is_entry)
+
+
+def _info(directory: Path, files_of_ours: re.Pattern[str],
+          is_entry: Callable[[private_dir.FileEntry], bool]) -> CacheInfo:
+    """A cache folder's entries and total size (only its regular files that match
+    `files_of_ours`, never through a link)."""
     fd = _open_existing(directory)
     if fd is None:
         return CacheInfo(directory, 0, 0)
     try:
-        files = private_dir.regular_files(fd, _OUR_FILES)
+        files = private_dir.regular_files(fd, files_of_ours)
     finally:
         os.close(fd)
-    return CacheInfo(directory, sum(map(_is_entry, files)), sum(f.size for f in files))
+    return CacheInfo(directory, sum(map(is_entry, files)), sum(f.size for f in files))
 
 
 def clear() -> CacheInfo:
@@ -243,15 +241,7 @@ def _is_jax_entry(f: private_dir.FileEntry) -> bool:
 
 def jax_info() -> CacheInfo:
     """JAX's persistent cache of this version: its folder, entries and total size."""
-    directory = jax_cache_dir()
-    fd = _open_existing(directory)
-    if fd is None:
-        return CacheInfo(directory, 0, 0)
-    try:
-        files = private_dir.regular_files(fd, _JAX_FILES)
-    finally:
-        os.close(fd)
-    return CacheInfo(directory, sum(map(_is_jax_entry, files)), sum(f.size for f in files))
+    return _info(jax_cache_dir(), _JAX_FILES, _is_jax_entry)
 
 
 def jax_clear() -> CacheInfo:

@@ -24,7 +24,8 @@ PREFIX = "jax-"
 
 
 @functools.cache
-def _version(dist: str) -> str:
+def installed_version(dist: str) -> str:
+    """The installed version of a distribution ("absent" when it is not installed)."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -32,7 +33,8 @@ def _version(dist: str) -> str:
 
 
 def folder_name() -> str:
-    return f"{PREFIX}{_version('jax')}-{_version('jaxlib')}-pallaslab-{_version('pallaslab')}"
+    jax, jaxlib = installed_version("jax"), installed_version("jaxlib")
+    return f"{PREFIX}{jax}-{jaxlib}-pallaslab-{installed_version('pallaslab')}"
 
 
 def default_root() -> Path | None:
