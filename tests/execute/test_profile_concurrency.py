@@ -5,7 +5,7 @@ from pathlib import Path
 
 from kernels import CATALOG
 
-from pallaslab.execute.profile import STEP, profile
+from pallaslab.execute.profile import KERNEL, STEP, profile
 
 
 def test_two_profiles_at_once_each_find_their_own_trace(tmp_path):
@@ -33,4 +33,8 @@ def test_two_profiles_at_once_each_find_their_own_trace(tmp_path):
     folders = {f.relative_to(shared).parts[0] for f in files}
     assert len(folders) == 2
     for r in results.values():
-        assert r.steps == 24 and int((r.events.kind == STEP).sum()) == 24
+        # The kernel's own events are in each trace; its 24 grid steps too, unless XLA ran the
+        # loop asynchronously across threads, where the iterations cannot be told apart (see
+        # `_interpret_events`: seen after a process's first few profiles of one kernel).
+        assert int((r.events.kind == KERNEL).sum()) == 1
+        assert r.steps in (0, 24) and int((r.events.kind == STEP).sum()) == r.steps

@@ -233,7 +233,8 @@ def test_the_magics_devices_open_the_step_tab_on_that_many_devices(shown):
         assert wb.options["devices"] == DEVICES and "step" in [t.name for t in wb.tabs(0)]
         view = wb.view("step")
         assert isinstance(view, DeviceStepView) and view.devices == DEVICES
-        assert view.call_args()[0] is shell.user_ns["fn"]  # the user's own call
+        # the user's own call, as the magic captured it (only the leaves tracing computed)
+        assert getattr(view.call_args()[0], "fn", None) is shell.user_ns["fn"]
         view.step()
         p = view._payload(live=True)
         assert p["done"] and p["status"] == "ran"
