@@ -3,7 +3,8 @@
 - `tiling`: every operand's block index for every program, vectorized, and fetch counts;
 - `coverage`, `output_writes`: which output blocks the programs write;
 - `finding` (the `Finding` record), `findings` (the TPU and whole-grid rules and their stable
-  codes), `vmem_findings`, `gpu_stores` (GPU loads and stores outside their arrays);
+  codes), `tpu_operand_rules` (Mosaic's BlockSpec rules on one operand), `vmem_findings`,
+  `gpu_stores` (GPU loads and stores outside their arrays);
 - `occupancy`, `occupancy_gpu`, `chips`: VMEM/SMEM per TPU chip, GPU resources, chip facts;
 - `pipeline` (the TPU software-pipeline model), `cost`, `whatif` (block-size what-if);
 - `inspection`: one kernel's tiling, findings and VMEM, and its `inspect --json` form.

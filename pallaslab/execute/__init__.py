@@ -7,10 +7,12 @@ registered names, read when asked (an executor registered later is in it).
   magic's cell value), one module per executor (`interpret`, `tpu_interpret`,
   `gpu_interpret`, `vectorized` with `vectorize_layout`, `device`, `reference`), `running`,
   `capabilities` (what each interpreter cannot run), `result`;
-- comparing: `comparison` (`compare`), `pair`, `static_checks`, `unwritten`, `diagnostics`;
+- comparing: `comparison` (`compare`), `pair`, `static_checks`, `unwritten`, `diagnostics`,
+  `device_mismatches` (a multi-device mismatch traced to its shard and DMA);
 - stepping: `stepper` (`step`), `core_stepper`, `device_stepper`, `mesh_stepping`,
   `gated_run`, `step_requests`, `step_worker`;
-- running safely: `isolation` and `_worker` (the killable worker process, time limits),
+- running safely: `isolation`, `worker_request` and `_worker` (the killable worker process,
+  its requests, time limits),
   `monitor` (the program running, prints, progress, Ctrl-C); `profile` (profiler timelines).
 
 Adding an executor: docs/executors.md.

@@ -51,6 +51,7 @@ from pallaslab.execute.monitor import describe_program, progress
 from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.running import execute_here
+from pallaslab.execute.worker_request import encode_request, why_not_sent
 from pallaslab.model.source_names import short_source
 from pallaslab.util.tempdir import session_subdir, session_tmpdir
 
@@ -61,10 +62,6 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 300.0  # seconds: a few minutes, enough for tpu-interpret on a big grid
 WORKER_START_TIMEOUT = 180.0  # importing JAX on a loaded 2-core machine can be slow
 POLL = 0.1  # seconds between checks of the worker, the clock and Ctrl-C
-# JAX options a notebook may have changed that change what a kernel computes.
-MIRRORED_CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
-                   "jax_numpy_dtype_promotion", "jax_default_prng_impl",
-                   "jax_threefry_partitionable")
 
 
 class TimeoutValueError(PallasLabError, ValueError):
@@ -185,87 +182,6 @@ def _with_user_sources(result: RunResult, prepared: Prepared) -> RunResult:
                      for f in result.findings)
     return dataclasses.replace(result, device_record=record, findings=findings,
                                error=fix(result.error, shown=True))
-
-
-def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:
-    """A request for the worker: `work` (holding the user's "fn" and "args") travels by
-    cloudpickle; raises when it cannot (then the caller runs in this process)."""
-    import cloudpickle
-    import jax
-
-    from pallaslab.model import Kernel
-
-    fn, args = work["fn"], work["args"]
-    if any(isinstance(a, Kernel) for a in (fn, *args)) or \
-            getattr(fn, "__name__", "") == "lone_kernel":
-        raise TypeError("a lone captured kernel cannot be sent to a worker")
-    for name, module in list(sys.modules.items()):
-        # Case files are imported under synthetic names a worker cannot import: send by value.
-        if name.startswith("_pallaslab_case_") and module is not None:
-            with contextlib.suppress(ValueError):
-                cloudpickle.register_pickle_by_value(module)
-    config = {name: _config_value(getattr(jax.config, name)) for name in MIRRORED_CONFIG
-              if hasattr(jax.config, name)}
-    # The outer layer is plain pickle: the worker sets its path and options before it
-    # rebuilds the user's objects (which may import the user's modules).
-    return pickle.dumps({"kind": kind, "sys_path": list(sys.path), "config": config,
-                         "work": _dumps(work)})
-
-
-def _dumps(work: dict[str, Any]) -> bytes:
-    """cloudpickle, with JAX's primitives and config options sent by name. JAX's own closures
-    travel by value (`half = pl.pallas_call(...)` in a notebook is one; so is the fuser's
-    `fuse` wrapper), and the globals they refer to with them: a primitive copied by value is
-    another primitive, which neither pallaslab nor JAX's interpreters recognise as
-    `pallas_call`, and config options cannot be pickled at all."""
-    import io
-
-    import cloudpickle
-    from jax.extend.core import Primitive
-
-    held: dict[int, tuple[str, str]] | None = None
-
-    class Pickler(cloudpickle.Pickler):
-        def reducer_override(self, obj: Any) -> Any:
-            nonlocal held
-            if isinstance(obj, Primitive) or (type(obj).__module__.startswith("jaxlib")
-                                              and type(obj).__name__ == "Config"):
-                held = _jax_attributes() if held is None else held
-                if (where := held.get(id(obj))) is not None:
-                    return _jax_attribute_value, where
-            return super().reducer_override(obj)
-
-    buffer = io.BytesIO()
-    Pickler(buffer).dump(work)
-    return buffer.getvalue()
-
-
-def _jax_attributes() -> dict[int, tuple[str, str]]:
-    """id -> (module, attribute) of every value the loaded jax modules hold (the first
-    module found for each)."""
-    found: dict[int, tuple[str, str]] = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == "jax" or name.startswith("jax.")):
-            continue
-        for attr, value in list(vars(module).items()):
-            found.setdefault(id(value), (name, attr))
-    return found
-
-
-def _jax_attribute_value(module: str, attr: str) -> Any:
-    import importlib
-
-    return getattr(importlib.import_module(module), attr)
-
-
-def why_not_sent(err: BaseException) -> str:
-    """Why a request could not be made, in one short line."""
-    return f"{type(err).__name__}: {err}".splitlines()[0][:200]
-
-
-def _config_value(value: Any) -> Any:
-    # Enum-valued options (dtype promotion) are set back from their string value.
-    return getattr(value, "value", value)
 
 
 class _Worker:
