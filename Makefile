@@ -12,7 +12,8 @@ STAMP := $(VENV)/.installed
 MGPU_DIR := $(VENV)/mosaic-gpu-compiler
 MGPU_STAMP := $(MGPU_DIR)/.installed
 
-.PHONY: setup mosaic-gpu-compiler lab test test-python test-jax011 lint browser-deps typecheck-js clean
+.PHONY: setup mosaic-gpu-compiler lab test test-python test-jax011 lint browser-deps typecheck-js clean \
+	device-check
 
 setup: $(STAMP) $(MGPU_STAMP)
 
@@ -86,6 +87,18 @@ test-jax011: $(JAX011_STAMP)
 	JAX_PLATFORMS=cpu $(JAX011_PY) -m pytest -q -p no:cacheprovider $(JAX011_TESTS)
 
 test: setup browser-deps lint typecheck-js test-python test-jax011
+
+# On a machine with an NVIDIA GPU and a CUDA-enabled JAX already installed (nothing is installed
+# here): the GPU catalog on the device beside the interpreters, profiled; results in
+# DEVICE_CHECK_DIR (summary.json, traces/). The Python: the venv's when its JAX sees a GPU, else
+# the system's python3 when it has JAX, else the venv's (which then says "no GPU", exit 3).
+DEVICE_CHECK_DIR ?= test-results/device-check
+device-check:
+	@py=python3; \
+	if [ -x $(PY) ] && JAX_PLATFORMS=cuda $(PY) -c 'import jax; assert jax.devices()' >/dev/null 2>&1; then py=$(PY); \
+	elif ! python3 -c 'import jax' >/dev/null 2>&1 && [ -x $(PY) ]; then py=$(PY); fi; \
+	echo "make device-check: $$py, results in $(DEVICE_CHECK_DIR)"; \
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $$py -m pallaslab.device_check --out $(DEVICE_CHECK_DIR)
 
 clean:
 	rm -rf $(VENV) $(JAX011_VENV) .pytest_cache .mypy_cache .ruff_cache test-results

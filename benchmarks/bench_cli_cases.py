@@ -36,7 +36,8 @@ def seconds(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def main() -> None:
+def measure() -> tuple[float, list[float], list[float]]:
+    """(seconds of one call, of each separate call, of each --help)."""
     with tempfile.TemporaryDirectory(prefix="bench-cli-cases-") as cache:
         env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
                "PALLASLAB_CACHE_DIR": cache}
@@ -44,6 +45,11 @@ def main() -> None:
         one_call = seconds(["compare", *CASES, "--json"], env)
         separate = [seconds(["compare", case, "--json"], env) for case in CASES]
         help_times = [seconds(["--help"], env) for _ in range(HELP_RUNS)]
+    return one_call, separate, help_times
+
+
+def main() -> None:
+    one_call, separate, help_times = measure()
     eight = sum(separate)
     print(f"pallaslab compare, {len(CASES)} catalog cases (default executors):")
     print(f"  one call                   {one_call:7.2f} s")

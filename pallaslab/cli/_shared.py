@@ -79,12 +79,35 @@ class Parser(argparse.ArgumentParser):
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         """The options, then every `PALLASLAB_*` setting: a bad one is a usage error too,
         reported before the command starts (as a bad flag would be)."""
+        if self.prog == "pallaslab":
+            start_worker_early(list(sys.argv[1:] if args is None else args))
         parsed = super().parse_args(args, namespace)
         try:
             settings.check_all()
         except SettingError as err:
             raise UsageError(str(err), self.prog, self.format_usage()) from None
         return parsed
+
+
+# Commands whose executors run in the worker process: it is started before parsing (see
+# `start_worker_early`).
+EARLY_WORKER_COMMANDS = ("compare",)
+
+
+def start_worker_early(argv: list[str]) -> None:
+    """Start the executor worker now, before the command imports JAX, so that the worker's
+    own start overlaps the command's (`pallaslab.util.worker_process`). Only in a process
+    that has no worker yet (nothing imported the executors: a fresh `pallaslab` command),
+    for a command that runs executors, and not for --help or simulated --devices (another
+    worker)."""
+    if not argv or argv[0] not in EARLY_WORKER_COMMANDS or \
+            "pallaslab.execute.isolation" in sys.modules:
+        return
+    if any(a in ("-h", "--help") or a.startswith("--devices") for a in argv):
+        return
+    from pallaslab.util import worker_process
+
+    worker_process.start_early()
 
 
 def fill_help_later(parser: argparse.ArgumentParser,

@@ -15,7 +15,12 @@ then answers each request, a pickled dict whose "kind" says what to do:
   after the runner was opened, or dropped it), or {"error": str};
 - "open-device-stepper" (with "work", "key") and "device-step" ({"key"[, "close"]}): a
   multi-device kernel stepped in lockstep (`pallaslab.execute.device_stepper`) -> its state;
-- "compile-cache-stats": {} -> the `CacheStats` of this worker's compiled computations.
+- "compile-cache-stats": {} -> the `CacheStats` of this worker's compiled computations;
+  "capture-cache-stats": {} -> {"hits", "misses", "size", "maxsize"} of its captured calls.
+
+An "execute" request may come in frames (`worker_request.encode_frames`): a header with
+"frames": N, then N frames (the executor, the call). The call's frame keys the captured calls
+kept (`MAX_PREPARED`), so a repeated run skips the trace; the arguments travel once.
 
 The worker's JAX keeps compiled computations on disk too (JAX's persistent compilation cache,
 `pallaslab.util.jax_cache`), so a new worker skips compiles an earlier one did.
@@ -47,6 +52,9 @@ from typing import Any
 
 PARENT_POLL = 0.2  # seconds between checks that the parent is still alive
 MAX_RUNNERS = 8  # stepper runners kept (least recently used dropped first)
+MAX_PREPARED = 4  # captured calls kept (least recently used dropped first), with their arrays
+_PREPARED: OrderedDict[bytes, Any] = OrderedDict()  # call key -> Prepared
+_CAPTURES = {"hits": 0, "misses": 0}  # of `_PREPARED`
 _RUNNERS: OrderedDict[str, tuple[Any, dict[str, Any]]] = OrderedDict()  # key -> runner, config
 _CONFIG: dict[str, Any] = {}  # the JAX options as last set by a request
 
@@ -81,7 +89,7 @@ def main() -> int:
             data = receive.recv_bytes()
         except (EOFError, OSError):
             return 0
-        send.send_bytes(pickle.dumps(handle(data)))
+        send.send_bytes(pickle.dumps(handle(data, receive)))
 
 
 def follow_parent(parent: int, parent_tmpdir: str | None) -> None:
@@ -108,11 +116,17 @@ def _end_orphaned(parent_tmpdir: str | None) -> None:
         os._exit(1)
 
 
-def handle(data: bytes) -> Any:
+def handle(data: bytes, receive: Connection | None = None) -> Any:
     try:
         request = pickle.loads(data)
+        # A request in frames (`encode_frames`): the executor, then the call.
+        frames = [receive.recv_bytes() for _ in range(request.get("frames", 0))] \
+            if receive is not None else []
     except Exception as err:  # pragma: no cover - the parent sends plain pickles
         return {"error": f"the request could not be read: {type(err).__name__}: {err}"}
+    if frames:
+        request["work"] = frames[-1]
+        request["executor_frame"] = frames[0] if len(frames) > 1 else None
     kind = request.get("kind", "execute")
     if kind == "run-program":
         return run_program(request)
@@ -120,6 +134,8 @@ def handle(data: bytes) -> Any:
         from pallaslab.execute.running import compile_cache_stats
 
         return compile_cache_stats()
+    if kind == "capture-cache-stats":
+        return {**_CAPTURES, "size": len(_PREPARED), "maxsize": MAX_PREPARED}
     if kind == "device-step":
         from pallaslab.execute.step_requests import handle_request
 
@@ -130,6 +146,8 @@ def handle(data: bytes) -> Any:
                 sys.path.append(path)
         _set_config(request["config"])
         work = pickle.loads(request["work"])
+        if request.get("executor_frame") is not None:
+            work.update(pickle.loads(request["executor_frame"]))
     except Exception as err:
         return {"error": "the function could not be rebuilt in the executor worker process: "
                          f"{type(err).__name__}: {err}"}
@@ -139,13 +157,43 @@ def handle(data: bytes) -> Any:
         from pallaslab.execute.step_requests import handle_request
 
         return handle_request(request, work)
-    return execute(work)
+    return execute(work, _call_key(request))
 
 
-def execute(work: dict[str, Any]) -> Any:
+def _call_key(request: dict[str, Any]) -> bytes | None:
+    """What the call is, for the capture cache: its frame (fn, args, kwargs and the tracing
+    context, pickled; the executor apart) and the JAX options it runs under. None for a
+    request not in frames (its work holds the executor)."""
+    if request.get("frames") is None:
+        return None
+    import hashlib
+
+    return hashlib.sha256(request["work"] + pickle.dumps(sorted(
+        (k, repr(v)) for k, v in request["config"].items()))).digest()
+
+
+def _prepared(work: dict[str, Any], key: bytes | None) -> Any:
+    """The call captured on its arguments: made once per call frame and JAX options, so a
+    repeated run (or a second executor of a comparison) skips the trace. A changed kernel,
+    argument or option is another frame, another key."""
+    from pallaslab.execute.prepared import prepare
+
+    if key is not None and (found := _PREPARED.get(key)) is not None:
+        _PREPARED.move_to_end(key)
+        _CAPTURES["hits"] += 1
+        return found
+    _CAPTURES["misses"] += key is not None
+    prepared = prepare(work["fn"], work["args"], work["kwargs"], chip=work.get("chip"))
+    if key is not None:
+        _PREPARED[key] = prepared
+        while len(_PREPARED) > MAX_PREPARED:
+            _PREPARED.popitem(last=False)
+    return prepared
+
+
+def execute(work: dict[str, Any], key: bytes | None = None) -> Any:
     from pallaslab.execute import capabilities
     from pallaslab.execute.executors import with_unwritten_findings
-    from pallaslab.execute.prepared import prepare
     from pallaslab.execute.running import execute_here
 
     executor = work["executor"]
@@ -160,7 +208,7 @@ def execute(work: dict[str, Any]) -> Any:
         # Traced under the abstract mesh or TPU the parent traced under (if any): same chip,
         # same kernels; the captured jaxpr runs outside it.
         with capabilities.retracing(work):
-            prepared = prepare(work["fn"], work["args"], work["kwargs"], chip=work.get("chip"))
+            prepared = _prepared(work, key)
     except Exception as err:
         return {"error": f"{executor.name}: capturing the function failed in the executor "
                          f"worker process: {_one_line(err)}"}

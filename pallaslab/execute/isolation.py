@@ -33,8 +33,6 @@ import os
 import pickle
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -51,9 +49,10 @@ from pallaslab.execute.monitor import describe_program, progress
 from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.running import execute_here
-from pallaslab.execute.worker_request import encode_request, why_not_sent
+from pallaslab.execute.worker_request import encode_frames, why_not_sent
+from pallaslab.execute.worker_request import encode_request as encode_request  # for callers
 from pallaslab.model.source_names import short_source
-from pallaslab.util.tempdir import session_subdir, session_tmpdir
+from pallaslab.util import worker_process
 
 if TYPE_CHECKING:
     from pallaslab.execute.prepared import Prepared
@@ -93,7 +92,7 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
     if not spec_for(executor).isolated and devices is None:
         return execute_here(executor, prepared, limit)
     try:
-        request = encode_request({"executor": executor, "fn": prepared.fn,
+        request = encode_frames({"executor": executor, "fn": prepared.fn,
                                   "args": prepared.args, "kwargs": prepared.kwargs,
                                   "devices": devices,
                                   **capabilities.retrace_context(prepared.capture)})
@@ -189,24 +188,14 @@ class _Worker:
     as this process's environment says)."""
 
     def __init__(self, devices: int | None = None) -> None:
-        directory = session_subdir("workers")
-        self.log_path = directory / f"worker-{os.getpid()}-{time.monotonic_ns()}.log"
-        self.status_path = directory / f"status-{os.getpid()}-{time.monotonic_ns()}.bin"
-        np.zeros(4 + monitor_module.STATUS_MAX_RANK, np.int64).tofile(self.status_path)
-        env = dict(os.environ)
-        env.setdefault("JAX_PLATFORMS", "cpu")  # interpreters run on the CPU
-        if devices is not None:  # simulated devices: set before JAX starts its CPU backend
-            env["JAX_PLATFORMS"] = "cpu"
-            env["XLA_FLAGS"] = with_host_device_count(env.get("XLA_FLAGS", ""), devices)
-        env["PALLASLAB_WORKER_STATUS"] = str(self.status_path)
-        # Removed by the worker if we die without removing it (see `_worker.follow_parent`).
-        env["PALLASLAB_PARENT_TMPDIR"] = str(session_tmpdir())
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in kill()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pallaslab.execute._worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
-            start_new_session=True)  # a terminal's Ctrl-C is ours to handle, not the worker's
+        xla_flags = None if devices is None else \
+            with_host_device_count(os.environ.get("XLA_FLAGS", ""), devices)
+        env = worker_process.worker_environment(xla_flags)
+        # The one the `pallaslab` command started while parsing (its start overlapped ours).
+        launched = (worker_process.take_early(env) if devices is None else None) or \
+            worker_process.launch(env)
+        self.proc, self._log = launched.proc, launched.log
+        self.log_path, self.status_path = launched.log_path, launched.status_path
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
         self.recv_conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
@@ -228,7 +217,8 @@ class _Worker:
         return count, (kernel, program, launch)
 
     def reset_status(self) -> None:
-        np.zeros(4 + monitor_module.STATUS_MAX_RANK, np.int64).tofile(self.status_path)
+        with open(self.status_path, "r+b") as slot:  # in place: the worker maps the file
+            slot.write(bytes(8 * worker_process.STATUS_WORDS))
 
     def log_tail(self, lines: int = 6) -> str:
         if self.last_words is not None:  # killed: its log is gone, its tail kept
@@ -291,7 +281,7 @@ class _Workers:
         self._lock = threading.Lock()
         self.devices = devices
 
-    def call(self, request: bytes, limit: float, *, label: str,
+    def call(self, request: bytes | tuple[bytes, ...], limit: float, *, label: str,
              running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
              cancelled: Callable[[], bool] = lambda: False,
              watch: Callable[[float, int], None] | None = None) -> Exchange:
@@ -310,7 +300,8 @@ class _Workers:
                 worker.reset_status()
             started = time.monotonic()
             try:
-                worker.send_conn.send_bytes(request)
+                for frame in (request,) if isinstance(request, bytes) else request:
+                    worker.send_conn.send_bytes(frame)
                 while not worker.recv_conn.poll(POLL):
                     seconds = time.monotonic() - started
                     if cancelled():
@@ -381,7 +372,7 @@ def workers_for(devices: int | None) -> _Workers:
     return _DEVICE_WORKERS.setdefault(devices, _Workers(devices))
 
 
-def call_worker(request: bytes, limit: float, *, label: str,
+def call_worker(request: bytes | tuple[bytes, ...], limit: float, *, label: str,
                 running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
                 cancelled: Callable[[], bool] = lambda: False,
                 watch: Callable[[float, int], None] | None = None,

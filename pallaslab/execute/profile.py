@@ -190,8 +190,51 @@ def _line_events(li: int, line_name: str, names: list[str], start: np.ndarray,
         kinds=KINDS)
 
 
+def device_event_names(path: str | bytes, limit: int = 20) -> list[tuple[str, int]]:
+    """The most frequent event names on the trace's device planes, with their counts: what a
+    kernel launch is called there (for a report, and for matching names on new hardware)."""
+    from jax.profiler import ProfileData
+
+    data = (ProfileData.from_serialized_xspace(path) if isinstance(path, bytes)
+            else ProfileData.from_file(path))
+    counts: dict[str, int] = {}
+    for plane in data.planes:
+        if plane.name.startswith("/device:"):
+            for line in plane.lines:
+                for ev in line.events:
+                    counts[ev.name] = counts.get(ev.name, 0) + 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+
+# Device-plane lines that summarise rather than launch: XLA's per-module and per-op lines
+# repeat the kernel's time, and copies are not the kernel.
+_SUMMARY_LINES = ("XLA Modules", "XLA Ops", "Steps", "Source code", "XLA TraceMe")
+_NOT_KERNELS = ("memcpy", "memset", "Memcpy", "Memset")
+
+
 def _device_events(planes: Iterable[Any], kernel_name: str | None) -> Events:
-    """On TPU/GPU: the device planes' events naming the kernel (its custom call)."""
+    """On TPU/GPU: the device planes' events of the kernel, the first of: launches naming it
+    (or Pallas) on the device's own lines; ops naming it on XLA's "XLA Ops" line (a TPU's
+    custom call); every launch on the device's own lines but copies (GPU kernels may be
+    launched under names of the compiler's own: the profiled computation holds the kernel
+    alone). XLA's module line is never read: the jitted wrapper's own name says "pallas"."""
+    planes = list(planes)
+
+    def names_it(name: str) -> bool:
+        return kernel_name is None or kernel_name in name or \
+            ("pallas" in name and "pallaslab_profiled_kernel" not in name)
+
+    for keep in (lambda line, name: not line.startswith(_SUMMARY_LINES) and names_it(name),
+                 lambda line, name: line == "XLA Ops" and names_it(name),
+                 lambda line, name: not line.startswith(_SUMMARY_LINES) and
+                 not any(word in name for word in _NOT_KERNELS)):
+        found = _matching_device_events(planes, keep)
+        if len(found):
+            return found
+    return found
+
+
+def _matching_device_events(planes: Iterable[Any], keep: Callable[[str, str], bool]) -> Events:
     lanes: list[str] = []
     rows: list[tuple[int, float, float]] = []
     for plane in planes:
@@ -199,7 +242,7 @@ def _device_events(planes: Iterable[Any], kernel_name: str | None) -> Events:
             continue
         for line in plane.lines:
             for ev in line.events:
-                if kernel_name is None or kernel_name in ev.name or "pallas" in ev.name:
+                if keep(line.name, ev.name):
                     label = f"{plane.name} {line.name}"
                     if label not in lanes:
                         lanes.append(label)

@@ -17,6 +17,25 @@ MIRRORED_CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_
 def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:
     """A request for the worker: `work` (holding the user's "fn" and "args") travels by
     cloudpickle; raises when it cannot (then the caller runs in this process)."""
+    # The outer layer is plain pickle: the worker sets its path and options before it
+    # rebuilds the user's objects (which may import the user's modules).
+    return pickle.dumps({**_header(work, kind), "work": _dumps(work)})
+
+
+def encode_frames(work: dict[str, Any], kind: str = "execute") -> tuple[bytes, ...]:
+    """The same request as frames sent one after another, so the arguments are pickled once
+    and never copied into an outer pickle: the header (plain pickle: the kind, the caller's
+    path and options, and how many frames follow), the executor, and the call (fn, args,
+    kwargs and the rest). The worker keys its captures by the call's frame (`_worker`), which
+    the executor is kept out of: two executors comparing one call share one capture."""
+    rest = {k: v for k, v in work.items() if k != "executor"}
+    frames = (_dumps({"executor": work["executor"]}), _dumps(rest)) if "executor" in work \
+        else (_dumps(rest),)
+    return (pickle.dumps({**_header(work, kind), "frames": len(frames)}), *frames)
+
+
+def _header(work: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The request's plain-pickle part; raises for what cannot be sent."""
     import cloudpickle
     import jax
 
@@ -33,10 +52,7 @@ def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:
                 cloudpickle.register_pickle_by_value(module)
     config = {name: _config_value(getattr(jax.config, name)) for name in MIRRORED_CONFIG
               if hasattr(jax.config, name)}
-    # The outer layer is plain pickle: the worker sets its path and options before it
-    # rebuilds the user's objects (which may import the user's modules).
-    return pickle.dumps({"kind": kind, "sys_path": list(sys.path), "config": config,
-                         "work": _dumps(work)})
+    return {"kind": kind, "sys_path": list(sys.path), "config": config}
 
 
 def _dumps(work: dict[str, Any]) -> bytes:
