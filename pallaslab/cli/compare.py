@@ -182,6 +182,8 @@ def render(result: Comparison) -> None:
         out.print(_table(o))
     for warning in result.warnings:
         out.print(f"[yellow]warning: {safe(warning)}[/]")
+    for line in result.cause_lines():  # why a mismatch is wrong, one cause a line
+        out.print(f"[bold red]cause[/] {safe(line)}")
     if result.outcome != "incomplete":  # (incomplete: said on stderr, as the error)
         style = "green" if result.passed else "bold red"
         out.print(f"[{style}]{safe(result.verdict())}[/]")

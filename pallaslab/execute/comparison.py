@@ -47,6 +47,7 @@ import numpy as np
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import inspect_kernel
 from pallaslab.analysis.tiling import OperandTiling, Tiling
+from pallaslab.execute.causes import Cause, Provenance, find_causes
 from pallaslab.execute.choice import default_executors
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.device_mismatches import device_mismatches
@@ -83,12 +84,18 @@ class OutputComparison:
     dtype: np.dtype
     block_shape: tuple[int, ...] | None  # block extent, for drawing block boundaries
     pairs: tuple[PairComparison, ...]
+    # Why it mismatches (`pallaslab.execute.causes`): found only on a mismatch
+    causes: tuple[Cause, ...] = ()
+    provenance: Provenance | None = None  # per element: the last writing program and line
 
     def to_json(self) -> dict[str, Any]:
+        causes = [c.to_json() for c in self.causes]
         return {"origin": self.origin, "kernel": self.kernel, "shape": list(self.shape),
                 "dtype": str(self.dtype),
                 "block_shape": list(self.block_shape) if self.block_shape else None,
-                "pairs": [p.to_json() for p in self.pairs]}
+                "causes": causes,
+                "pairs": [{**p.to_json(), "causes": [] if p.allclose else causes}
+                          for p in self.pairs]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +228,11 @@ class Comparison:
                 return r
         raise KeyError(f"no executor {executor!r}; compared: {', '.join(self.executors)}")
 
+    def cause_lines(self) -> tuple[str, ...]:
+        """One line per cause of a mismatch: "outputs[0]: index-map: ..."."""
+        return tuple(f"{o.origin}: {c.kind}: {c.message}" for o in self.outputs
+                     for c in o.causes)
+
     def mismatched_programs(self) -> tuple[tuple[int, ...], ...]:
         """Every program that wrote a mismatched block (any output, any pair)."""
         seen: dict[tuple[int, ...], None] = {}
@@ -324,6 +336,8 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     results = tuple(unwritten_confirmed(execute(r, prepared, timeout=timeout), prepared.capture)
                     for r in runners)
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if compared._mismatch and not devices_note(prepared):  # a pass pays nothing for causes
+        compared = with_causes(compared, prepared, reference)
     required = tuple(r.name for r in runners) if named is not None else (
         ("reference",) if reference is not None else ())
     if on_devices := devices_note(prepared):
@@ -333,6 +347,16 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
              *device_mismatches(compared), *core_mismatches(compared),
              *why_the_runs_agree(compared.static_findings))
     return dataclasses.replace(compared, notes=notes, required=required)
+
+
+def with_causes(compared: Comparison, prepared: Prepared,
+                reference: Callable[..., Any] | None) -> Comparison:
+    """The comparison with each mismatched output's causes and provenance."""
+    found = find_causes(prepared, [o.pairs for o in compared.outputs], reference)
+    outputs = tuple(o if f is None else dataclasses.replace(
+        o, causes=f.causes, provenance=f.provenance)
+        for o, f in zip(compared.outputs, found, strict=True))
+    return dataclasses.replace(compared, outputs=outputs)
 
 
 def _with_reference(executors: Sequence[str | Executor] | str,

@@ -35,6 +35,7 @@ from pallaslab.views.compare_payload import (
     outcome,
     pair_cells,
     run_status,
+    writer_lines,
 )
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
@@ -193,6 +194,10 @@ class CompareView(InteractiveView):
                                interactive=live, revision=self._revision, opened=self.opened,
                                opened_note=self.opened_note, error=self.error)
 
+    def _tiling_of(self, out: OutputComparison) -> Any:
+        """The tiling of the kernel that wrote `out` (this view's kernel only)."""
+        return self.ctx.tiling if out.kernel == self.ctx.kernel.index else None
+
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         sel = self._new_action(change)
         if sel is None or sel.get("action") != "open":
@@ -233,6 +238,9 @@ class CompareView(InteractiveView):
                     f"atol {p.atol:.3g})")
                 for b, progs in _block_rows(c, out, p, self.ctx)[:16]:
                     lines.append(f"      block {b} written by {progs}")
+            lines += [f"    why ({cause.kind}): {cause.message}"
+                      for cause in getattr(out, "causes", ())]
+            lines += [f"    {w}" for w in writer_lines(c, out, self._tiling_of(out))]
         return visible("\n".join(lines))
 
     def to_html(self) -> str:
@@ -272,12 +280,24 @@ class CompareView(InteractiveView):
         parts.append(_html.table(("output", "pair", "max abs err", "max rel err", "ULP",
                                   "mismatched", "allclose", "NaN (a / b)"), rows,
                                  numeric=(2, 3, 4, 5, 7)))
+        parts += [_causes_html(out, writer_lines(c, out, self._tiling_of(out)))
+                  for out in c.outputs if getattr(out, "causes", ())]
         if blocks:
             parts.append('<h4 class="pl-cmp-h">Mismatched blocks and the programs that wrote '
                          "them</h4>")
             parts.append(_html.table(("output", "pair", "block", "programs"), blocks[:200]))
             parts += _static_maps(c, self.ctx)
         return '<div class="pl-compare-static">' + "".join(parts) + "</div>"
+
+
+def _causes_html(out: OutputComparison, writers: Sequence[str]) -> str:
+    """Why an output is wrong, as the widget lists it, and who wrote its wrong elements."""
+    items = "".join(f'<li class="pl-finding pl-error pl-cmp-cause" data-kind="{esc(x.kind)}">'
+                    f'<span class="pl-badge">{esc(x.kind)}</span> {esc(x.message)}</li>'
+                    for x in getattr(out, "causes", ()))
+    items += "".join(f'<li class="pl-cmp-writer">{esc(w)}</li>' for w in writers)
+    return (f'<div class="pl-cmp-causes"><h4 class="pl-cmp-h">Why {esc(out.origin)} is wrong'
+            f'</h4><ul class="pl-findings">{items}</ul></div>')
 
 
 def _incomplete_line(c: Comparison) -> str | None:

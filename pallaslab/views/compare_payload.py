@@ -12,11 +12,12 @@ the runs found.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from pallaslab.analysis.block_accesses import block_accesses, describe_reads
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
 from pallaslab.execute.pair import is_float
@@ -41,6 +42,27 @@ class MismatchedBlock(TypedDict):
     more_programs: int  # writers not listed (beyond MAX_WRITERS)
 
 
+class CompareWriters(TypedDict):
+    """Per heatmap cell, its first wrong element (else its first element) and that element's
+    last writer (from the comparison's value provenance)."""
+
+    element: int  # table index: int32 rows*cols, the element's flat index in the 2-D array
+    program: int  # table index: int32 rows*cols, index into `programs` (-1: never written)
+    line: int  # table index: int32 rows*cols, index into `lines` (-1: none)
+    programs: list[list[int]]
+    lines: list[str]
+    reads: list[str]  # per program: what it read inside its blocks ("" when not recorded)
+    complete: bool  # False: the provenance run stopped before the last program
+
+
+class CompareCause(TypedDict):
+    kind: str  # "index-map", "line", "first-visit", ...
+    operand: str | None
+    line: str | None
+    programs: list[list[int]]
+    message: str
+
+
 class ComparePair(TypedDict):
     a: str
     b: str
@@ -57,6 +79,7 @@ class ComparePair(TypedDict):
     rounding_note: str | None  # the error is far beyond the output dtype's rounding
     heat: int | None  # table index: float32 rows*cols, max |a - b| per cell (inf kept)
     mask: int | None  # table index: uint8 rows*cols, 1 where a cell holds a mismatch
+    writers: CompareWriters | None  # who last wrote each cell's wrong element
     blocks: list[MismatchedBlock]
     more_blocks: int  # mismatched blocks not listed
 
@@ -73,6 +96,7 @@ class CompareOutput(TypedDict):
     shape2: list[int]  # the 2-D array the cells cover (elements)
     factor: list[int]  # elements per cell (rows, cols)
     note: str | None  # how the array was reduced to 2-D
+    causes: list[CompareCause]  # why it is wrong (index map, line, read before first write)
     pairs: list[ComparePair]
 
 
@@ -136,7 +160,8 @@ def compare_payload(comparison: Comparison, kernel: Kernel, tiling: Tiling | Non
     selected = None
     for i, out in enumerate(comparison.outputs):
         ot, t = _output_tiling(comparison, out, infos[i] if i < len(infos) else None, tilings)
-        outputs.append(_output(out, ot, t, tables))
+        reads = _reads_of(comparison, out, t)
+        outputs.append(_output(out, ot, t, tables, reads))
         for j, p in enumerate(out.pairs):
             if selected is None and not p.allclose:
                 selected = [i, j]
@@ -200,12 +225,14 @@ def _output_tiling(comparison: Comparison, out: OutputComparison, info: Any,
 
 
 def _output(out: OutputComparison, ot: OperandTiling | None, tiling: Tiling | None,
-            tables: list[np.ndarray]) -> CompareOutput:
+            tables: list[np.ndarray], reads: Callable[[tuple[int, ...]], str]
+            ) -> CompareOutput:
     shape2 = last_two_dims(out.shape)
     rows, cols, factor, note = 1, 1, [1, 1], None
     pairs = []
     for p in out.pairs:
         entry, dims = _pair(p, out, ot, tiling, tables)
+        entry["writers"] = _writers(p, out, tables, reads) if dims is not None else None
         if dims is not None:
             rows, cols, factor, note = dims
         pairs.append(entry)
@@ -216,7 +243,14 @@ def _output(out: OutputComparison, ot: OperandTiling | None, tiling: Tiling | No
     return CompareOutput(
         origin=out.origin, kernel=out.kernel, shape=list(out.shape), dtype=str(out.dtype),
         floating=is_float(out.dtype), block=list(last_two(extent)) if extent else None,
-        rows=rows, cols=cols, shape2=list(shape2), factor=factor, note=note, pairs=pairs)
+        rows=rows, cols=cols, shape2=list(shape2), factor=factor, note=note,
+        causes=[_cause(c) for c in getattr(out, "causes", ())], pairs=pairs)
+
+
+def _cause(c: Any) -> CompareCause:
+    j = c.to_json()
+    return CompareCause(kind=j["kind"], operand=j["operand"], line=j["line"],
+                        programs=j["programs"], message=j["message"])
 
 
 def _pair(p: PairComparison, out: OutputComparison, ot: OperandTiling | None,
@@ -241,7 +275,7 @@ def _pair(p: PairComparison, out: OutputComparison, ot: OperandTiling | None,
         max_ulp=int(p.max_ulp), mismatched_elements=int(p.mismatched_elements),
         allclose=bool(p.allclose), rtol=float(p.rtol), atol=float(p.atol), error=p.error,
         nan_a=int(p.nan_a), nan_b=int(p.nan_b), rounding_note=p.rounding_note, heat=heat,
-        mask=mask, blocks=blocks,
+        mask=mask, writers=None, blocks=blocks,
         more_blocks=max(0, len(p.mismatched_blocks) - MAX_BLOCKS)), dims
 
 
@@ -296,3 +330,72 @@ def pair_cells(p: PairComparison, floating: bool) -> tuple[str, str, str, str]:
     ulp = "-" if not floating or (nan and abs_err is None) else f"{p.max_ulp:,}"
     return (err_text(abs_err, nan), err_text(finite_or_none(p.max_rel_err), nan), ulp,
             f"{p.nan_a:,} / {p.nan_b:,}" if nan else "-")
+
+
+def _writers(p: PairComparison, out: OutputComparison, tables: list[np.ndarray],
+             reads: Callable[[tuple[int, ...]], str]) -> CompareWriters | None:
+    """Per heatmap cell (cells as `downsample` makes them), its first wrong element (row-major;
+    else its first element) and the program and line that last wrote it."""
+    prov = getattr(out, "provenance", None)
+    if prov is None or p.error is not None or prov.program_of.shape != tuple(out.shape):
+        return None
+    R, C = last_two_dims(out.shape)
+    mis = np.asarray(p.mismatch, bool).reshape(-1, R, C)
+    lead = mis.argmax(axis=0)[None]  # the first leading index holding a wrong element
+    program = np.take_along_axis(prov.program_of.reshape(-1, R, C), lead, 0)[0].ravel()
+    line = np.take_along_axis(prov.line_of.reshape(-1, R, C), lead, 0)[0].ravel()
+    fr, fc = max(1, -(-R // HEAT_SIDE)), max(1, -(-C // HEAT_SIDE))
+    rows, cols = -(-R // fr), -(-C // fc)
+    r, c = np.divmod(np.arange(R * C, dtype=np.int64), C)
+    cell = (r // fr) * cols + c // fc
+    score = np.where(mis.any(axis=0).ravel(), 0, R * C) + np.arange(R * C)
+    best = np.full(rows * cols, 2 * R * C, np.int64)
+    np.minimum.at(best, cell, score)
+    element = best % (R * C)
+    for table in (element, program[element], line[element]):
+        tables.append(np.ascontiguousarray(table, "<i4"))
+    n = len(tables)
+    return CompareWriters(element=n - 3, program=n - 2, line=n - 1,
+                          programs=[list(q) for q in prov.programs], lines=list(prov.lines),
+                          reads=[reads(tuple(q)) for q in prov.programs],
+                          complete=bool(getattr(prov, "complete", True)))
+
+
+def _reads_of(comparison: Comparison, out: OutputComparison, tiling: Tiling | None
+              ) -> Callable[[tuple[int, ...]], str]:
+    """program -> what it read inside its blocks (recorded programs only, else "")."""
+    kernel = next((k for k in comparison.kernels if k.index == out.kernel), None)
+    if kernel is None or tiling is None or getattr(out, "provenance", None) is None:
+        return lambda program: ""
+    acc = block_accesses(kernel, tiling)
+    return lambda program: describe_reads(acc, program, tiling) or ""
+
+
+MAX_WRITERS_SAID = 3  # (program, line) pairs said per output in the text and static HTML
+
+
+def writer_lines(comparison: Comparison, out: OutputComparison, tiling: Tiling | None
+                 ) -> list[str]:
+    """The wrong elements' last writers in words, most elements first: "8,192 wrong elements
+    last written by program (2,) at kernels.py:36, which read x_ref[192:256, 0:128] (all of
+    its block)" (what a click on a wrong element shows in the widget)."""
+    prov = getattr(out, "provenance", None)
+    pair = next((p for p in out.pairs if not p.allclose and p.error is None), None)
+    if prov is None or pair is None or prov.program_of.shape != pair.mismatch.shape:
+        return []
+    wrong = np.asarray(pair.mismatch, bool)
+    keys = np.stack([prov.program_of[wrong], prov.line_of[wrong]], axis=1)
+    found, counts = np.unique(keys, axis=0, return_counts=True)
+    reads = _reads_of(comparison, out, tiling)
+    said = []
+    for k in np.argsort(-counts, kind="stable")[:MAX_WRITERS_SAID]:
+        program, line = (int(v) for v in found[k])
+        if program < 0:
+            said.append(f"{counts[k]:,} wrong elements never written")
+            continue
+        ids = tuple(prov.programs[program])
+        at = f" at {prov.lines[line]}" if line >= 0 else ""
+        read = reads(ids)
+        said.append(f"{counts[k]:,} wrong elements last written by program {ids}{at}"
+                    + (f", which read {read}" if read else ""))
+    return said

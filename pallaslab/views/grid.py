@@ -26,6 +26,12 @@ from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
+from pallaslab.views.grid_accesses import (
+    GridAccesses,
+    accesses_html,
+    accesses_payload,
+    accesses_text,
+)
 from pallaslab.views.pipeline_manual import nested_grid_text
 from pallaslab.views.registry import register_tab
 
@@ -92,6 +98,7 @@ class GridPayload(TypedDict):
     # grid, and one line saying why a kernel has no grid of its own (mesh kernels).
     pipelines: list[NestedGrid]
     note: str | None
+    accesses: GridAccesses | None  # what each program touches inside its blocks
 
 
 class NestedGrid(TypedDict):
@@ -143,7 +150,8 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
         axes=[max(rank - 2, 0), max(rank - 1, 0)] if rank >= 2 else [0, 0],
         operands=operands, findings=[_finding(f, tiling) for f in findings],
         tables=[memoryview(t) for t in tables], pipelines=nested_grids(kernel, backend),
-        note=None,
+        note=None, accesses=accesses_payload(kernel, tiling) if kernel.kind == "pallas_call"
+        else None,
     ))
 
 
@@ -193,7 +201,7 @@ def empty_grid_payload(kernel: Kernel, backend: str | None = None) -> GridPayloa
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         source=_short(kernel.source), grid=[], grid_names=None, semantics=None, programs=0,
         axes=[0, 0], operands=[], findings=[], tables=[],
-        pipelines=nested_grids(kernel, backend), note=no_grid_note(kernel)))
+        pipelines=nested_grids(kernel, backend), note=no_grid_note(kernel), accesses=None))
 
 
 def affine_fit(col: np.ndarray, ids: np.ndarray, grid: tuple[int, ...]) -> list[int] | None:
@@ -273,8 +281,12 @@ def payload_nbytes(payload: GridPayload) -> int:
     """Bytes on the wire: the JSON part plus the binary buffers."""
     import json
 
-    rest = {k: v for k, v in payload.items() if k != "tables"}
-    return len(json.dumps(rest)) + sum(t.nbytes for t in payload["tables"])
+    rest = {k: v for k, v in payload.items() if k not in ("tables", "accesses")}
+    acc = payload.get("accesses")
+    extra = 0 if acc is None else len(json.dumps({k: v for k, v in acc.items()
+                                                  if k != "tables"})) + sum(
+        t.nbytes for t in acc["tables"])
+    return len(json.dumps(rest)) + sum(t.nbytes for t in payload["tables"]) + extra
 
 
 # --- the view --------------------------------------------------------------------------------
@@ -310,6 +322,7 @@ class GridView(View):
         lines += [f"  {f.severity} {f.code}: {f.message}" for f in self.ctx.findings]
         if not self.ctx.findings:
             lines.append("  no findings")
+        lines += accesses_text(k, tiling)
         return visible("\n".join(lines + _nested_text(k, self.ctx.backend)))
 
     def to_html(self) -> str:
@@ -331,7 +344,8 @@ class GridView(View):
         return (head + '<div class="pl-maps">' + "".join(maps) + "</div>"
                 + _html.table(("operand", "role", "block", "fetches", "revisits", "HBM bytes"),
                               rows, numeric=(3, 4, 5))
-                + _html.findings_list(self.ctx.findings) + _nested_html(k, self.ctx.backend))
+                + _html.findings_list(self.ctx.findings) + accesses_html(k, tiling)
+                + _nested_html(k, self.ctx.backend))
 
 
 def _nested_text(kernel: Kernel, backend: str | None) -> list[str]:

@@ -191,3 +191,83 @@ def test_compare_widget_shows_statuses_verdict_and_findings(page, wrong):
     assert codes == [["interpret", "unwritten-output"], ["interpret", "data-race"]]
     assert "in-process: the time limit is soft" in page.locator(
         "tr.pl-cmp-run[data-executor=interpret] .pl-cmp-reason").inner_text()
+
+
+def _explained_payload(wb, view):
+    """The wrong kernel's comparison with a hand-built cause and value provenance (program i
+    wrote rows 64i..64i+63 at one line)."""
+    import dataclasses
+
+    import numpy as np
+
+    prov_module = pytest.importorskip(
+        "pallaslab.execute.causes.provenance",
+        reason="value provenance (issue 27 item 2) is not in this tree yet")
+    from pallaslab.execute import Comparison
+    from pallaslab.execute.causes import Cause
+    from pallaslab.views.compare import compare_payload
+
+    c = view.comparison
+    prov = prov_module.Provenance(
+        program_of=np.repeat(np.arange(4, dtype=np.int32), 64)[:, None].repeat(128, 1),
+        line_of=np.zeros((256, 128), np.int32), programs=((0,), (1,), (2,), (3,)),
+        lines=("kernels.py:390",))
+    cause = Cause("line", None, "kernels.py:390", ((2,),),
+                  "8,192 wrong elements, all last written by kernels.py:390 in program (2,)")
+    comparison = Comparison(c.executors, c.results, tuple(
+        dataclasses.replace(o, causes=(cause,), provenance=prov) for o in c.outputs), c.kernels)
+    ctx = wb.context(0)
+    return dict(compare_payload(comparison, ctx.kernel, ctx.tiling))
+
+
+def test_causes_are_listed_and_a_wrong_element_names_its_last_writer(page, wrong, results_dir):
+    wb, view = wrong
+    mount(page, "compare.js", _explained_payload(wb, view))
+    cause = page.locator(".pl-cmp-causes .pl-cmp-cause")
+    assert cause.get_attribute("data-kind") == "line"
+    assert "all last written by kernels.py:390 in program (2,)" in cause.inner_text()
+    click_element(page, 130, 5)
+    writer = page.locator(".pl-cmp-writer")
+    assert writer.get_attribute("data-program") == "2"
+    assert writer.inner_text().startswith(
+        "outputs element (130, 5) is wrong: last written by program (2,) at kernels.py:390")
+    assert "that program read x_ref[" in writer.inner_text()
+    page.screenshot(path=str(results_dir / "compare-writer.png"))
+    click_element(page, 10, 10)  # a right element: its writer, not "wrong"
+    assert page.locator(".pl-cmp-writer").inner_text().startswith(
+        "outputs element (10, 10): last written by program (0,)")
+
+
+def _luminance(rgba):
+    r, g, b = rgba[:3]
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_zero_error_reads_as_no_error_in_the_dark_theme_even_drawn_detached(page, wrong,
+                                                                             results_dir):
+    """Issue 26 item 5: JupyterLab renders a widget into an element not yet in the document;
+    zero error was drawn in the light theme's fallback (near-white) on a dark page."""
+    _, view = wrong
+    mount(page, "compare.js", dict(view._payload(live=True)), dark=True)
+    page.evaluate("""() => {
+        const el = document.createElement("div");  // detached, as JupyterLab renders
+        window.cleanup();
+        document.getElementById("root").replaceChildren();
+        window.view.default.render({model: window.model, el});
+        document.getElementById("root").append(el);
+    }""")
+    page.wait_for_timeout(100)
+    canvas = page.locator("canvas.pl-cmp-heat").first
+    box = canvas.bounding_box()
+    # element (10, 10) has zero error; block (2, 0) (rows 128..191) is wrong
+    zero = page.screenshot(clip={"x": box["x"] + 12, "y": box["y"] + 12, "width": 1,
+                                 "height": 1})
+    from io import BytesIO
+
+    from PIL import Image
+
+    px = Image.open(BytesIO(zero)).convert("RGB").getpixel((0, 0))
+    bg = page.evaluate("getComputedStyle(document.querySelector('.pl-compare'))"
+                       ".getPropertyValue('--pl-bg')")
+    assert _luminance(px) < 80, (px, bg)  # dark, like the page: "no error"
+    page.screenshot(path=str(results_dir / "compare-dark-zero.png"))

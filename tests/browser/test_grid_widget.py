@@ -435,3 +435,34 @@ def test_bounded_slice_windows_are_drawn_with_each_steps_own_size(page):
                       .inner_text())
     assert ranges == ["[0:16, 0:128]", "[16:32, 0:128]", "[32:40, 0:128]"]
     assert shown_blocks(page)["args[0]"] == ["32,0", "fetch"]
+
+
+def test_overlay_shows_what_the_program_touches_inside_its_blocks(page, results_dir):
+    """Issue 27 item 4: a strided load and a masked store, painted inside the blocks and said
+    in words; masked-off lanes differ from both touched and untouched elements."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    from test_block_accesses import strided_masked
+
+    wb = pallaslab.inspect(strided_masked, jnp.ones((16, 128), jnp.float32))
+    payload = wb.grid().payload()
+    mount(page, "grid.js", payload)
+    said = page.locator(".pl-info .pl-accesses-line").inner_text()
+    assert said == payload["accesses"]["text"][0]
+    assert "writes o_ref[0:4, 0:64] where mask (256 masked off)" in said
+    top = page.locator('.pl-operand[data-origin="outputs"] canvas').nth(1)
+    assert int(top.get_attribute("data-accesses")) > 0
+    box = top.bounding_box()
+    w, h = box["width"], box["height"]  # (16, 128): program 0's block is the upper half
+    written = pixel(page, "outputs", w * 0.2, h * 0.1)  # rows 0..3, cols 0..63
+    masked = pixel(page, "outputs", w * 0.2, h * 0.4)  # rows 4..7, cols 0..63: masked off
+    untouched = pixel(page, "outputs", w * 0.8, h * 0.1)  # cols 64.. of the block
+    assert written != untouched and masked != untouched and written != masked
+    legend = page.locator(".pl-legend").inner_text()
+    assert "masked off (not touched)" in legend
+    page.screenshot(path=str(results_dir / "grid-accesses.png"))
+    page.click("button.pl-next")
+    assert page.locator(".pl-info .pl-accesses-line").inner_text() == \
+        payload["accesses"]["text"][1]

@@ -10,6 +10,7 @@ package, one module per responsibility:
   way everywhere), `index_maps` (vectorized index maps), `param_names` (the body's parameter
   names), `nested` and `nested_outer` (in-kernel pipelines, scoped buffers, DMAs), `fusion`
   (what the fuser fused in), `stores` and `access_bounds` (what each program loads and stores),
+  `block_accesses` (what each program touches inside its blocks, element by element),
   `verdict_facts` (how the body writes its outputs), `chips` (TPU chip facts, kernel bodies);
 - running a kernel: `rerun` (re-binding kernels with other params), `rewrite` (jaxprs re-traced
   with equations replaced), `checks` (debug checks), `compiled` (compile caches), `vectorize`
@@ -28,10 +29,12 @@ Checked against jax 0.11 and 0.12; other versions get a warning at import.
 
 from pallaslab.model._jax.barrier_record import BarrierRecorder
 from pallaslab.model._jax.barrier_record import logging_mode as barrier_logging_mode
+from pallaslab.model._jax.block_accesses import RecordedAccesses, record_block_accesses
 from pallaslab.model._jax.checks import debug_checks_enabled, instrument_kernel
 from pallaslab.model._jax.chips import (
     constant_index_maps,
     kernel_body_cost,
+    kernel_body_dots,
     kernel_body_values,
     tpu_chip_facts,
 )
@@ -43,6 +46,7 @@ from pallaslab.model._jax.fusion import fuser_sources
 from pallaslab.model._jax.index_maps import eval_index_map_once
 from pallaslab.model._jax.interpret_params import gpu_interpret_params, tpu_interpret_params
 from pallaslab.model._jax.kernels import kernel_from_eqn
+from pallaslab.model._jax.line_record import LineRecorder, NotRecordable, line_recorder
 from pallaslab.model._jax.lowering import (
     MOSAIC_LOC_TAG,
     aot_compile_stablehlo,
@@ -88,6 +92,9 @@ __all__ = [
     "DeadlockWatch",
     "DeviceRecorder",
     "EquationValue",
+    "LineRecorder",
+    "NotRecordable",
+    "RecordedAccesses",
     "aot_compile_stablehlo",
     "barrier_logging_mode",
     "concrete_kernel_operands",
@@ -104,6 +111,7 @@ __all__ = [
     "jaxpr_callable",
     "kernel_arg_names",
     "kernel_body_cost",
+    "kernel_body_dots",
     "kernel_body_values",
     "kernel_call_avals",
     "kernel_callable",
@@ -111,11 +119,13 @@ __all__ = [
     "kernel_jaxpr_with_source_info",
     "kernel_leading_invars",
     "kernel_operands",
+    "line_recorder",
     "mosaic_tpu_module",
     "needs_concrete_values",
     "output_sources",
     "program_equations",
     "program_runner",
+    "record_block_accesses",
     "remote_destinations",
     "rewrite_kernels",
     "tpu_chip_facts",

@@ -61,7 +61,7 @@ def constant_index_maps(kernel: Kernel) -> dict[str, bool]:
     Decided statically, as Mosaic does, from the index-map jaxpr: no output depends on the grid
     indices or on scalar-prefetch operands. Mosaic gives such a window a single VMEM buffer.
     """
-    if kernel.kind != "pallas_call":
+    if kernel.kind != "pallas_call" or kernel.handle is None:  # None: traced elsewhere
         return {}
     gm = kernel.handle.eqn.params["grid_mapping"]
     return {str(bm.origin): _outputs_constant(bm.index_map_jaxpr.jaxpr)
@@ -141,3 +141,42 @@ def _body_cost(jaxpr: Jaxpr) -> tuple[int, int]:
         times = int(eqn.params.get("length", 1)) if name == "scan" else 1
         flops, trans = flops + f * times, trans + t * times
     return flops, trans
+
+
+def kernel_body_dots(kernel: Kernel) -> list[tuple[int, int, int, int]]:
+    """(m, k, n, count) of every `dot_general` one kernel-body invocation runs: m the rows
+    streamed through the MXU, k the contracted size, n the output columns, count the batch
+    size times the loop trip counts around it (`pl.when` branches count as taken)."""
+    eqn = kernel.handle.eqn if kernel.handle is not None else None
+    if eqn is None or "jaxpr" not in eqn.params:
+        return []
+    out: list[tuple[int, int, int, int]] = []
+    jaxpr = eqn.params["jaxpr"]
+    _collect_dots(getattr(jaxpr, "jaxpr", jaxpr), 1, out)
+    return out
+
+
+def _collect_dots(jaxpr: Jaxpr, times: int, out: list[tuple[int, int, int, int]]) -> None:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            out.append(_dot_shape(eqn, times))
+            continue
+        trips = int(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else 1
+        subs = [s for value in eqn.params.values()
+                for v in (value if isinstance(value, tuple) else (value,))
+                if isinstance(s := getattr(v, "jaxpr", v), Jaxpr)]
+        if eqn.primitive.name == "cond" and subs:
+            subs = subs[-1:]  # the taken branch of a pl.when is the last one
+        for sub in subs:
+            _collect_dots(sub, times * trips, out)
+
+
+def _dot_shape(eqn: Any, times: int) -> tuple[int, int, int, int]:
+    (lc, rc), (lb, _) = eqn.params["dimension_numbers"]
+    lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+    batch = int(np.prod([lhs[d] for d in lb])) if lb else 1
+    k = int(np.prod([lhs[d] for d in lc])) if lc else 1
+    m = int(np.prod([s for d, s in enumerate(lhs) if d not in lc and d not in lb]))
+    n = int(np.prod([s for d, s in enumerate(rhs) if d not in rc and d not in eqn.params[
+        "dimension_numbers"][1][1]]))
+    return m, k, n, batch * times

@@ -23,10 +23,16 @@ export { tuple, rgb } from "./prelude.js";
  * @typedef {{a: string, b: string, max_abs_err: number | null, max_rel_err: number | null,
  *   max_ulp: number, mismatched_elements: number, allclose: boolean, rtol: number, atol: number,
  *   error: string | null, heat: number | null, mask: number | null, blocks: MismatchedBlock[],
- *   more_blocks: number, nan_a?: number, nan_b?: number, rounding_note?: string | null}} ComparePair
+ *   more_blocks: number, nan_a?: number, nan_b?: number, rounding_note?: string | null,
+ *   writers?: CompareWriters | null}} ComparePair
+ * @typedef {{element: number, program: number, line: number, programs: number[][],
+ *   lines: string[], reads: string[], complete: boolean}} CompareWriters who last wrote each
+ *   heatmap cell's first wrong element (tables: int32 per cell)
+ * @typedef {{kind: string, operand: string | null, line: string | null, programs: number[][],
+ *   message: string}} CompareCause why an output is wrong
  * @typedef {{origin: string, kernel: number | null, shape: number[], dtype: string,
  *   floating?: boolean, block: number[] | null, rows: number, cols: number, shape2: number[], factor: number[],
- *   note: string | null, pairs: ComparePair[]}} CompareOutput
+ *   note: string | null, causes?: CompareCause[], pairs: ComparePair[]}} CompareOutput
  * @typedef {{executor: string, ok: boolean, wall_time: number, error: string | null,
  *   unavailable: string | null, status?: string, reason?: string | null,
  *   timed_out?: string | null, notes?: string[]}} CompareRun
@@ -156,8 +162,10 @@ function caption(out, pair) {
 }
 
 /**
- * Cell colours of an error map: empty where equal, accent (log scale) for errors within
- * tolerance, error colour (log scale) where mismatched.
+ * Cell colours of an error map: transparent where equal (the canvas's CSS background, the
+ * theme's "empty" colour, resolved by the browser: right in both themes even when the view
+ * was drawn before it was attached), accent (log scale) for errors within tolerance, error
+ * colour (log scale) where mismatched.
  * @param {Float32Array} heat @param {Uint8Array} mask @param {Colors} colors
  * @returns {(k: number) => number[]}
  */
@@ -168,7 +176,7 @@ function errorColors(heat, mask, colors) {
     if (v > 0 && Number.isFinite(v)) { if (v > top) top = v; if (v < low) low = v; }
   }
   const span = top > 0 ? Math.max(1e-12, Math.log10(top) - Math.log10(low)) : 1;
-  const empty = rgb(colors.empty), bg = rgb(colors.bg), acc = rgb(colors.accent), bad = rgb(colors.error);
+  const empty = [0, 0, 0, 0], bg = rgb(colors.bg), acc = rgb(colors.accent), bad = rgb(colors.error);
   return (k) => {
     const v = heat[k];
     if (!(v > 0 || !Number.isFinite(v))) return empty;
@@ -231,6 +239,8 @@ class CompareView {
     if (p.complete === false) root.append(h("p", "pl-finding pl-warning pl-cmp-incomplete", "Nothing compared: fewer than two executors ran."));
     if (p.error) root.append(h("p", "pl-finding pl-error", p.error));
     root.append(this.pairsTable(p));
+    const causes = causesList(p);
+    if (causes) root.append(causes);
 
     // one heatmap per output (the selected pair)
     const maps = h("div", "pl-cmp-maps");
@@ -367,6 +377,8 @@ class CompareView {
     }
     const out = p.outputs[pk.output];
     const b = pk.block;
+    const who = writerLine(p, out, out.pairs[Math.min(this.state.pair, out.pairs.length - 1)], pk.row, pk.col);
+    if (who) info.append(who);
     if (!b) {
       const blk = blockOf(out, pk.row, pk.col);
       info.append(h("span", "pl-cmp-picked", `${out.origin} element (${pk.row}, ${pk.col})` + (blk ? ` · block ${tuple(blk)}` : "") + ": no mismatch"));
@@ -397,6 +409,59 @@ class CompareView {
 }
 
 /**
+ * Why each output is wrong (the comparison's causes), one item per cause.
+ * @param {ComparePayload} p
+ * @returns {HTMLElement | null}
+ */
+function causesList(p) {
+  const withCauses = p.outputs.filter((o) => o.causes && o.causes.length);
+  if (!withCauses.length) return null;
+  const box = h("div", "pl-cmp-causes");
+  for (const out of withCauses) {
+    box.append(h("h4", "pl-cmp-h", `Why ${out.origin} is wrong`));
+    const list = h("ul", "pl-findings");
+    for (const c of out.causes || []) {
+      const li = h("li", "pl-finding pl-error pl-cmp-cause");
+      li.dataset.kind = c.kind;
+      li.append(h("span", "pl-badge", c.kind), " ", c.message);
+      list.append(li);
+    }
+    box.append(list);
+  }
+  return box;
+}
+
+/**
+ * The last writer of the wrong element in the clicked element's heatmap cell: its program and
+ * line, and what that program read inside its blocks (null without provenance).
+ * @param {ComparePayload} p @param {CompareOutput} out @param {ComparePair | undefined} pair
+ * @param {number} row @param {number} col
+ * @returns {HTMLElement | null}
+ */
+export function writerLine(p, out, pair, row, col) {
+  const w = pair && pair.writers;
+  if (!w) return null;
+  const cell = Math.floor(row / out.factor[0]) * out.cols + Math.floor(col / out.factor[1]);
+  const element = typed(p.tables[w.element], Int32Array)[cell];
+  const prog = typed(p.tables[w.program], Int32Array)[cell];
+  const line = typed(p.tables[w.line], Int32Array)[cell];
+  const r = Math.floor(element / out.shape2[1]), c = element % out.shape2[1];
+  const mask = pair && pair.mask !== null ? typed(p.tables[pair.mask], Uint8Array)[cell] : 0;
+  const div = h("div", "pl-cmp-writer");
+  div.dataset.element = `${r},${c}`;
+  const what = `${out.origin} element (${r}, ${c})${mask ? " is wrong" : ""}`;
+  if (prog < 0) {
+    div.append(`${what}: no program wrote it${w.complete ? "" : " (before the recording stopped)"}`);
+    return div;
+  }
+  div.dataset.program = w.programs[prog].join(",");
+  div.append(`${what}: last written by program ${tuple(w.programs[prog])}`,
+    line >= 0 ? ` at ${w.lines[line]}` : "");
+  if (w.reads[prog]) div.append(h("div", "pl-dim pl-cmp-reads", `that program read ${w.reads[prog]}`));
+  return div;
+}
+
+/**
  * @param {{model: Model, el: HTMLElement}} ctx
  * @returns {() => void}
  */
@@ -406,6 +471,13 @@ function render({ model, el }) {
   const { signal, cleanup } = lifetime(root);
   const view = new CompareView(model, root, signal);
   view.draw();
+  // Drawn before the host attached it (JupyterLab does): the theme's colours were not
+  // readable yet, so draw again once it is in the document.
+  const redrawWhenAttached = () => {
+    if (signal.aborted) return;
+    if (root.isConnected) view.draw(); else requestAnimationFrame(redrawWhenAttached);
+  };
+  if (!root.isConnected) requestAnimationFrame(redrawWhenAttached);
   onModel(model, "change:payload", () => view.draw(), signal);
   watchTheme(() => view.draw(), signal);
   return cleanup;

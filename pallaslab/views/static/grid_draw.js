@@ -8,6 +8,7 @@
 
 import { num, rgb, mix } from "./prelude.js";
 import { displayed, operandSlice, inSlice, blockRect } from "./grid_panels.js";
+import { drawBlockAccesses } from "./grid_accesses.js";
 
 /** @typedef {import("./prelude.js").Colors} Colors */
 /** @typedef {import("./grid_tiling.js").GridFinding} GridFinding */
@@ -348,6 +349,7 @@ function drawOperandHighlight(v, p, s) {
   const block = t.blockIndex(p.o, s);
   const fetch = t.isCopy(p.o, s);
   const rc = blockRect(t, p, block, s);
+  const exact = { ...rc };
   if (rc.w < 5 || rc.h < 5) {  // a tiny block: crosshair through it, drawn at least 7 px
     const cx = rc.x + rc.w / 2, cy = rc.y + rc.h / 2;
     ctx.strokeStyle = colors.hl; ctx.lineWidth = 1; ctx.globalAlpha = 0.6;
@@ -360,6 +362,7 @@ function drawOperandHighlight(v, p, s) {
   ctx.globalAlpha = 0.85;
   ctx.fillRect(rc.x, rc.y, Math.max(rc.w, 2), Math.max(rc.h, 2));
   ctx.globalAlpha = 1;
+  drawBlockAccesses(v, p, s, exact);  // what it touches inside, under the block's outline
   ctx.strokeStyle = fetch ? colors.fg : colors.hl;
   ctx.lineWidth = 2;
   if (!fetch) ctx.setLineDash([4, 3]);

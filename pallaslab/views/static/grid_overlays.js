@@ -7,6 +7,7 @@
  */
 
 import { h, tuple, num, mix, findingsList } from "./prelude.js";
+import { accessText, accessColors } from "./grid_accesses.js";
 
 /** @typedef {import("./grid_panels.js").GridView} GridView */
 /** @typedef {import("./grid_tiling.js").GridFinding} GridFinding */
@@ -20,6 +21,8 @@ import { h, tuple, num, mix, findingsList } from "./prelude.js";
 export function describeProgram(v, s) {
   const { t, state, controls } = v;
   v.info.replaceChildren(programLine(v, s), blocksTable(v, s));
+  const said = accessText(v, s);
+  if (said) v.info.append(h("div", "pl-accesses-line", said));
   for (const p of v.panels) {
     if (v.blockHover && v.blockHover.o === p.o) continue;  // the hovered block's caption stays
     const block = t.blockIndex(p.o, s);
@@ -94,6 +97,11 @@ export function drawLegend(v) {
   if (state.overlay === "fetches") { item(colors.accent, "more fetches of a block / more operands copying at a step"); item(colors.empty, "step with no copy"); }
   if (state.overlay === "coverage") { item(mix(colors.bg, colors.accent, 0.55), "output block written back once (a run of consecutive programs)"); item(colors.warn, "written by several (see findings)"); item(colors.error, "never written"); }
   if (state.overlay === "findings") item(colors.error, "programs and blocks named by findings");
+  if (v.payload.accesses && v.payload.accesses.steps.length) {
+    const c = accessColors(v);
+    item(c.read, "inside its block: read"); item(c.write, "written"); item(c.both, "read and written");
+    item(c.masked, "masked off (not touched)");
+  }
 }
 
 /**

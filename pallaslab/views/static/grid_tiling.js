@@ -25,7 +25,8 @@ import { toInt32 } from "./prelude.js";
  *   grid: number[], grid_names: string[] | null, semantics: string[] | null, programs: number,
  *   axes: number[], operands: GridOperand[], findings: GridFinding[],
  *   tables: (DataView | ArrayBuffer | ArrayBufferView)[],
- *   pipelines?: NestedGrid[], note?: string | null}} GridPayload
+ *   pipelines?: NestedGrid[], note?: string | null,
+ *   accesses?: import("./grid_accesses.js").GridAccesses | null}} GridPayload
  * @typedef {{label: string, payload: GridPayload}} NestedGrid a nested `emit_pipeline`'s grid
  */
 

@@ -250,7 +250,8 @@ export function mix(a, b, t) {
 // --- heatmaps --------------------------------------------------------------------------------
 
 /**
- * A heatmap of `rows` x `cols` cells, cell k (row-major) in colour `colorAt(k)` ([r, g, b]),
+ * A heatmap of `rows` x `cols` cells, cell k (row-major) in colour `colorAt(k)` ([r, g, b],
+ * or [r, g, b, alpha]: a transparent cell shows the canvas's CSS background),
  * drawn onto `ctx` to fill `w` x `h` CSS pixels: painted one pixel per cell, then scaled up
  * without smoothing, so cells stay sharp at any size (and fractional cell sizes cost nothing).
  * @param {CanvasRenderingContext2D} ctx @param {number} rows @param {number} cols
@@ -263,7 +264,8 @@ export function drawHeatmap(ctx, rows, cols, w, hgt, colorAt) {
   const img = sctx.createImageData(cols, rows);
   for (let k = 0; k < rows * cols; k++) {
     const c = colorAt(k);
-    img.data[4 * k] = c[0]; img.data[4 * k + 1] = c[1]; img.data[4 * k + 2] = c[2]; img.data[4 * k + 3] = 255;
+    img.data[4 * k] = c[0]; img.data[4 * k + 1] = c[1]; img.data[4 * k + 2] = c[2];
+    img.data[4 * k + 3] = c.length > 3 ? c[3] : 255;
   }
   sctx.putImageData(img, 0, 0);
   ctx.imageSmoothingEnabled = false;
