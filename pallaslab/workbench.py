@@ -72,10 +72,19 @@ class Workbench:
         self.chips = tuple(_chip(c) for c in chips)
         self.targets = tuple(_target(t) for t in targets)
         self.initial_tab = tab_name(tab) if tab is not None else None
-        chosen = cap.kernels if kernel is None else (select_kernel(cap, kernel),)
+        # chosen now: a kernel that does not exist is the caller's error at once
+        self._chosen = cap.kernels if kernel is None else (select_kernel(cap, kernel),)
         self.options = dict(options or {})  # extra `%%pallas` flags for later tabs
-        self.contexts = tuple(KernelContext(k, cap, self.chips, self.targets, self.options)
-                              for k in chosen)
+
+    @functools.cached_property
+    def contexts(self) -> tuple[KernelContext, ...]:
+        """One per kernel shown, made on first use: with `devices=N`, a kernel inside
+        shard_map is the one traced on N simulated devices (see `views.device_contexts`), by
+        then traced with the call the magic or `compare` attached."""
+        from pallaslab.views.device_contexts import kernel_contexts
+
+        return kernel_contexts(self.capture, self._chosen, self.chips, self.targets,
+                               self.options)
 
     # --- data ---------------------------------------------------------------------------
 

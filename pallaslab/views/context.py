@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,12 @@ class KernelContext:
     targets: tuple[str, ...] = ()  # lowering targets asked for, e.g. ("tpu-v5e", "gpu-h100")
     # Anything else a tab needs from the user (`%%pallas` flags added by `register_option`).
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    # A workbench opened with `devices=N`: the kernel as traced on those N simulated devices
+    # (in the worker that has them), its inspection made there; `kernel` is then its kernel.
+    # None: traced in this process (`devices_trace_error` says why, when a trace was wanted).
+    traced_on_devices: KernelInspection | None = dataclasses.field(default=None,
+                                                                   compare=False)
+    devices_trace_error: str | None = None
 
     @property
     def backend(self) -> str | None:
@@ -37,7 +44,15 @@ class KernelContext:
 
     @functools.cached_property
     def inspection(self) -> KernelInspection:
+        if self.traced_on_devices is not None:
+            return self.traced_on_devices
         return inspect_kernel(self.kernel, backend=self.backend)
+
+    @property
+    def devices_traced(self) -> int | None:
+        """On how many simulated devices the kernel was traced (None: in this process)."""
+        mesh = self.kernel.device_mesh if self.traced_on_devices is not None else None
+        return None if mesh is None else math.prod(size for _, size in mesh.axes)
 
     @property
     def tiling(self) -> Tiling | None:

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pallaslab.errors import PallasLabError
+from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.model import Kernel
 from pallaslab.util.text import visible
 from pallaslab.views import _html
@@ -81,7 +81,9 @@ class LoweringView(InteractiveView):
             # a shard_map kernel compiles over as many chips as the workbench runs devices
             devices = self.ctx.options.get("devices")
             count = int(devices) if devices else None
-            if want_compile and self._joined_by_semaphores():
+            if self.ctx.kernel.handle is None:  # traced on N devices, in their worker
+                lowered = self._lowered_on_devices(name, count, want_compile)
+            elif want_compile and self._joined_by_semaphores():
                 lowered = self._lowered_with_its_group(name, count)
             else:
                 lowered = lower_kernel(self.ctx.kernel, get_target(name), compile=want_compile,
@@ -93,6 +95,28 @@ class LoweringView(InteractiveView):
         """A kernel passing a DMA semaphore to another kernel compiles only together with it."""
         return self.ctx.capture is not None and any(
             op.is_semaphore and op.role != "scratch" for op in self.ctx.kernel.operands)
+
+    def _lowered_on_devices(self, target: str, devices: int | None,
+                            compile: bool) -> KernelLowering:
+        """A kernel traced on N simulated devices (no handle here): lowered where it was
+        traced, by the worker that has those devices."""
+        from pallaslab.execute.device_trace import lower_on_devices
+        from pallaslab.views.session import session
+
+        assert self.ctx.capture is not None and devices is not None
+        call = session(self.ctx.capture).traceable_call()
+        if call is None:
+            raise UnavailableError("the capture keeps no call to trace again on "
+                               f"{devices} devices")
+        fn, args, kwargs = call
+        position = [k.index for k in self.ctx.capture].index(self.ctx.kernel.index)
+        got = lower_on_devices(fn, args, kwargs, devices=devices, position=position,
+                               target=target, compile=compile,
+                               chip=self.ctx.kernel.traced_for_chip)
+        if isinstance(got, str):
+            raise UnavailableError(
+                f"lowering {self.ctx.kernel.name} on {devices} devices: {got}")
+        return got
 
     def _lowered_with_its_group(self, target: str, devices: int | None) -> KernelLowering:
         from pallaslab.lowering import lower
@@ -268,7 +292,9 @@ def _stage_details(name: str, text: str, budget: list[int]) -> str:
 
 
 def _available(ctx: KernelContext) -> bool:
-    return ctx.kernel.handle is not None  # lowering re-binds the captured kernel
+    # lowering re-binds the captured kernel, or re-traces the capture on N devices
+    return ctx.kernel.handle is not None or (ctx.traced_on_devices is not None
+                                             and ctx.capture is not None)
 
 
 register_tab("lowering", order=70, title="Lowering", available=_available, build=LoweringView)

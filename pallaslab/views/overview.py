@@ -54,9 +54,13 @@ def overview_payload(insp: KernelInspection, note: str | None = None,
 
 
 def traced_devices_note(ctx: KernelContext) -> str | None:
-    """Said when the tabs describe another trace than the one the Step and Devices tabs run:
-    the workbench was opened with `devices=N`, and this kernel (inside shard_map) was traced
-    here on a mesh of fewer devices, so its grid and shard shapes are those of that trace."""
+    """Which trace the tabs describe, for a kernel inside shard_map in a workbench opened with
+    `devices=N`: the one on N simulated devices (the run of the Step and Devices tabs), or,
+    when that trace could not be made, this process's on fewer devices, and why."""
+    if (traced := ctx.devices_traced) is not None:
+        return (f"traced on {traced} simulated devices (in the worker process that runs "
+                "them): this grid and these shapes are each device's, the kernel the Step and "
+                "Devices tabs run")
     mesh = ctx.kernel.device_mesh
     asked = ctx.options.get("devices")
     if mesh is None or not asked:
@@ -64,9 +68,10 @@ def traced_devices_note(ctx: KernelContext) -> str | None:
     here = math.prod(size for _, size in mesh.axes)
     if here == int(asked):
         return None
-    return (f"traced in this process on {here} device(s): this grid and these shapes are that "
-            f"trace's; the Step and Devices tabs run the kernel on {asked} simulated devices, "
-            "where its grid and shards may differ (`pallaslab inspect CASE --devices "
+    why = f" ({ctx.devices_trace_error})" if ctx.devices_trace_error else ""
+    return (f"traced in this process on {here} device(s){why}: this grid and these shapes are "
+            f"that trace's; the Step and Devices tabs run the kernel on {asked} simulated "
+            "devices, where its grid and shards may differ (`pallaslab inspect CASE --devices "
             f"{asked}` traces it on {asked})")
 
 

@@ -45,6 +45,17 @@ class Session:
         fn.__name__ = self.capture.function_name
         return fn, tuple(handle.flat_args), {}
 
+    def traceable_call(self) -> Call | None:
+        """The call to trace again elsewhere (on N simulated devices): the user's own, else the
+        function the capture traced (a mesh built from `jax.devices()` is built there anew;
+        the captured jaxpr keeps this process's); None when neither is known."""
+        if self.call is not None:
+            return self.call
+        handle = self.capture.handle
+        if handle is not None and getattr(handle, "fn", None) is not None:
+            return handle.fn, tuple(handle.args), dict(handle.kwargs)
+        return None
+
     @property
     def workbench(self) -> Any:
         return self.workbench_ref() if self.workbench_ref is not None else None

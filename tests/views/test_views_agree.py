@@ -85,15 +85,64 @@ def test_a_view_displays_its_widget_then_its_static_copy():
                                                                                      "")
 
 
-def test_a_workbench_opened_for_more_devices_says_its_tabs_describe_this_trace():
+@pytest.fixture(scope="module")
+def on_four_devices():
+    """A ring all-gather inside shard_map, in a workbench opened with devices=4: traced here on
+    this process's one device (one program over the whole (32, 128) array), on 4 devices
+    three programs per device over an (8, 128) shard each."""
     fn, args = CATALOG["ring_all_gather"].case()[:2]
-    here = jax.device_count()
     cap = pallaslab.capture(fn, *args)
+    assert cap.kernels[0].grid == (jax.device_count() - 1 or 1,)  # the trace here
+    return Workbench(cap, options={"devices": 4})
+
+
+def test_every_tab_of_a_workbench_on_four_devices_describes_the_per_device_kernel(
+        on_four_devices):
+    wb = on_four_devices
+    assert [t.name for t in wb.tabs()][:4] == ["overview", "grid", "memory", "pipeline"]
+    assert "lowering" in [t.name for t in wb.tabs()]  # lowered from the capture, on 4 devices
+    lowered = wb.view("lowering").result("tpu-v5e", compile=False)
+    assert lowered.ok, [d.message for d in lowered.errors]
+    assert "8x128" in lowered.stage("mosaic").text  # the per-device shard, as Mosaic sees it
+    overview = wb.overview().payload()
+    shapes = {op["origin"]: op["shape"] for op in overview["kernel"]["operands"]}
+    assert overview["kernel"]["grid"] == [3] and overview["kernel"]["programs"] == 3
+    assert shapes["args[0]"] == [8, 128] and shapes["outputs"] == [4, 8, 128]
+    assert "traced on 4 simulated devices" in overview["devices_note"]
+    assert "grid 3" in _header_html(wb.contexts[0])
+    grid = wb.grid().payload()
+    assert grid["grid"] == [3] and grid["programs"] == 3
+    assert "Grid of kernel 0 body: 3 = 3 programs" in wb.grid().to_text()
+    assert "float32[8, 128]" in wb.grid().to_text()
+    # one receive semaphore per ring step: 3 on 4 devices (1 on one device)
+    assert "scratch[2]   semaphore 1 x 3 semaphore" in wb.view("memory").to_text()
+    assert "3 steps" in wb.view("pipeline").to_text()
+    step = wb.view("step").step()  # every device runs its first program: 1 of 3
+    rows = step.payload()["rows"]
+    assert [(r["programs"], r["total"]) for r in rows] == [(1, 3)] * 4
+    step.close()
+
+
+def test_a_workbench_that_cannot_trace_on_more_devices_says_which_trace_its_tabs_describe():
+    import threading
+
+    fn, args = CATALOG["ring_all_gather"].case()[:2]
+    lock = threading.Lock()  # a closure that cannot travel to the worker process
+
+    def unsendable(x):
+        with lock:
+            return fn(x)
+
+    here = jax.device_count()
+    cap = pallaslab.capture(unsendable, *args)
     more = Workbench(cap, options={"devices": here + 3})
     note = more.overview().payload()["devices_note"]
     assert note and f"on {here} device(s)" in note and f"{here + 3} simulated devices" in note
+    assert f"tracing it on {here + 3} devices failed: the call cannot be sent" in note
+    assert "lock" in note  # what could not be sent
     assert "traced in this process" in more.overview().to_text()
     assert 'data-role="devices-note"' in more.overview().to_html()
+    assert more.overview().payload()["kernel"]["grid"] == list(cap.kernels[0].grid)
     same = Workbench(cap, options={"devices": here})
     assert same.overview().payload()["devices_note"] is None
     mm, mm_args = CATALOG["matmul_f32"].case()[:2]

@@ -154,8 +154,8 @@ class _Replay:
         self.arrays = [self._padded(j, x) for j, x in enumerate([*inputs, *outputs])]
         self.n_in = len(inputs)
         # An aliased output starts as its input's values: -1, read freely, written by no one.
-        aliased = {o for _, o in runner.aliases}
-        self.shadows = [np.full(a.shape, -1 if j in aliased else 0, np.int32)
+        aliased_outputs = {o for _, o in runner.aliases}
+        self.shadows = [np.full(a.shape, -1 if j in aliased_outputs else 0, np.int32)
                         for j, a in enumerate(self.arrays[self.n_in:])]
         self.scratch = tuple(np.array(s) for s in runner.scratch_init)
         self.scratch_shadows = [np.zeros(s, np.int32) for s in
