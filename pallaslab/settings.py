@@ -11,6 +11,7 @@ the rule and the value, in the words of the flag's own usage error (the CLI's va
 | PALLASLAB_MAX_PROGRAMS | 2^24 | a whole number of programs >= 1 |
 | PALLASLAB_MAX_DEVICES | `DEFAULT_MAX_DEVICES` | a whole number of devices >= 1 |
 | PALLASLAB_MEMORY_BUDGET | 50% of the memory available | bytes >= 1, or a fraction in (0, 1] |
+| PALLASLAB_PUBLISHED_TIMINGS | none (off) | the path of an existing published-timings CSV |
 
 `PALLASLAB_CACHE_DIR` is checked where it is used (`lowering/cache.py`), and
 `PALLASLAB_MOSAIC_GPU_COMPILER` names where the CUDA plugin is installed
@@ -32,6 +33,7 @@ TIMEOUT = "PALLASLAB_TIMEOUT"
 MAX_PROGRAMS = "PALLASLAB_MAX_PROGRAMS"
 MAX_DEVICES = "PALLASLAB_MAX_DEVICES"
 MEMORY_BUDGET = "PALLASLAB_MEMORY_BUDGET"
+PUBLISHED_TIMINGS = "PALLASLAB_PUBLISHED_TIMINGS"
 
 DEFAULT_MAX_PROGRAMS = 2**24
 # Simulated CPU devices a run may ask for: the most that worked when measured on a 2-core
@@ -95,6 +97,14 @@ def memory_budget_value(text: str) -> float:
     return value
 
 
+def existing_file(text: str) -> str:
+    """A path to a file that exists. Raises ValueError with the rule."""
+    path = os.path.expanduser(text.strip())
+    if not os.path.isfile(path):
+        raise ValueError(f"must be the path of an existing file, got {text!r}")
+    return path
+
+
 # --- readers ---------------------------------------------------------------------------
 
 
@@ -156,12 +166,19 @@ def available_memory() -> int | None:
         return None
 
 
+def published_timings() -> str | None:
+    """$PALLASLAB_PUBLISHED_TIMINGS: the published device timings (tokamax's autotuning table
+    as CSV) the Pipeline view shows beside its prediction; None (off) when unset."""
+    return _read(PUBLISHED_TIMINGS, existing_file)
+
+
 def check_all() -> None:
     """Read every setting, so a bad one is reported before a command starts."""
     timeout()
     max_programs()
     max_devices()
     memory_budget()
+    published_timings()
 
 
 def size_text(nbytes: int) -> str:

@@ -79,6 +79,10 @@ class Chip:
     sublanes: int
     mxu_size: int
     sublane_tiling: tuple[tuple[int, int], ...]  # (bits, rows of the native VMEM tile)
+    # TensorCores one JAX device drives: 2 on a megacore chip (v4, v5p: a kernel's leading
+    # "parallel" grid dimension is split between them), else 1 (7x shows each core as its own
+    # device). From JAX's `ChipVersion.supports_megacore` / `num_physical_tensor_cores_per_chip`.
+    cores: int = 1
     # SparseCore: VMEM per vector subcore (TileSPMEM), subcores per SparseCore, SparseCores
     # per chip (None / 0 where the chip has none)
     sparse_core_vmem: int | None = None
@@ -140,6 +144,7 @@ def chip(name: str) -> Chip:
         sublanes=int(facts["num_sublanes"]),
         mxu_size=int(facts["mxu_column_size"]),
         sublane_tiling=tuple(sorted(facts["sublane_tiling"].items())),
+        cores=int(facts["physical_cores"]) if facts["megacore"] else 1,
         sparse_core_vmem=sc["vmem_bytes"] if (sc := facts["sparse_core"]) else None,
         sparse_subcores=sc["subcores"] if sc else 0,
         sparse_cores=sc["cores"] if sc else 0,

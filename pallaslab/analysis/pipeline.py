@@ -275,14 +275,30 @@ def step_times(kernel: Kernel, chip: Chip, tiling: Tiling, cost: StepCost,
             out_bytes[mask] += ot.volume_at(mask) * ot.itemsize
             serial_out |= mask & single
     serial_in[:1] = False
-    eight_bit = any(np.dtype(op.dtype).itemsize == 1 for op in kernel.inputs)
-    peak = chip.peak_flops(np.dtype(np.int8) if eight_bit else None)
-    compute = np.full(steps, cost.flops / peak + step_overhead)
+    compute = np.full(steps, cost.flops * cost.mxu_padding / kernel_peak(kernel, chip)
+                      + step_overhead)
     return StepTimes(
         copy_in=in_bytes / chip.hbm_bandwidth, compute=compute,
         write_back=out_bytes / chip.hbm_bandwidth, serial_in=serial_in, serial_out=serial_out,
         hbm_bytes=int(in_bytes.sum() + out_bytes.sum()), flops=cost.flops * steps,
     )
+
+
+def kernel_peak(kernel: Kernel, chip: Chip) -> float:
+    """The chip's peak ops/s for the kernel's inputs (int8 rate for 8-bit inputs)."""
+    eight_bit = any(np.dtype(op.dtype).itemsize == 1 for op in kernel.inputs)
+    return chip.peak_flops(np.dtype(np.int8) if eight_bit else None)
+
+
+def _split_steps(kernel: Kernel, chip: Chip, steps: int) -> int:
+    sem = kernel.dimension_semantics
+    grid = kernel.grid
+    if chip.cores <= 1 or not sem or sem[0] != "parallel" or not grid or not grid[0]:
+        return steps
+    lead = int(grid[0])
+    if lead < chip.cores:
+        return steps
+    return math.ceil(lead / chip.cores) * (steps // lead)
 
 
 def pipeline(
@@ -299,11 +315,16 @@ def pipeline(
     if t is None:
         raise PipelineError(f"{kernel.name}: cannot model its pipeline: "
                             f"{tiling_unavailable_reason(kernel)}")
-    times = step_times(kernel, c, t, cost if cost is not None else step_cost(kernel),
+    times = step_times(kernel, c, t,
+                       cost if cost is not None else step_cost(kernel, c.mxu_size),
                        step_overhead)
+    # On a megacore device each TensorCore runs its share of the leading parallel dimension
+    # at the same time: the time is that of one core's steps.
+    n = _split_steps(kernel, c, t.programs)
     events, summary, start = simulate(
-        times.copy_in, times.compute, times.write_back, serial_in=times.serial_in,
-        serial_out=times.serial_out, hbm_bytes=times.hbm_bytes, flops=times.flops)
+        times.copy_in[:n], times.compute[:n], times.write_back[:n],
+        serial_in=times.serial_in[:n], serial_out=times.serial_out[:n],
+        hbm_bytes=times.hbm_bytes, flops=times.flops)
     return Pipeline(kernel=kernel.name, chip=c.name, events=events, summary=summary,
                     compute_start=start)
 
@@ -313,3 +334,25 @@ def predicted_time(kernel: Kernel, chip: str | Chip = "v5e") -> float:
         return pipeline(kernel, chip).summary.predicted_time
     except PipelineError:
         return math.nan
+
+
+def roofline_time(kernel: Kernel, chip: str | Chip = "v5e",
+                  step_overhead: float = STEP_OVERHEAD) -> float:
+    """A kernel whose pipeline cannot be tiled (a mesh kernel moving its own data): its MXU
+    time or the time to move each HBM operand once, whichever is longer, plus one step's
+    overhead per program. A lower bound where copies and compute do not overlap."""
+    c = chip if isinstance(chip, Chip) else get_chip(chip)
+    cost = step_cost(kernel, c.mxu_size)
+    programs = max(1, kernel.programs or 1)
+    compute = cost.flops * programs * cost.mxu_padding / kernel_peak(kernel, c)
+    moved = sum(math.prod(op.shape) * _itemsize(op.dtype) for op in kernel.operands
+                if op.role in ("input", "output")
+                and op.memory_space in ("any", "hbm", "default"))
+    return max(compute, moved / c.hbm_bandwidth) + programs * step_overhead
+
+
+def _itemsize(dtype: object) -> int:
+    try:
+        return int(np.dtype(dtype).itemsize)  # type: ignore[call-overload]
+    except TypeError:  # a semaphore or other non-array operand moves no data
+        return 0

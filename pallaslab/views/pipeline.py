@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from pallaslab.analysis.chips import DEFAULT_CHIPS
 from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.occupancy import applies
 from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overlap, pipeline
+from pallaslab.analysis.published import published_lines
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.util.text import visible
 from pallaslab.views import _html
@@ -101,6 +102,8 @@ class PipelinePayload(TypedDict):
     # What a tpu-interpret run logged of those DMAs and semaphores, in order (None: no run).
     recorded: RunRecord | None
     recorded_note: str | None  # why there is no record
+    # Published device timings of this kernel's op and shapes ($PALLASLAB_PUBLISHED_TIMINGS).
+    published: NotRequired[list[str]]
 
 
 def pipeline_payload(
@@ -332,6 +335,7 @@ class PipelineView(InteractiveView):
         payload["nested"] = nested_pipelines(k, self.chip)
         payload["recorded"] = recorded
         payload["recorded_note"] = note
+        payload["published"] = self.published
         return visible_payload(payload)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
@@ -367,7 +371,12 @@ class PipelineView(InteractiveView):
             mean = f", mean step {format_time(float(steps.mean()))}" if len(steps) else ""
             lines.append(f"measured on {m.device}: {format_time(m.total_time)}, {m.steps:,} steps"
                          f"{mean}")
-        return lines
+        return lines + self.published
+
+    @property
+    def published(self) -> list[str]:
+        """Published timings of this kernel's op and shapes, when the table is set."""
+        return published_lines(self.ctx.kernel, self.chip)
 
     def to_text(self) -> str:
         k = self.ctx.kernel
@@ -417,6 +426,7 @@ class PipelineView(InteractiveView):
             dur = float(m.events.end.max()) if len(m.events) else 0.0
             svgs.append(static_timeline(f"measured · {m.device}", m.events, dur,
                                         PROFILE_STEP_KIND))
+        facts += [("published", line.removeprefix("published ")) for line in self.published]
         dl = "".join(f"<dt>{esc(a)}</dt><dd>{esc(b)}</dd>" for a, b in facts)
         return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
                 f'<code>{esc(k.name)}</code> <span class="pl-dim">TPU {esc(self.chip)}, model'

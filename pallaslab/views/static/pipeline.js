@@ -23,7 +23,7 @@ import {
  * @typedef {{version: number, kernel: string, index: number, chip: string, grid: number[],
  *   programs: number, summary: Record<string, any>, stall_time: number | null,
  *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
- *   live: boolean} & import("./pipeline_manual.js").BeyondBlockSpecs} PipelinePayload
+ *   live: boolean, published?: string[]} & import("./pipeline_manual.js").BeyondBlockSpecs} PipelinePayload
  */
 /**
  * What the widget tells Python: another chip's model, the step clicked, the window zoomed to.
@@ -80,6 +80,8 @@ function factRows(p) {
     rows.push(["measured", `${fmtTime(p.measured.total_time)}, ${p.measured.steps.toLocaleString("en-US")} steps` +
       (p.measured.mean_step ? `, mean step ${fmtTime(p.measured.mean_step)}` : "")]);
   }
+  // Published device timings of this op and shape (PALLASLAB_PUBLISHED_TIMINGS), beside the model.
+  for (const line of p.published || []) rows.push(["published", line.replace(/^published /, "")]);
   return rows;
 }
 
