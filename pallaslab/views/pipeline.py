@@ -241,8 +241,8 @@ class PipelineView(InteractiveView):
     @functools.cached_property
     def recorded_run(self) -> RunResult | None:
         """The interpreter run whose log shows the kernel's manual DMAs and semaphores (TPU
-        interpret mode), or its TMA copies and barriers (Mosaic GPU interpret mode), as they
-        happened: the comparison's, else one made now (None: the kernel has none)."""
+        interpret mode; on the workbench's N devices), or its TMA copies and barriers (Mosaic
+        GPU interpret mode), as they happened: the comparison's, else one made now."""
         k = self.ctx.kernel
         if not (k.dmas or k.semaphore_ops) or self.ctx.capture is None:
             return None
@@ -255,8 +255,13 @@ class PipelineView(InteractiveView):
                 return ran
         if s is None:
             return None
+        if s.device_run is not None and s.device_run.device_record is not None:
+            return s.device_run  # the run on N devices the other tabs describe
         from pallaslab.execute import run
 
+        devices = self.ctx.options.get("devices") if executor == "tpu-interpret" else None
+        if devices and (call := s.traceable_call()) is not None:
+            return run(call[0], *call[1], executor=executor, devices=int(devices), **call[2])
         handle = self.ctx.capture.handle
         # Mosaic GPU interpret mode re-traces the user's own function (the captured jaxpr
         # has the kernel bound for the GPU): the traced one, when the capture kept it.
@@ -431,8 +436,6 @@ class PipelineView(InteractiveView):
         return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
                 f'<code>{esc(k.name)}</code> <span class="pl-dim">TPU {esc(self.chip)}, model'
                 f'</span></h3><dl class="pl-facts">{dl}</dl>{"".join(svgs)}{extra}</div>')
-
-
 
 
 LANE_H = 14

@@ -117,6 +117,8 @@ def test_every_tab_of_a_workbench_on_four_devices_describes_the_per_device_kerne
     # one receive semaphore per ring step: 3 on 4 devices (1 on one device)
     assert "scratch[2]   semaphore 1 x 3 semaphore" in wb.view("memory").to_text()
     assert "3 steps" in wb.view("pipeline").to_text()
+    recorded = wb.view("pipeline").recorded_run  # its DMAs as they ran on the 4 devices
+    assert recorded is not None and recorded.device_record.num_devices == 4
     step = wb.view("step").step()  # every device runs its first program: 1 of 3
     rows = step.payload()["rows"]
     assert [(r["programs"], r["total"]) for r in rows] == [(1, 3)] * 4
