@@ -42,6 +42,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from pallaslab.magic.exercise import add_exercise_flags, exercise_cell
 from pallaslab.magic.line import (
     SHAPES,
     ComputedPart,
@@ -114,6 +115,8 @@ class PallasMagics(Magics):
         """
         __tracebackhide__ = True  # user exceptions show their own frames, not the magic's
         options = _options(parse_argstring(self.pallas, line))
+        if (course := parse_argstring(self.pallas, line)).exercise is not None:  # `.exercise`
+            return exercise_cell(self.shell, cell, course.exercise, hint=course.hint)
         shell = self.shell
         assert shell is not None
         filename, body, last = _statements(shell, cell)
@@ -323,3 +326,6 @@ def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext pallaslab`: register the `%%pallas` cell magic."""
     ipython.register_magics(PallasMagics)
     _handle_cell_syntax_errors(ipython)
+
+
+add_exercise_flags(PallasMagics.pallas)  # `%%pallas --exercise NAME [--hint]`
