@@ -11,6 +11,8 @@ magic). The packages, in the order data flows (docs/architecture.md):
 - `pallaslab.execute`: executors, compare, the steppers, the killable worker process;
 - `pallaslab.lowering` (the repository's `lowering/` folder): cross-lowering and real compiles;
 - `pallaslab.views` and `pallaslab.workbench`: one view per tab, and the tabbed workbench;
+- `pallaslab.exercises`: the course's exercises and their checker; `pallaslab.device_check`:
+  `make device-check`, the GPU catalog on a real GPU;
 - `pallaslab.magic` and `pallaslab.cli`: thin shells; `pallaslab.util`: leaf helpers;
   `pallaslab.cases` loads `file.py:function` cases, `pallaslab.errors` holds the errors.
 
