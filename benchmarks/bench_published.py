@@ -37,6 +37,7 @@ def main() -> int:
                     or str(DEFAULT_CSV))
     ap.add_argument("--limit", type=int, default=0, help="only the first N TPU rows")
     ap.add_argument("--op", default="", help="only rows of this op (e.g. ragged_dot)")
+    ap.add_argument("--chip", default="", help="only rows of this chip (e.g. 7x)")
     ap.add_argument("--resume", default="", help="a JSON-lines file of results: rows already "
                     "in it are not captured again, new ones are appended as they finish")
     ap.add_argument("--report-only", action="store_true",
@@ -45,7 +46,8 @@ def main() -> int:
     if not Path(opts.csv).is_file():
         print(f"published: no table at {opts.csv}: nothing measured")
         return 1
-    rows = [r for r in pub.tpu_rows(pub.read_rows(opts.csv)) if opts.op in (r.op or "")]
+    rows = [r for r in pub.tpu_rows(pub.read_rows(opts.csv)) if opts.op in (r.op or "")
+            and opts.chip in ("", r.chip)]
     rows = _round_robin(rows)  # every op and chip early, so a partial run covers them all
     rows = rows[: opts.limit] if opts.limit else rows
     done = _load(opts.resume) if opts.resume else {}

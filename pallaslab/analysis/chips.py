@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,12 @@ _ALIASES = {"v7x": "7x", "tpu7x": "7x", "v5litepod": "v5e", "v6litepod": "v6e"}
 
 DEFAULT_CHIPS = ("v5e", "v6e")
 
+# ALUs per (sublane, lane) slot of the VPU: "each (lane, sublane) pair on v5 contains 4 standard
+# floating-point ALUs", each doing one elementwise op per cycle on a (8, 128) vector register
+# ("How to Scale Your Model", ch. "All About TPUs", jax-ml.github.io/scaling-book/tpus/). No
+# other generation's figure is public; we use it for all.
+VPU_ALUS = 4
+
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
@@ -78,6 +85,8 @@ class Chip:
     lanes: int
     sublanes: int
     mxu_size: int
+    # elementwise ops / s of the vector unit: clock x sublanes x lanes x VPU_ALUS (see `chip`)
+    vpu_ops: float
     sublane_tiling: tuple[tuple[int, int], ...]  # (bits, rows of the native VMEM tile)
     # TensorCores one JAX device drives: 2 on a megacore chip (v4, v5p: a kernel's leading
     # "parallel" grid dimension is split between them), else 1 (7x shows each core as its own
@@ -143,9 +152,21 @@ def chip(name: str) -> Chip:
         lanes=int(facts["num_lanes"]),
         sublanes=int(facts["num_sublanes"]),
         mxu_size=int(facts["mxu_column_size"]),
+        vpu_ops=clock_hz(facts) * int(facts["num_sublanes"]) * int(facts["num_lanes"]) * VPU_ALUS,
         sublane_tiling=tuple(sorted(facts["sublane_tiling"].items())),
         cores=int(facts["physical_cores"]) if facts["megacore"] else 1,
         sparse_core_vmem=sc["vmem_bytes"] if (sc := facts["sparse_core"]) else None,
         sparse_subcores=sc["subcores"] if sc else 0,
         sparse_cores=sc["cores"] if sc else 0,
     )
+
+
+def clock_hz(facts: dict[str, Any]) -> float:
+    """The TensorCore clock implied by the peak: each MXU is an s x s array of multiply-adds,
+    one each per cycle ("16K multiply-accumulate operations per cycle" for 128 x 128, Google
+    Cloud TPU system architecture; v6e: "two 256x256 MXUs", cloud.google.com/tpu/docs/v6e), so
+    clock = bf16 ops/s / (2 x MXUs x s^2), with JAX's `num_mxus` (4 on v5e/v5p, as Google's
+    v5e page says; 2 on v6e/7x): 1.5 GHz v5e, 1.75 GHz v5p, 3.5 GHz v6e, 4.4 GHz 7x. No
+    clock is published for v6e/7x; this is the one their peak and MXU count imply."""
+    s = int(facts["mxu_column_size"])
+    return float(facts["bf16_ops_per_second"]) / (2 * int(facts["num_mxus"]) * s * s)

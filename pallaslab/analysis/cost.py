@@ -11,6 +11,11 @@ v5e/v5p, 256 on v6e/7x; JAX's TPU facts and Google's TPU system-architecture pag
 holds `s x s` tiles of its (k, n) operand and streams its m rows through them, so k and n are
 padded up to multiples of s, and a tile with fewer than s rows still pays the s cycles of
 loading its weights. `mxu_padding` is that padded work over the real dot flops (>= 1).
+
+Everything else the body computes on arrays (softmax's max, exp, sum and scaling, masks,
+casts) runs on the vector unit, one op per element: `vector_ops`, counted from the jaxpr even
+when a `cost_estimate` gives the flops (those are the dots' and the VPU's together); the
+MXU's share is the body's dots where it has any.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import math
 from typing import Literal
 
 from pallaslab.model import Kernel, _jax
+from pallaslab.model._jax.chips import kernel_body_vector_ops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,17 +34,29 @@ class StepCost:
     transcendentals: float
     source: Literal["cost_estimate", "jaxpr"]
     mxu_padding: float = 1.0  # MXU cycles spent / cycles the real dot flops need
+    vector_ops: float = 0.0  # per grid step: elementwise ops on the VPU
+    dot_flops: float | None = None  # per grid step: the dots' flops (None: all of `flops`)
+
+    @property
+    def mxu_flops(self) -> float:
+        return self.flops if self.dot_flops is None else self.dot_flops
 
 
 def step_cost(kernel: Kernel, mxu_size: int | None = None) -> StepCost:
     programs = max(1, kernel.programs or 1)
     padding = mxu_padding(kernel, mxu_size) if mxu_size else 1.0
+    vector, _ = kernel_body_vector_ops(kernel)
+    dots = sum(2.0 * m * k * n * count for m, k, n, count in _jax.kernel_body_dots(kernel))
     if kernel.cost_estimate is not None and kernel.cost_estimate.flops > 0:
         ce = kernel.cost_estimate
+        # The MXU time still comes from the body's own dots where it has any: a whole-call
+        # estimate spread evenly over the grid misplaces work a kernel skips (splash
+        # attention's causal estimate counts the masked-out blocks its grid never runs).
         return StepCost(ce.flops / programs, ce.transcendentals / programs, "cost_estimate",
-                        padding)
+                        padding, float(vector), dots or None)
     flops, trans = _jax.kernel_body_cost(kernel)
-    return StepCost(float(flops), float(trans), "jaxpr", padding)
+    return StepCost(float(flops), float(trans), "jaxpr", padding, float(vector),
+                    dots if kernel.handle is not None else None)
 
 
 def mxu_padding(kernel: Kernel, mxu_size: int) -> float:

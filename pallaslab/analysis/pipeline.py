@@ -20,8 +20,9 @@ step t, o_t the write-back time after step t:
 a max-plus linear recurrence, solved for every step at once by a parallel prefix scan of
 2x2 max-plus matrices (a million steps in well under a second with numpy).
 
-Durations: bytes / the chip's HBM bandwidth; flops / its peak (bf16, or int8 for 8-bit
-inputs) plus a fixed per-step overhead. Chip facts from JAX's own tables, via `chips.py`.
+Durations: bytes / the chip's HBM bandwidth; dot flops / the MXU peak (bf16, or int8 for
+8-bit inputs), plus elementwise ops / the VPU's rate, plus a fixed per-step overhead. Chip
+facts from JAX's own tables, via `chips.py`.
 """
 
 from __future__ import annotations
@@ -275,13 +276,21 @@ def step_times(kernel: Kernel, chip: Chip, tiling: Tiling, cost: StepCost,
             out_bytes[mask] += ot.volume_at(mask) * ot.itemsize
             serial_out |= mask & single
     serial_in[:1] = False
-    compute = np.full(steps, cost.flops * cost.mxu_padding / kernel_peak(kernel, chip)
-                      + step_overhead)
+    compute = np.full(steps, compute_time(kernel, chip, cost) + step_overhead)
     return StepTimes(
         copy_in=in_bytes / chip.hbm_bandwidth, compute=compute,
         write_back=out_bytes / chip.hbm_bandwidth, serial_in=serial_in, serial_out=serial_out,
         hbm_bytes=int(in_bytes.sum() + out_bytes.sum()), flops=cost.flops * steps,
     )
+
+
+def compute_time(kernel: Kernel, chip: Chip, cost: StepCost) -> float:
+    """One step's compute: its dots on the MXU, then its elementwise work on the VPU. They
+    add rather than overlap: within a step the body is a chain of dependent values (softmax
+    reads the dot's scores, the next dot reads the softmax's probabilities) and Mosaic
+    emits the body as straight-line code, not software-pipelined across loop iterations."""
+    vector = cost.vector_ops / chip.vpu_ops if chip.vpu_ops else 0.0
+    return cost.mxu_flops * cost.mxu_padding / kernel_peak(kernel, chip) + vector
 
 
 def kernel_peak(kernel: Kernel, chip: Chip) -> float:
@@ -344,7 +353,7 @@ def roofline_time(kernel: Kernel, chip: str | Chip = "v5e",
     c = chip if isinstance(chip, Chip) else get_chip(chip)
     cost = step_cost(kernel, c.mxu_size)
     programs = max(1, kernel.programs or 1)
-    compute = cost.flops * programs * cost.mxu_padding / kernel_peak(kernel, c)
+    compute = compute_time(kernel, c, cost) * programs
     moved = sum(math.prod(op.shape) * _itemsize(op.dtype) for op in kernel.operands
                 if op.role in ("input", "output")
                 and op.memory_space in ("any", "hbm", "default"))

@@ -61,7 +61,8 @@ def test_copy_bound_kernel_from_tiling_and_chip_facts():
     p = pipeline(k, "v5e", step_overhead=0.0)
     v5e = chip("v5e")
     copy = 1024 * 4 / v5e.hbm_bandwidth
-    compute = 1024 / v5e.bf16_flops  # one multiply per element, from the kernel jaxpr
+    # one multiply per element, from the kernel jaxpr: elementwise work runs on the VPU
+    compute = 1024 / v5e.vpu_ops
     assert p.summary.hbm_bytes == 2 * 8192 * 4
     assert p.summary.flops == 8192
     # Copy-bound: each step waits for its copy; the last write-back ends the kernel.

@@ -146,29 +146,40 @@ def _body_cost(jaxpr: Jaxpr) -> tuple[int, int]:
 def kernel_body_dots(kernel: Kernel) -> list[tuple[int, int, int, int]]:
     """(m, k, n, count) of every `dot_general` one kernel-body invocation runs: m the rows
     streamed through the MXU, k the contracted size, n the output columns, count the batch
-    size times the loop trip counts around it (`pl.when` branches count as taken)."""
-    eqn = kernel.handle.eqn if kernel.handle is not None else None
-    if eqn is None or "jaxpr" not in eqn.params:
-        return []
+    size times the loop trip counts around it (`pl.when`s as taken; siblings with the same
+    dots once)."""
     out: list[tuple[int, int, int, int]] = []
-    jaxpr = eqn.params["jaxpr"]
-    _collect_dots(getattr(jaxpr, "jaxpr", jaxpr), 1, out)
+    for jaxpr in _body_jaxprs(kernel):
+        _collect_dots(jaxpr, 1, out)
     return out
 
 
+# Sibling `pl.when`s running the same dots are one computation written out per case, one
+# case per step (splash attention's masked and unmasked block; a first step that writes the
+# logits and later ones that add to them): they count once, as the costliest. Others add up.
 def _collect_dots(jaxpr: Jaxpr, times: int, out: list[tuple[int, int, int, int]]) -> None:
+    whens: dict[tuple[tuple[int, int, int, int], ...], list[tuple[int, int, int, int]]] = {}
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "dot_general":
             out.append(_dot_shape(eqn, times))
             continue
         trips = int(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else 1
-        subs = [s for value in eqn.params.values()
-                for v in (value if isinstance(value, tuple) else (value,))
-                if isinstance(s := getattr(v, "jaxpr", v), Jaxpr)]
+        subs = _subjaxprs(eqn)
         if eqn.primitive.name == "cond" and subs:
-            subs = subs[-1:]  # the taken branch of a pl.when is the last one
+            branch: list[tuple[int, int, int, int]] = []
+            _collect_dots(subs[-1], times, branch)  # a pl.when's taken branch is the last
+            whens.setdefault(tuple(sorted(branch)), branch)
+            continue
         for sub in subs:
             _collect_dots(sub, times * trips, out)
+    for branch in whens.values():
+        out.extend(branch)
+
+
+def _subjaxprs(eqn: Any) -> list[Jaxpr]:
+    return [s for value in eqn.params.values()
+            for v in (value if isinstance(value, tuple) else (value,))
+            if isinstance(s := getattr(v, "jaxpr", v), Jaxpr)]
 
 
 def _dot_shape(eqn: Any, times: int) -> tuple[int, int, int, int]:
@@ -180,3 +191,66 @@ def _dot_shape(eqn: Any, times: int) -> tuple[int, int, int, int]:
     n = int(np.prod([s for d, s in enumerate(rhs) if d not in rc and d not in eqn.params[
         "dimension_numbers"][1][1]]))
     return m, k, n, batch * times
+
+
+# Primitives that move or relabel data without VPU arithmetic: ref loads/stores (vector
+# load/store slots), shape changes, grid queries, DMAs and semaphores.
+_NO_VPU_WORK = frozenset({
+    "get", "swap", "load", "masked_load", "masked_swap", "reshape", "squeeze", "expand_dims",
+    "broadcast_in_dim", "program_id", "num_programs", "dma_start", "dma_wait", "semaphore_signal",
+    "semaphore_wait", "semaphore_read", "dot_general", "copy_p", "pjit", "jit", "closed_call",
+    "run_scoped", "delay", "bitcast_convert_type", "tile"})
+# Transcendentals (Pallas's own cost rules count these as `transcendentals`).
+TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "log", "log1p", "expm1", "logistic", "tanh", "sin", "cos", "tan", "sqrt",
+    "rsqrt", "pow", "erf", "erf_inv", "atan2", "asin", "acos", "atan", "sinh", "cosh"})
+
+
+def kernel_body_vector_ops(kernel: Kernel) -> tuple[int, int]:
+    """(element-ops, transcendental elements) one kernel-body invocation runs on the vector
+    unit: every array-valued op other than dots, data movement and reshapes, one op per output
+    element (reductions per input element). Scalar ops run on the scalar unit and are left
+    out. Loops times their trip count; sibling `pl.when`s as for `kernel_body_dots`."""
+    costs = [_vector_ops(j) for j in _body_jaxprs(kernel)]
+    return sum(c[0] for c in costs), sum(c[1] for c in costs)
+
+
+def _body_jaxprs(kernel: Kernel) -> list[Jaxpr]:
+    """The kernel body: a pallas_call's jaxpr, or a mesh kernel's (core_map) jaxprs."""
+    eqn = kernel.handle.eqn if kernel.handle is not None else None
+    if eqn is None:
+        return []
+    jaxprs = [eqn.params["jaxpr"]] if "jaxpr" in eqn.params else list(eqn.params.get("jaxprs", ()))
+    return [getattr(j, "jaxpr", j) for j in jaxprs]
+
+
+def _vector_ops(jaxpr: Jaxpr) -> tuple[int, int]:
+    ops = trans = 0
+    whens: dict[tuple[tuple[int, int, int, int], ...], tuple[int, int]] = {}
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        subs = _subjaxprs(eqn)
+        if name == "cond" and subs:
+            cost = max(_vector_ops(sub) for sub in subs)
+            dots: list[tuple[int, int, int, int]] = []
+            _collect_dots(subs[-1], 1, dots)
+            key = tuple(sorted(dots)) if dots else ((-len(whens), 0, 0, 0),)  # no dots: own
+            whens[key] = max(whens.get(key, (0, 0)), cost)
+            continue
+        if subs:
+            costs = [_vector_ops(sub) for sub in subs]
+            times = int(eqn.params.get("length", 1)) if name == "scan" else 1
+            ops += sum(c[0] for c in costs) * times
+            trans += sum(c[1] for c in costs) * times
+            continue
+        if name in _NO_VPU_WORK:
+            continue
+        vals = eqn.invars if name.startswith(("reduce_", "argm", "cum")) else eqn.outvars
+        size = max((int(np.prod(getattr(v.aval, "shape", ()))) for v in vals
+                    if type(v.aval).__name__ == "ShapedArray"), default=0)
+        if size <= 1:
+            continue
+        ops += size
+        if name in TRANSCENDENTAL:
+            trans += size
+    return ops + sum(w[0] for w in whens.values()), trans + sum(w[1] for w in whens.values())
