@@ -62,8 +62,14 @@ lint: setup
 	$(VENV)/bin/ruff check pallaslab lowering tests benchmarks
 	$(VENV)/bin/mypy
 
+# One pytest worker per core; a test file stays on one worker, so its module fixtures (the peer
+# corpus's device batch, shared compiles) are made once. PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= $(shell nproc)
+# Tests marked `serial` (they signal their own process) run after, in one process.
 test-python: setup
-	JAX_PLATFORMS=cpu $(PY) -m pytest -q
+	JAX_PLATFORMS=cpu $(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,\
+		-n $(PYTEST_WORKERS) --dist loadfile -m "not serial" && \
+		JAX_PLATFORMS=cpu $(PY) -m pytest -q -m serial)
 
 # The other supported JAX (pyproject: jax>=0.11,<0.13) in a second virtualenv: the catalog's
 # capture, check (findings), compare and lower tests, and the version gates' own test. JAX 0.11

@@ -285,6 +285,7 @@ def test_one_dimensional_goto_takes_an_int():
     assert st.goto((3,)) == (3,)
 
 
+@pytest.mark.serial  # Ctrl-C is SIGINT to this process: an xdist worker ignores it
 def test_ctrl_c_stops_a_spinning_run_and_names_what_was_running():
     import faulthandler
     import os

@@ -79,6 +79,7 @@ def test_a_program_that_never_ends_is_stopped_by_the_time_limit_and_the_stepper_
         [np.asarray(o).tobytes() for o in run(fn, *args, executor="interpret").outputs]
 
 
+@pytest.mark.serial  # Ctrl-C is SIGINT to this process: an xdist worker ignores it
 def test_ctrl_c_stops_a_spinning_program_and_the_stepper_survives():
     x = spin_input()
     st = pallaslab.step(spin, x, timeout=600)

@@ -37,7 +37,7 @@ from jax._src.state.types import AbstractRef
 from pallaslab.model._jax import access_bounds
 from pallaslab.model._jax.access_bounds import ACCESSES
 from pallaslab.model._jax.equation_fields import call_site_of
-from pallaslab.model._jax.rewrite import contains, eval_replacing
+from pallaslab.model._jax.rewrite import HOST_OUTPUT, contains, eval_replacing, silenced_outputs
 from pallaslab.model._jax.trace import bind_eqn
 
 READ, READ_MASKED, WRITE, WRITE_MASKED = 1, 2, 4, 8
@@ -77,6 +77,10 @@ def record_block_accesses(eqn: Any, prefetch: Sequence[Any], steps: Sequence[int
     if any(_not_an_array(a) for a in ref_avals):
         raise NotRecordable("the body holds semaphores or barriers (manual copies): only "
                             "BlockSpec blocks loaded and stored by the body are recorded")
+    if contains(body, lambda e: e.primitive.name == "while"):
+        # recording runs the body here, where nothing can stop a loop that never ends
+        raise NotRecordable("the body has a while loop, which may not end: recording runs "
+                            "the body in this process, with no time limit")
     traced, recorder = _instrumented(body, gm, grid, ref_avals)
     init = [_initial(a, prefetch[i] if i < len(prefetch) else None)
             for i, a in enumerate(ref_avals)]
@@ -169,6 +173,8 @@ class _Program:
             return [self.pid[self.kept[eqn.params["axis"]]]]
         if name == "num_programs":
             return [jnp.int32(self.grid[self.kept[eqn.params["axis"]]])]
+        if name in HOST_OUTPUT:
+            return silenced_outputs(eqn)
         if name in VALUES:
             return [VALUES[name](*invals, **eqn.params)]
         if name in ACCESSES or name in ATOMICS:

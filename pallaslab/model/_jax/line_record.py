@@ -28,7 +28,7 @@ from jax._src.state.types import AbstractRef, TransformedRef
 
 from pallaslab.model._jax import access_bounds
 from pallaslab.model._jax.equation_fields import call_site_of
-from pallaslab.model._jax.rewrite import contains, eval_replacing
+from pallaslab.model._jax.rewrite import HOST_OUTPUT, contains, eval_replacing, silenced_outputs
 from pallaslab.model._jax.trace import bind_eqn
 
 STORES = ("masked_swap", "swap", "addupdate")
@@ -155,6 +155,8 @@ class _Program:
             return [self.ids[self.kept[eqn.params["axis"]]]]
         if name == "num_programs":
             return [jnp.int32(self.grid[self.kept[eqn.params["axis"]]])]
+        if name in HOST_OUTPUT:
+            return silenced_outputs(eqn)
         if any(contains(sub, _instrumented) for sub in _subjaxprs(eqn.params)):
             return self._control_flow(eqn, invals)
         if name in LOADS:

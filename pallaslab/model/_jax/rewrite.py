@@ -28,6 +28,17 @@ def contains(jaxpr: Any, matches: Matches) -> bool:
                for eqn in jaxpr.eqns)
 
 
+# Host output a re-run of the body must not repeat: the user's prints appear once, from the run.
+HOST_OUTPUT = ("debug_print", "debug_callback")
+
+
+def silenced_outputs(eqn: Any) -> list[Any]:
+    """What a host-output equation gives when a re-run skips it: zeros for any results."""
+    import jax.numpy as jnp
+
+    return [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
+
+
 def eval_replacing(jaxpr: Any, consts: Any, args: Any, matches: Matches,
                    replace: Replace) -> list[Any]:
     """Evaluate `jaxpr` (inside a trace) with each matching equation replaced."""
