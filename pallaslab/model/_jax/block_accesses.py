@@ -27,14 +27,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax._src import core as jax_core
 from jax._src import linear_util as lu
 from jax._src.interpreters import partial_eval as pe
 from jax._src.state import discharge as state_discharge
 from jax._src.state.types import AbstractRef
 
-from pallaslab.model._jax import access_bounds
+from pallaslab.model._jax import access_bounds, traced_control_flow
 from pallaslab.model._jax.access_bounds import ACCESSES
 from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model._jax.rewrite import HOST_OUTPUT, contains, eval_replacing, silenced_outputs
@@ -143,10 +142,6 @@ def _instrumented(body: Any, gm: Any, grid: tuple[int, ...], ref_avals: list[Any
                                            strip_memory_space=True), recorder
 
 
-def _subjaxprs(params: Any) -> list[Any]:
-    return [sub for value in params.values()
-            for sub in (value if isinstance(value, tuple) else (value,))
-            if isinstance(sub, jax_core.Jaxpr)]
 
 
 def _replaced(eqn: Any) -> bool:
@@ -181,7 +176,8 @@ class _Program:
             self._record(eqn, invals)
         if name in ATOMICS:  # their results (old values) read as zeros: no GPU semantics here
             return [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
-        if any(contains(sub, _replaced) for sub in _subjaxprs(eqn.params)):
+        if any(contains(sub, _replaced)
+               for sub in traced_control_flow.subjaxprs(eqn.params)):
             return self._control_flow(eqn, invals)
         return bind_eqn(eqn, invals, eqn.params)
 
@@ -207,41 +203,10 @@ class _Program:
         _mark(shadow, lanes, on, off)
 
     def _control_flow(self, eqn: Any, invals: list[Any]) -> list[Any]:
-        name, p = eqn.primitive.name, eqn.params
-        if name == "cond":
-            index, *ops = invals
-            types = [v.aval for v in eqn.outvars]
-            return list(lax.switch(index, [
-                (lambda b=b: _like(self.run(b, b.consts, ops), types)) for b in p["branches"]]))
-        if name == "while":
-            cn, bn = p["cond_nconsts"], p["body_nconsts"]
-            cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
-            types = [v.aval for v in bj.outvars]
-            return list(lax.while_loop(
-                lambda c: self.run(cj, cj.consts, [*invals[:cn], *c])[0],
-                lambda c: _like(self.run(bj, bj.consts, [*invals[cn:cn + bn], *c]), types),
-                _like(invals[cn + bn:], types)))
-        if name == "scan":
-            return self._scan(p, invals)
-        subs = _subjaxprs(p)
-        if len(subs) == 1 and len(subs[0].invars) == len(invals) and len(
-                subs[0].outvars) == len(eqn.outvars):  # a call (jit, checkpoint): inlined
-            return self.run(subs[0], subs[0].consts, invals)
-        raise NotRecordable(f"loads and stores inside a `{name}` cannot be followed")
+        def cannot(name: str) -> Exception:
+            return NotRecordable(f"loads and stores inside a `{name}` cannot be followed")
 
-    def _scan(self, p: Any, invals: list[Any]) -> list[Any]:
-        consts, carry, xs = (list(part) for part in p["ft_in"].update(invals).unpack())
-        ncarry = len(carry)
-        j = p["jaxpr"]
-        types = [v.aval for v in j.outvars[:ncarry]]
-
-        def step(c: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
-            outs = self.run(j, j.consts, [*consts, *c, *x])
-            return _like(outs[:ncarry], types), outs[ncarry:]
-
-        final, ys = lax.scan(step, _like(carry, types), xs, length=p["length"],
-                             reverse=p["reverse"], unroll=p["unroll"])
-        return [*final, *ys]
+        return traced_control_flow.follow(eqn, invals, self.run, cannot)
 
 
 def _mark(shadow: Any, lanes: access_bounds.Lanes, on: int, off: int) -> None:
@@ -261,5 +226,3 @@ def _mark(shadow: Any, lanes: access_bounds.Lanes, on: int, off: int) -> None:
     shadow[...] = old | touched | jnp.where(touched > 0, both, jnp.asarray(0, FLAGS))
 
 
-def _like(values: Sequence[Any], avals: Sequence[Any]) -> list[Any]:
-    return [lax.convert_element_type(x, a.dtype) for x, a in zip(values, avals, strict=True)]

@@ -18,7 +18,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax._src import core as jax_core
 from jax._src import linear_util as lu
 from jax._src.interpreters import partial_eval as pe
@@ -26,7 +25,7 @@ from jax._src.pallas import primitives as pallas_primitives
 from jax._src.state import discharge as state_discharge
 from jax._src.state.types import AbstractRef, TransformedRef
 
-from pallaslab.model._jax import access_bounds
+from pallaslab.model._jax import access_bounds, traced_control_flow
 from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model._jax.rewrite import HOST_OUTPUT, contains, eval_replacing, silenced_outputs
 from pallaslab.model._jax.trace import bind_eqn
@@ -113,15 +112,11 @@ def line_recorder(eqn: Any) -> LineRecorder:
 def _sites(jaxpr: Any, names: Sequence[str]) -> list[Any]:
     found = [e for e in jaxpr.eqns if e.primitive.name in names]
     for e in jaxpr.eqns:
-        for sub in _subjaxprs(e.params):
+        for sub in traced_control_flow.subjaxprs(e.params):
             found += _sites(sub, names)
     return list({id(e): e for e in found}.values())
 
 
-def _subjaxprs(params: Any) -> list[Any]:
-    return [sub for value in params.values()
-            for sub in (value if isinstance(value, tuple) else (value,))
-            if isinstance(sub, jax_core.Jaxpr)]
 
 
 def _instrumented(eqn: Any) -> bool:
@@ -157,7 +152,8 @@ class _Program:
             return [jnp.int32(self.grid[self.kept[eqn.params["axis"]]])]
         if name in HOST_OUTPUT:
             return silenced_outputs(eqn)
-        if any(contains(sub, _instrumented) for sub in _subjaxprs(eqn.params)):
+        if any(contains(sub, _instrumented)
+               for sub in traced_control_flow.subjaxprs(eqn.params)):
             return self._control_flow(eqn, invals)
         if name in LOADS:
             self._check_read(eqn, invals)
@@ -249,43 +245,9 @@ class _Program:
         self.reads[site] = jnp.maximum(self.reads[site], unwritten)
 
     def _control_flow(self, eqn: Any, invals: list[Any]) -> list[Any]:
-        name, p = eqn.primitive.name, eqn.params
-        if name == "cond":
-            index, *ops = invals
-            types = [v.aval for v in eqn.outvars]
-            return list(lax.switch(index, [
-                (lambda b=b: _like(self.run(b, b.consts, ops), types)) for b in p["branches"]]))
-        if name == "while":
-            cn, bn = p["cond_nconsts"], p["body_nconsts"]
-            cc, bc, carry = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
-            cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
-            types = [v.aval for v in bj.outvars]
-            return list(lax.while_loop(
-                lambda c: self.run(cj, cj.consts, [*cc, *c])[0],
-                lambda c: _like(self.run(bj, bj.consts, [*bc, *c]), types),
-                _like(carry, types)))
-        if name == "scan":
-            return self._scan(p, invals)
-        subs = _subjaxprs(p)
-        if len(subs) == 1 and len(subs[0].invars) == len(invals) and len(
-                subs[0].outvars) == len(eqn.outvars):  # a call (jit, checkpoint): inline
-            return self.run(subs[0], subs[0].consts, invals)
-        raise NotRecordable(f"it cannot follow loads and stores inside a `{name}`")
+        def cannot(name: str) -> Exception:
+            return NotRecordable(f"it cannot follow loads and stores inside a `{name}`")
 
-    def _scan(self, p: Any, invals: list[Any]) -> list[Any]:
-        consts, carry, xs = (list(part) for part in p["ft_in"].update(invals).unpack())
-        ncarry = len(carry)
-        j = p["jaxpr"]
-        types = [v.aval for v in j.outvars[:ncarry]]
-
-        def step(c: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
-            outs = self.run(j, j.consts, [*consts, *c, *x])
-            return _like(outs[:ncarry], types), outs[ncarry:]
-
-        final, ys = lax.scan(step, _like(carry, types), xs, length=p["length"],
-                             reverse=p["reverse"], unroll=p["unroll"])
-        return [*final, *ys]
+        return traced_control_flow.follow(eqn, invals, self.run, cannot)
 
 
-def _like(values: Sequence[Any], avals: Sequence[Any]) -> list[Any]:
-    return [lax.convert_element_type(x, a.dtype) for x, a in zip(values, avals, strict=True)]
