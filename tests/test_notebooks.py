@@ -43,6 +43,9 @@ class PeakPss:
         self._stop = threading.Event()
 
     def __enter__(self) -> "PeakPss":
+        # Workers earlier tests left to this process are not the notebook's: only processes
+        # started from here on (the kernel and its workers) count.
+        self._before = set(_descendants(os.getpid()))
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -53,7 +56,8 @@ class PeakPss:
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            self.bytes = max(self.bytes, group_bytes(_descendants(os.getpid())))
+            mine = [p for p in _descendants(os.getpid()) if p not in self._before]
+            self.bytes = max(self.bytes, group_bytes(mine))
 
 
 def _descendants(pid: int) -> list[int]:
