@@ -294,6 +294,9 @@ def test_ctrl_c_stops_a_spinning_run_and_names_what_was_running():
 
     faulthandler.dump_traceback_later(240, exit=True)  # a hang fails the test, not the suite
     timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
+    # A shell that started the suite in the background leaves SIGINT ignored: Ctrl-C as a
+    # terminal delivers it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         timer.start()
         with pytest.raises(KeyboardInterrupt) as info:
@@ -302,6 +305,7 @@ def test_ctrl_c_stops_a_spinning_run_and_names_what_was_running():
     finally:
         timer.cancel()
         faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGINT, previous)
     assert re.search(r"interpret run interrupted after [\d.]+ s, while running program \(1,\) "
                      r"of _spin_kernel", str(info.value)), str(info.value)
     assert pallaslab.run(bk.copy, X).status == "ran"  # and the process goes on
