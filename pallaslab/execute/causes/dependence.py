@@ -128,8 +128,9 @@ def _pullbacks(of_inputs: Callable[..., Any], xs: list[Any], cotangents: Any,
         if tuple(jax.eval_shape(of_inputs, *xs).shape) != shape:
             return None
         return list(jax.jit(batched)(cotangents, *xs))
-    except Exception:  # a reference with Python control flow on values, say
-        pass
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+            jax.errors.TracerIntegerConversionError, jax.errors.TracerArrayConversionError):
+        pass  # a reference with Python control flow on values: differentiated eagerly below
     try:
         out, pull = jax.vjp(of_inputs, *xs)
         if tuple(out.shape) != shape:
