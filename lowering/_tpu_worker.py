@@ -10,6 +10,11 @@ Response: {"ok": bool, "error": str | null, "passes": [[name, text], ...], "log"
            "seconds": float, "pipelines": [[kernel, [[name, text], ...]], ...]}
           ("passes": the last kernel's pipeline; "pipelines": every kernel's, in compile order,
           for a module holding several kernels. XLA compiles identical kernels once.)
+
+A pass's module past `PASS_TEXT_LIMIT` characters (the LLO passes of a 1024-square matmul
+run to 8 MB, 80,000 lines) comes back as its head and tail with a line that says how much
+was left out: whole, every pass of such a kernel made a 67 MB response that the worker and
+the notebook both held at once, for text no view shows whole.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pallaslab.lowering.compiler_worker import serve
+
+PASS_TEXT_LIMIT = 1 << 20
 
 # libtpu's start-up chatter about the (absent) TPU host; compiler messages are kept.
 NOISE = ("TPU_ACCELERATOR_TYPE", "host bounds", "InitGoogle", "Source Location Trace",
@@ -83,8 +90,34 @@ def _pipeline(files: list[Path]) -> list[Any]:
     original = next(p for p in files if p.stem.endswith("-original"))
     kernel = original.stem.split("-mosaic-dump-", 1)[1].removesuffix("-original")
     passes = [[path.stem.split("-mosaic-dump-", 1)[1].removeprefix(kernel + "-"),
-               path.read_text(errors="replace")] for path in files]
+               shortened(path.read_text(errors="replace"))] for path in files]
     return [kernel, passes]
+
+
+def shortened(module: str, limit: int = PASS_TEXT_LIMIT) -> str:
+    """`module` within about `limit` characters: its first and last operations, a comment
+    line naming what was left out, and every `#loc` line (they map the kept lines to Python)."""
+    if len(module) <= limit:
+        return module
+    lines = module.splitlines(keepends=True)
+    locations = [line for line in lines if line.startswith("#loc")]
+    operations = [line for line in lines if not line.startswith("#loc")]
+    head = _within(operations, limit // 2)
+    tail = _within(operations[::-1], limit // 2)[::-1]
+    left_out = operations[len(head):len(operations) - len(tail)]
+    note = (f"// pallaslab: {len(left_out):,} lines ({sum(map(len, left_out)):,} characters) "
+            f"of this pass's module left out here; it keeps {limit:,} characters per pass\n")
+    return "".join(head + [note] + tail + locations)
+
+
+def _within(lines: list[str], budget: int) -> list[str]:
+    kept, used = [], 0
+    for line in lines:
+        used += len(line)
+        if used > budget:
+            break
+        kept.append(line)
+    return kept
 
 
 if __name__ == "__main__":

@@ -334,3 +334,22 @@ def test_cli_lower_unknown_target(capsys):
 def test_abstract_catalog_args_lower_too():
     fn, args = CATALOG["layer_norm"].case()
     assert lowering.lower(fn, *abstract(args), target="tpu-v5e").ok
+
+
+def test_a_pass_module_past_the_limit_keeps_its_ends_its_locations_and_says_what_it_left_out():
+    from pallaslab.lowering._tpu_worker import shortened
+
+    ops = [f'    %{i} = arith.addf %a, %b : vector<8x128xf32> loc(#loc{i % 3})\n'
+           for i in range(1000)]
+    locs = [f'#loc{i} = loc("kernel.py":{10 + i}:4)\n' for i in range(3)]
+    module = "module {\n" + "".join(ops) + "}\n" + "".join(locs)
+    assert shortened(module, limit=len(module)) == module
+    short = shortened(module, limit=8000)
+    assert len(short) < 8000 + 200
+    assert short.startswith("module {\n    %0 = ") and "}\n#loc0 = " in short
+    assert short.endswith("".join(locs))
+    note = next(line for line in short.splitlines() if line.startswith("// pallaslab:"))
+    kept = [line + "\n" for line in short.splitlines() if "arith.addf" in line]
+    left_out = sum(map(len, ops)) - sum(map(len, kept))
+    assert note == (f"// pallaslab: {1000 - len(kept):,} lines ({left_out:,} characters) of "
+                    "this pass's module left out here; it keeps 8,000 characters per pass")
