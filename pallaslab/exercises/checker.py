@@ -35,7 +35,8 @@ def _result(ex: Exercise, comparison: Any, hints: tuple[str, ...]) -> ExerciseRe
     if comparison.outcome == "pass":
         return ExerciseResult(ex.name, "correct", notes=tpu_notes(comparison), hints=hints)
     if comparison.outcome in ("mismatch", "errors"):
-        lines = diagnosis(comparison)
+        lines = known_mistakes(ex, comparison)
+        lines += tuple(line for line in diagnosis(comparison) if line not in lines)
         if failed and not lines:
             return ExerciseResult(ex.name, "error", tuple(f"{r.executor}: {r.error}"
                                                           for r in failed), hints=hints)
@@ -44,6 +45,34 @@ def _result(ex: Exercise, comparison: Any, hints: tuple[str, ...]) -> ExerciseRe
         return ExerciseResult(ex.name, "error", tuple(f"{r.executor}: {r.error}"
                                                       for r in failed), hints=hints)
     return ExerciseResult(ex.name, "not-checked", (comparison.verdict(),), hints=hints)
+
+
+def known_mistakes(ex: Exercise, comparison: Any) -> tuple[str, ...]:
+    """What each of the exercise's known mistakes says, for those whose output the learner's
+    kernel reproduced (on the inputs the comparison ran, within its tolerances)."""
+    import numpy as np
+
+    from pallaslab.execute.pair import default_rtol
+
+    ran = [r for r in comparison.results
+           if r.executor != "reference" and r.outputs is not None and r.inputs]
+    if not ran or not ex.mistakes:
+        return ()
+    got = ran[0]
+    said = []
+    for mistake in ex.mistakes:
+        try:
+            expected = np.asarray(mistake.computes(*got.inputs))
+        except Exception:  # a mistake that cannot be computed on these inputs matches nothing
+            continue
+        out = got.outputs[0]
+        if expected.shape != out.shape:
+            continue
+        rtol = ex.rtol if ex.rtol is not None else default_rtol(out.dtype)
+        atol = ex.atol if ex.atol is not None else rtol * float(np.max(np.abs(expected)))
+        if np.allclose(out, expected, rtol=rtol, atol=atol):
+            said.append(mistake.says)
+    return tuple(said)
 
 
 def tpu_notes(comparison: Any) -> tuple[str, ...]:

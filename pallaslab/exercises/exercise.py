@@ -10,6 +10,17 @@ Verdict = Literal["correct", "wrong", "error", "not-checked"]
 
 
 @dataclasses.dataclass(frozen=True)
+class Mistake:
+    """A typical wrong answer, known by what it computes: a learner's output that matches
+    `computes(*inputs)` (and not the reference) made this mistake, and `says` tells them which.
+    For mistakes the general causes cannot name (a reduction over the wrong axis, a ring that
+    turns the wrong way, an index map inside `emit_pipeline`)."""
+
+    computes: Callable[..., Any] = dataclasses.field(repr=False)
+    says: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Exercise:
     """One exercise: the learner writes `signature` (a function that launches a Pallas kernel);
     `check` runs it against `reference` (pure JAX, never shown) on `inputs()`."""
@@ -28,6 +39,7 @@ class Exercise:
     devices: int | None = None  # simulated CPU devices (a collective), run in a worker
     rtol: float | None = None
     atol: float | None = None
+    mistakes: tuple[Mistake, ...] = ()
 
     def concrete_inputs(self, seed: int = 0) -> tuple[Any, ...]:
         """`inputs()` with each abstract argument filled with seeded random data (a view that

@@ -84,3 +84,12 @@ def test_the_stub_as_given_is_told_to_launch_a_kernel():
     assert result.verdict == "error"
     assert result.diagnosis == ("your function launched no Pallas kernel: it must call "
                                 "`pl.pallas_call(...)` and return its result",)
+
+
+def test_a_known_mistake_is_named_only_for_the_output_it_computes():
+    from pallaslab.exercises.solutions import dmas
+
+    other_wrong = check("emit-pipeline", dmas.pipelined_add_half_grid)
+    assert other_wrong.verdict == "wrong"
+    assert not any("transposed" in line for line in other_wrong.diagnosis), other_wrong.text()
+    assert check("emit-pipeline", SOLUTIONS["emit-pipeline"]).diagnosis == ()

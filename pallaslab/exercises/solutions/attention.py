@@ -138,7 +138,7 @@ def flash_attention_no_init(q, k, v):
 SOLUTIONS = {"softmax-rows": softmax_rows, "logsumexp-online": logsumexp_online,
              "attention-block": attention_block, "flash-attention": flash_attention}
 WRONG = {
-    "softmax-rows": [(softmax_rows_over_columns, "the wrong values were written here")],
+    "softmax-rows": [(softmax_rows_over_columns, "normalised down its columns")],
     "logsumexp-online": [(logsumexp_online_no_init, "read before its first write")],
     "attention-block": [(attention_block_diagonal_keys, "your k_ref index map")],
     "flash-attention": [(flash_attention_no_init, "read before its first write")],

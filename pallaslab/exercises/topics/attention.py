@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from pallaslab.exercises.exercise import Exercise
+from pallaslab.exercises.exercise import Exercise, Mistake
 from pallaslab.exercises.topics._shapes import f32
 
 SECTION = "online softmax to flash attention"
@@ -11,6 +11,12 @@ SECTION = "online softmax to flash attention"
 
 def _attention(q, k, v):
     return jax.nn.softmax(q @ k.T, axis=-1) @ v
+
+
+OVER_COLUMNS = Mistake(
+    lambda x: jax.nn.softmax(x.reshape(-1, 8, x.shape[1]), axis=1).reshape(x.shape),
+    "each block was normalised down its columns (axis 0, the block's 8 rows): a row softmax "
+    "takes the maximum and the sum over the last axis, `axis=-1, keepdims=True`")
 
 
 ATTENTION = (
@@ -21,6 +27,7 @@ ATTENTION = (
                     "maximum before `jnp.exp` (no overflow), divide by the row sum.",
         stub="def softmax_rows(x):\n    ...",
         reference=lambda x: jax.nn.softmax(x, axis=-1), inputs=lambda: (f32(16, 128),),
+        mistakes=(OVER_COLUMNS,),
         hints=("Reduce over the last axis, `axis=-1, keepdims=True`.",)),
     Exercise(
         name="logsumexp-online", notebook=5, section=SECTION,

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from pallaslab.exercises.exercise import Exercise
+from pallaslab.exercises.exercise import Exercise, Mistake
 from pallaslab.exercises.topics._shapes import f32
 
 SECTION = "manual DMAs, emit_pipeline and a ring collective"
@@ -11,8 +11,29 @@ DEVICES = 4  # simulated CPU devices for the collective (a worker process)
 
 
 def _right_permute(x):
-    n = jax.device_count()
-    return jnp.roll(x.reshape(n, -1, x.shape[1]), 1, axis=0).reshape(x.shape)
+    return _ring_shift(x, 1, jax.device_count())
+
+
+def _ring_shift(x, step, devices):
+    """Device d's shard at device (d + step) % devices."""
+    return jnp.roll(x.reshape(devices, -1, x.shape[1]), step, axis=0).reshape(x.shape)
+
+
+def _blocks_transposed(y, block=(8, 128)):
+    """y with block (i, j) at (j, i), for a square grid of blocks."""
+    (rows, cols), (br, bc) = y.shape, block
+    blocks = y.reshape(rows // br, br, cols // bc, bc)
+    return blocks.transpose(2, 1, 0, 3).reshape(y.shape)
+
+
+Y_TRANSPOSED = Mistake(
+    lambda x, y: x + _blocks_transposed(y),
+    "your y index map inside `emit_pipeline` looks transposed: program (i, j) of the inner grid "
+    "adds y's block (j, i); it needs block (i, j), `lambda i, j: (i, j)`")
+TO_THE_LEFT = Mistake(
+    lambda x: _ring_shift(x, -1, DEVICES),
+    "each device sent its shard to its left neighbour, device (me - 1) % 4: the ring turns the "
+    "other way, `device_id=((me + 1) % 4,)` (the right neighbour)")
 
 
 DMAS = (
@@ -47,7 +68,7 @@ DMAS = (
                     "(16, 256).",
         stub="def pipelined_add(x, y):\n    ...",
         reference=lambda x, y: x + y, inputs=lambda: (f32(16, 256), f32(16, 256)),
-        executors=("tpu-interpret", "reference"),
+        executors=("tpu-interpret", "reference"), mistakes=(Y_TRANSPOSED,),
         hints=("The inner specs are ordinary BlockSpecs: `pl.BlockSpec((8, 128), lambda i, j: "
                "(i, j))`.",)),
     Exercise(
@@ -60,6 +81,7 @@ DMAS = (
         stub="def ring_permute(x):\n    ...",
         reference=_right_permute, inputs=lambda: (f32(32, 128),),
         executors=("tpu-interpret", "reference"), devices=DEVICES,
+        mistakes=(TO_THE_LEFT,),
         hints=("me = jax.lax.axis_index('x'); right = jax.lax.rem(me + 1, "
                "jax.lax.axis_size('x'))",)),
 )
