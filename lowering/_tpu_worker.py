@@ -107,7 +107,7 @@ def shortened(module: str, limit: int = PASS_TEXT_LIMIT) -> str:
     left_out = operations[len(head):len(operations) - len(tail)]
     note = (f"// pallaslab: {len(left_out):,} lines ({sum(map(len, left_out)):,} characters) "
             f"of this pass's module left out here; it keeps {limit:,} characters per pass\n")
-    return "".join(head + [note] + tail + locations)
+    return "".join([*head, note, *tail, *locations])
 
 
 def _within(lines: list[str], budget: int) -> list[str]:

@@ -4,6 +4,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import uuid
 
 import pytest
 
@@ -19,6 +20,20 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 _CACHE = tempfile.mkdtemp(prefix="pallaslab-test-cache-")
 os.environ["PALLASLAB_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+
+import binder_env  # noqa: E402  (tests/ is on sys.path: pytest's rootdir conftest)
+
+
+def pytest_configure(config):
+    # One id per run, which the pytest-xdist workers inherit: they share one binder
+    # environment (tests/binder_env.py), which the controller removes at the end.
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        os.environ.setdefault(binder_env.RUN_VARIABLE, uuid.uuid4().hex)
+
+
+def pytest_unconfigure(config):
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        binder_env.remove_binder_env()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
-"""Every course notebook runs headless with its solutions: each solution cell's verdict is
-"correct", each stub cell answers (unfinished, not a pass), each picture is pallaslab's grid view
-with its static HTML; and the notebooks are the ones `make_course.py` writes today."""
+"""Every course notebook runs headless with its solutions, in the environment Binder builds from
+binder/ alone (`binder_env`): each solution cell's verdict is "correct", each stub cell
+answers (unfinished, not a pass), each picture is pallaslab's grid view with its static HTML;
+and the notebooks are the ones `make_course.py` writes today."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from binder_env import binder_kernel
 from nbclient import NotebookClient
 
 from pallaslab.exercises import exercises
@@ -23,7 +25,7 @@ NOTEBOOKS = sorted(COURSE.glob("*.ipynb"))
 @functools.cache
 def executed(path: Path) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
+    NotebookClient(nb, timeout=300, kernel_name=binder_kernel(),
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     return nb
 

@@ -122,6 +122,7 @@ WRONG = {
     "dma-copy": [(dma_copy_half, "output elements no program wrote")],
     "dma-chunks": [(dma_chunks_last_missing, "output elements no program wrote")],
     "emit-pipeline": [(pipelined_add_half_grid, "output elements no program wrote"),
-                      (pipelined_add_y_transposed, "y index map inside `emit_pipeline` looks transposed")],
+                      (pipelined_add_y_transposed,
+                       "y index map inside `emit_pipeline` looks transposed")],
     "ring-permute": [(ring_permute_to_the_left, "sent its shard to its left neighbour")],
 }
