@@ -53,7 +53,7 @@ from typing import Any
 PARENT_POLL = 0.2  # seconds between checks that the parent is still alive
 MAX_RUNNERS = 8  # stepper runners kept (least recently used dropped first)
 MAX_PREPARED = 4  # captured calls kept (least recently used dropped first), with their arrays
-_PREPARED: OrderedDict[bytes, Any] = OrderedDict()  # call key -> Prepared
+_PREPARED: OrderedDict[bytes, Any] = OrderedDict()  # call key -> (the call's work, Prepared)
 _CAPTURES = {"hits": 0, "misses": 0}  # of `_PREPARED`
 _RUNNERS: OrderedDict[str, tuple[Any, dict[str, Any]]] = OrderedDict()  # key -> runner, config
 _CONFIG: dict[str, Any] = {}  # the JAX options as last set by a request
@@ -145,7 +145,8 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
             if path not in sys.path:
                 sys.path.append(path)
         _set_config(request["config"])
-        work = pickle.loads(request["work"])
+        key = _call_key(request) if kind == "execute" else None
+        work = _call(request["work"], key)
         if request.get("executor_frame") is not None:
             work.update(pickle.loads(request["executor_frame"]))
     except Exception as err:
@@ -157,7 +158,7 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
         from pallaslab.execute.step_requests import handle_request
 
         return handle_request(request, work)
-    return execute(work, _call_key(request))
+    return execute(work, key)
 
 
 def _call_key(request: dict[str, Any]) -> bytes | None:
@@ -172,6 +173,14 @@ def _call_key(request: dict[str, Any]) -> bytes | None:
         (k, repr(v)) for k, v in request["config"].items()))).digest()
 
 
+def _call(frame: bytes, key: bytes | None) -> dict[str, Any]:
+    """The call's frame unpickled, or as kept with its capture: a repeated run's arguments
+    are not rebuilt."""
+    if key is not None and (found := _PREPARED.get(key)) is not None:
+        return dict(found[0])
+    return pickle.loads(frame)
+
+
 def _prepared(work: dict[str, Any], key: bytes | None) -> Any:
     """The call captured on its arguments: made once per call frame and JAX options, so a
     repeated run (or a second executor of a comparison) skips the trace. A changed kernel,
@@ -181,11 +190,11 @@ def _prepared(work: dict[str, Any], key: bytes | None) -> Any:
     if key is not None and (found := _PREPARED.get(key)) is not None:
         _PREPARED.move_to_end(key)
         _CAPTURES["hits"] += 1
-        return found
+        return found[1]
     _CAPTURES["misses"] += key is not None
     prepared = prepare(work["fn"], work["args"], work["kwargs"], chip=work.get("chip"))
     if key is not None:
-        _PREPARED[key] = prepared
+        _PREPARED[key] = ({k: v for k, v in work.items() if k != "executor"}, prepared)
         while len(_PREPARED) > MAX_PREPARED:
             _PREPARED.popitem(last=False)
     return prepared

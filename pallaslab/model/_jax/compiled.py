@@ -18,6 +18,7 @@ import enum
 import functools
 import hashlib
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -44,7 +45,7 @@ def structural_key(value: Any) -> Hashable:
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         return (type(value).__name__, value)
     if isinstance(value, jax_core.Jaxpr):
-        return _jaxpr_key(value)
+        return _known_jaxpr_key(value)
     if isinstance(value, jax_core.Tracer):
         # JAX 0.11's emit_pipeline keeps its index maps' closed-over program ids (tracers of
         # the kernel's trace) among a jaxpr's constants: no value to key by.
@@ -81,6 +82,22 @@ def structural_key(value: Any) -> Hashable:
 def _array_key(value: Any) -> Hashable:
     data = np.asarray(value)
     return ("array", data.shape, data.dtype.str, hashlib.sha256(data.tobytes()).hexdigest())
+
+
+# Keys of the jaxprs met lately, by the jaxpr object (immutable once built): a worker that runs
+# one kept capture again keys the same objects each time.
+_JAXPR_KEYS: weakref.WeakKeyDictionary[Any, Hashable] = weakref.WeakKeyDictionary()
+_JAXPR_KEYS_LOCK = threading.Lock()
+
+
+def _known_jaxpr_key(jaxpr: Any) -> Hashable:
+    with _JAXPR_KEYS_LOCK:
+        found = _JAXPR_KEYS.get(jaxpr)
+    if found is None:
+        found = _jaxpr_key(jaxpr)
+        with _JAXPR_KEYS_LOCK:
+            _JAXPR_KEYS[jaxpr] = found
+    return found
 
 
 def _jaxpr_key(jaxpr: Any) -> Hashable:

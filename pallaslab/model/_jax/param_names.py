@@ -5,6 +5,7 @@ source when JAX traced it through a wrapper taking `*refs`."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from pallaslab.model._jax.base import PALLAS_CALL
@@ -58,21 +59,31 @@ def _varargs_at(source: str | None) -> str | None:
 
 def _function_at(source: str | None) -> Any:
     """The `def` (an ast node) at "file.py:LINE", read from the file; None when not found."""
-    import ast
     import linecache
 
     path, _, line = (source or "").rpartition(":")
     if not path or not line.isdigit():
         return None
+    return _defs_by_line("".join(linecache.getlines(path))).get(int(line))
+
+
+@functools.lru_cache(maxsize=32)
+def _defs_by_line(text: str) -> dict[int, Any]:
+    """Every `def` of a file's text by its line and its decorators' lines. Kept per text: a
+    warm loop captures the same kernel again and again, and parsing its file each time cost
+    more than the rest of the capture; an edited file is another text."""
+    import ast
+
     try:
-        tree = ast.parse("".join(linecache.getlines(path)))
+        tree = ast.parse(text)
     except SyntaxError:
-        return None
+        return {}
+    defs: dict[int, Any] = {}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                int(line) in (node.lineno, *(d.lineno for d in node.decorator_list)):
-            return node
-    return None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for lineno in (*(d.lineno for d in node.decorator_list), node.lineno):
+                defs.setdefault(lineno, node)
+    return defs
 
 
 def kernel_arg_names(kernel: Kernel) -> dict[str, str]:
