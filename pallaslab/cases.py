@@ -16,13 +16,14 @@ removed, so their own line (or that of the library they called) is the last fram
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import glob
 import importlib.util
 import inspect
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,8 +68,16 @@ def capture_case(case: Case) -> Capture:
     (their kernel raises, shapes that do not fit) become a `CaseCodeError`."""
     from pallaslab.model import capture
 
-    try:
+    with tracing_user_code(case):
         return capture(case.fn, *case.args, **case.kwargs)
+
+
+@contextlib.contextmanager
+def tracing_user_code(case: Case) -> Iterator[None]:
+    """Inside, what the case's own code raises becomes a `CaseCodeError` with their
+    traceback; pallaslab's verdicts and bugs pass as they are."""
+    try:
+        yield
     except PallasLabError:
         raise  # our own verdict (no kernel, a bad index map), its message says it all
     except (Exception, SystemExit) as err:

@@ -31,7 +31,6 @@ from pallaslab.cli._shared import (
     error_json,
     executor_list,
     fill_help_later,
-    load_and_capture,
     nonnegative_float,
     positive_float,
     print_error,
@@ -127,13 +126,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare_case(spec: str, reference: Any, args: argparse.Namespace) -> CaseOutcome:
+    from pallaslab.cases import load_case, tracing_user_code
     from pallaslab.execute import compare
 
-    # Traced here first, so that the user's own tracing errors show their traceback.
-    case, _ = load_and_capture(spec)
-    result = compare(case.fn, *case.args, executors=args.executors, reference=reference,
-                     rtol=args.rtol, atol=args.atol, timeout=args.timeout,
-                     equal_nan=args.equal_nan, devices=args.devices, **case.kwargs)
+    case = load_case(spec)
+    with tracing_user_code(case):  # the user's own tracing errors show their traceback
+        result = compare(case.fn, *case.args, executors=args.executors, reference=reference,
+                         rtol=args.rtol, atol=args.atol, timeout=args.timeout,
+                         equal_nan=args.equal_nan, devices=args.devices, **case.kwargs)
     incomplete = result.verdict() if result.outcome == "incomplete" else None
     payload = result.to_json()
     if incomplete:

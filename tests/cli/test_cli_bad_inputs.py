@@ -117,6 +117,9 @@ CATALOG: dict[str, Bad] = {
     "lower-case-raises": bad("lower", f"{BAD}:raises_in_case", error_type=CODE_ERR,
                              message="ValueError: the case itself is broken"),
     # -- compare ----------------------------------------------------------------------------
+    "compare-kernel-raises": bad("compare", f"{BAD}:kernel_raises_while_tracing",
+                                 error_type=CODE_ERR,
+                                 message="tracing fn raised RuntimeError: my kernel is broken"),
     "compare-unknown-executor": bad("compare", f"{K}:vector_add", "--executors",
                                     "interpret,nope",
                                     message="argument --executors: unknown executor 'nope'; "
@@ -228,8 +231,9 @@ def test_bad_input_json(name, tmp, capsys):
     (f"{BAD}:wrong_shapes", "USER-LINE: _add_kernel"),
     ("{tmp}/import_raises.py:case", "VALUE = math.sqrt(-1)  # the user's line"),
 ])
-def test_user_traceback_ends_on_their_line(spec, last_line, tmp, capsys):
-    assert main(["inspect", _fill(spec, tmp)]) == 2
+@pytest.mark.parametrize("command", ["inspect", "compare"])
+def test_user_traceback_ends_on_their_line(command, spec, last_line, tmp, capsys):
+    assert main([command, _fill(spec, tmp)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
     frames = [line for line in err.splitlines() if line.startswith("  File ")]
