@@ -117,9 +117,6 @@ CATALOG: dict[str, Bad] = {
     "lower-case-raises": bad("lower", f"{BAD}:raises_in_case", error_type=CODE_ERR,
                              message="ValueError: the case itself is broken"),
     # -- compare ----------------------------------------------------------------------------
-    "compare-kernel-raises": bad("compare", f"{BAD}:kernel_raises_while_tracing",
-                                 error_type=CODE_ERR,
-                                 message="tracing fn raised RuntimeError: my kernel is broken"),
     "compare-unknown-executor": bad("compare", f"{K}:vector_add", "--executors",
                                     "interpret,nope",
                                     message="argument --executors: unknown executor 'nope'; "
