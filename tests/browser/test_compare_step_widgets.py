@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import pytest
 from catalog import catalog_line
+from compared import explained, wrong_comparison
 from harness import mount
-from kernels import CATALOG, shifted_block_reference
+from kernels import CATALOG
 
 import pallaslab
-from pallaslab.views.compare import compare_workbench
+from pallaslab.views.compare import compare_payload, compare_workbench
 
 
 @pytest.fixture(scope="module")
 def wrong():
-    fn, args = CATALOG["shifted_block_wrong"].case()
-    wb = pallaslab.inspect(fn, *args)
-    view = compare_workbench(wb, executors=("interpret", "reference"),
-                             reference=shifted_block_reference)
+    wb, view, _ = wrong_comparison()
     return wb, view
 
 
@@ -194,30 +192,8 @@ def test_compare_widget_shows_statuses_verdict_and_findings(page, wrong):
 
 
 def _explained_payload(wb, view):
-    """The wrong kernel's comparison with a hand-built cause and value provenance (program i
-    wrote rows 64i..64i+63 at one line)."""
-    import dataclasses
-
-    import numpy as np
-
-    prov_module = pytest.importorskip(
-        "pallaslab.execute.causes.provenance",
-        reason="value provenance (issue 27 item 2) is not in this tree yet")
-    from pallaslab.execute import Comparison
-    from pallaslab.execute.causes import Cause
-    from pallaslab.views.compare import compare_payload
-
-    c = view.comparison
-    prov = prov_module.Provenance(
-        program_of=np.repeat(np.arange(4, dtype=np.int32), 64)[:, None].repeat(128, 1),
-        line_of=np.zeros((256, 128), np.int32), programs=((0,), (1,), (2,), (3,)),
-        lines=("kernels.py:390",))
-    cause = Cause("line", None, "kernels.py:390", ((2,),),
-                  "8,192 wrong elements, all last written by kernels.py:390 in program (2,)")
-    comparison = Comparison(c.executors, c.results, tuple(
-        dataclasses.replace(o, causes=(cause,), provenance=prov) for o in c.outputs), c.kernels)
     ctx = wb.context(0)
-    return dict(compare_payload(comparison, ctx.kernel, ctx.tiling))
+    return dict(compare_payload(explained(view.comparison), ctx.kernel, ctx.tiling))
 
 
 def test_causes_are_listed_and_a_wrong_element_names_its_last_writer(page, wrong, results_dir):

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compared import wrong_comparison
 from jax.experimental import pallas as pl
 from kernels import CATALOG, scale_kernel, shifted_block_reference
 
@@ -17,6 +18,11 @@ from pallaslab.views.report import encode_buffers, script_json
 
 EVIL = '<img src=x onerror="alert(1)">&</script>'
 EVIL_ESCAPED = "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&lt;/script&gt;"
+
+
+@pytest.fixture(scope="module")
+def wrong():
+    return wrong_comparison()
 
 
 def test_payload_names_exactly_the_wrong_block_and_the_program_that_wrote_it(wrong):

@@ -7,31 +7,25 @@ import dataclasses
 
 import numpy as np
 import pytest
+from compared import explained, wrong_comparison
 
-from pallaslab.execute import Comparison
-from pallaslab.execute.causes import Cause, Provenance
 from pallaslab.views import compare_payload as compare_payload_module
 from pallaslab.views.compare import CompareView, compare_payload
 
 
 @pytest.fixture(scope="module")
-def explained(wrong):
-    """The wrong kernel's comparison with a hand-built cause and value provenance: program i
-    wrote rows 64i..64i+63 at one line (what the line recorder records for it)."""
+def wrong():
+    return wrong_comparison()
+
+
+@pytest.fixture(scope="module")
+def explained_(wrong):
     wb, view, _ = wrong
-    c = view.comparison
-    program_of = np.repeat(np.arange(4, dtype=np.int32), 64)[:, None].repeat(128, 1)
-    prov = Provenance(program_of=program_of, line_of=np.zeros((256, 128), np.int32),
-                                  programs=((0,), (1,), (2,), (3,)), lines=("kernels.py:390",))
-    cause = Cause("line", None, "kernels.py:390", ((2,),),
-                  "8,192 wrong elements, all last written by kernels.py:390 in program (2,)")
-    outputs = tuple(dataclasses.replace(o, causes=(cause,), provenance=prov)
-                    for o in c.outputs)
-    return wb, Comparison(c.executors, c.results, outputs, c.kernels)
+    return wb, explained(view.comparison)
 
 
-def test_causes_and_each_wrong_elements_last_writer_reach_the_payload(explained):
-    wb, comparison = explained
+def test_causes_and_each_wrong_elements_last_writer_reach_the_payload(explained_):
+    wb, comparison = explained_
     ctx = wb.context(0)
     p = compare_payload(comparison, ctx.kernel, ctx.tiling)
     (out,) = p["outputs"]
@@ -48,9 +42,9 @@ def test_causes_and_each_wrong_elements_last_writer_reach_the_payload(explained)
     assert w["reads"][2].startswith("x_ref[") and "(all of its block)" in w["reads"][2]
 
 
-def test_a_downsampled_cell_names_its_first_wrong_element(explained, monkeypatch):
+def test_a_downsampled_cell_names_its_first_wrong_element(explained_, monkeypatch):
     monkeypatch.setattr(compare_payload_module, "HEAT_SIDE", 64)  # 4 x 2 elements a cell
-    wb, comparison = explained
+    wb, comparison = explained_
     ctx = wb.context(0)
     p = compare_payload(comparison, ctx.kernel, ctx.tiling)
     out = p["outputs"][0]
@@ -61,8 +55,8 @@ def test_a_downsampled_cell_names_its_first_wrong_element(explained, monkeypatch
     assert element[0, 0] == 0  # a cell with nothing wrong: its first element
 
 
-def test_causes_are_said_in_text_and_html(explained):
-    wb, comparison = explained
+def test_causes_are_said_in_text_and_html(explained_):
+    wb, comparison = explained_
     view = CompareView(wb.context(0), comparison)
     said = "8,192 wrong elements, all last written by kernels.py:390 in program (2,)"
     text = view.to_text()
