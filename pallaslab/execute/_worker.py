@@ -18,9 +18,11 @@ then answers each request, a pickled dict whose "kind" says what to do:
 - "compile-cache-stats": {} -> the `CacheStats` of this worker's compiled computations;
   "capture-cache-stats": {} -> {"hits", "misses", "size", "maxsize"} of its captured calls.
 
-An "execute" request may come in frames (`worker_request.encode_frames`): a header with
-"frames": N, then N frames (the executor, the call). The call's frame keys the captured calls
-kept (`MAX_PREPARED`), so a repeated run skips the trace; the arguments travel once.
+An "execute" request may come in frames (`worker_request.FramedCall`): a header with
+"frames": N, then N frames (the executor, the call, the arguments). The call's frame and the
+arguments key the captured calls kept (`MAX_PREPARED`), so a repeated run skips the trace.
+Arguments that cannot change come with a token: sent again under it, they may stay behind
+("args_sent" false), and the answer is {"resend-args": True} when they are no longer kept.
 
 The worker's JAX keeps compiled computations on disk too (JAX's persistent compilation cache,
 `pallaslab.util.jax_cache`), so a new worker skips compiles an earlier one did.
@@ -124,9 +126,10 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
             if receive is not None else []
     except Exception as err:  # pragma: no cover - the parent sends plain pickles
         return {"error": f"the request could not be read: {type(err).__name__}: {err}"}
-    if frames:
-        request["work"] = frames[-1]
-        request["executor_frame"] = frames[0] if len(frames) > 1 else None
+    if frames:  # [the executor,] the call[, the arguments]
+        request["executor_frame"] = frames.pop(0) if request.get("executor_frame") else None
+        request["work"] = frames.pop(0)
+        request["args_frame"] = frames.pop(0) if request.get("args_sent") else None
     kind = request.get("kind", "execute")
     if kind == "run-program":
         return run_program(request)
@@ -146,7 +149,9 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
                 sys.path.append(path)
         _set_config(request["config"])
         key = _call_key(request) if kind == "execute" else None
-        work = _call(request["work"], key)
+        if key is not None and request["args_frame"] is None and key not in _PREPARED:
+            return {"resend-args": True}  # named by their token, no longer kept here
+        work = _call(request, key)
         if request.get("executor_frame") is not None:
             work.update(pickle.loads(request["executor_frame"]))
     except Exception as err:
@@ -162,23 +167,27 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
 
 
 def _call_key(request: dict[str, Any]) -> bytes | None:
-    """What the call is, for the capture cache: its frame (fn, args, kwargs and the tracing
-    context, pickled; the executor apart) and the JAX options it runs under. None for a
-    request not in frames (its work holds the executor)."""
+    """What the call is, for the capture cache: its frame (fn, kwargs and the tracing context,
+    pickled; the executor apart), its arguments (their token, else their frame's hash) and
+    the JAX options it runs under. None for a request not in frames (its work holds all)."""
     if request.get("frames") is None:
         return None
     import hashlib
 
-    return hashlib.sha256(request["work"] + pickle.dumps(sorted(
+    args = request.get("args_token") or hashlib.sha256(request["args_frame"]).hexdigest()
+    return hashlib.sha256(request["work"] + args.encode() + pickle.dumps(sorted(
         (k, repr(v)) for k, v in request["config"].items()))).digest()
 
 
-def _call(frame: bytes, key: bytes | None) -> dict[str, Any]:
-    """The call's frame unpickled, or as kept with its capture: a repeated run's arguments
-    are not rebuilt."""
+def _call(request: dict[str, Any], key: bytes | None) -> dict[str, Any]:
+    """The call's work (fn, args, kwargs, ...): as kept with its capture, or unpickled from
+    its frames. A repeated run's arguments are not rebuilt."""
     if key is not None and (found := _PREPARED.get(key)) is not None:
         return dict(found[0])
-    return pickle.loads(frame)
+    work = pickle.loads(request["work"])
+    if request.get("args_frame") is not None:
+        work["args"] = pickle.loads(request["args_frame"])
+    return work
 
 
 def _prepared(work: dict[str, Any], key: bytes | None) -> Any:

@@ -49,7 +49,7 @@ from pallaslab.execute.monitor import describe_program, progress
 from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.running import execute_here
-from pallaslab.execute.worker_request import encode_frames, why_not_sent
+from pallaslab.execute.worker_request import FramedCall, encode_frames, why_not_sent
 from pallaslab.execute.worker_request import encode_request as encode_request  # for callers
 from pallaslab.model.source_names import short_source
 from pallaslab.util import worker_process
@@ -200,6 +200,7 @@ class _Worker:
         self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
         self.recv_conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
         self.ready = False
+        self.args_tokens: set[str] = set()  # arguments this worker was sent (`FramedCall`)
         self.last_words: str | None = None
 
     def alive(self) -> bool:
@@ -281,13 +282,15 @@ class _Workers:
         self._lock = threading.Lock()
         self.devices = devices
 
-    def call(self, request: bytes | tuple[bytes, ...], limit: float, *, label: str,
+    def call(self, request: bytes | FramedCall, limit: float, *, label: str,
              running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
              cancelled: Callable[[], bool] = lambda: False,
              watch: Callable[[float, int], None] | None = None) -> Exchange:
         """Send `request` and wait for the answer, polling the worker, the clock and Ctrl-C
         every `POLL` seconds. At the time limit, or on Ctrl-C (a KeyboardInterrupt, or
         `cancelled()` turning true), the worker is killed: it is replaced on the next call.
+        A `FramedCall`'s arguments stay behind when this worker was sent them already under
+        their token (sent again if it no longer keeps them).
 
         `running(count, where)` words what was running from the worker's status (programs
         started, (kernel, program, launch)); `interrupted(seconds, what)` is the message of
@@ -299,32 +302,51 @@ class _Workers:
             if watch is not None:
                 worker.reset_status()
             started = time.monotonic()
-            try:
-                for frame in (request,) if isinstance(request, bytes) else request:
-                    worker.send_conn.send_bytes(frame)
-                while not worker.recv_conn.poll(POLL):
-                    seconds = time.monotonic() - started
-                    if cancelled():
-                        raise KeyboardInterrupt
-                    if not worker.alive():
-                        self._discard(worker)
-                        return Exchange(seconds, failed=_death(worker, label))
-                    if seconds > limit:
-                        what = running(*worker.status())
-                        self._discard(worker)
-                        return Exchange(seconds, timed_out=what)
-                    if watch is not None:
-                        watch(seconds, worker.status()[0])
-                data = worker.recv_conn.recv_bytes()
-            except KeyboardInterrupt:
+            if not isinstance(request, FramedCall):
+                return self._exchange(worker, (request,), started, limit, label, running,
+                                      interrupted, cancelled, watch)
+            token = request.args_token
+            kept = token is not None and token in worker.args_tokens
+            done = self._exchange(worker, request.frames(send_args=not kept), started, limit,
+                                  label, running, interrupted, cancelled, watch)
+            if kept and isinstance(done.reply, dict) and done.reply.get("resend-args"):
+                worker.args_tokens.discard(token)
+                done = self._exchange(worker, request.frames(), started, limit, label, running,
+                                      interrupted, cancelled, watch)
+            if token is not None and done.reply is not None:
+                worker.args_tokens.add(token)
+            return done
+
+    def _exchange(self, worker: _Worker, frames: tuple[bytes, ...], started: float,
+                  limit: float, label: str, running: Callable[[int, Any], str],
+                  interrupted: Callable[[float, str], str], cancelled: Callable[[], bool],
+                  watch: Callable[[float, int], None] | None) -> Exchange:
+        try:
+            for frame in frames:
+                worker.send_conn.send_bytes(frame)
+            while not worker.recv_conn.poll(POLL):
                 seconds = time.monotonic() - started
-                what = running(*worker.status())
-                self._discard(worker)
-                raise KeyboardInterrupt(interrupted(seconds, what)) from None
-            except (EOFError, OSError):
-                self._discard(worker)
-                return Exchange(time.monotonic() - started, failed=_death(worker, label))
-            return Exchange(time.monotonic() - started, reply=pickle.loads(data))
+                if cancelled():
+                    raise KeyboardInterrupt
+                if not worker.alive():
+                    self._discard(worker)
+                    return Exchange(seconds, failed=_death(worker, label))
+                if seconds > limit:
+                    what = running(*worker.status())
+                    self._discard(worker)
+                    return Exchange(seconds, timed_out=what)
+                if watch is not None:
+                    watch(seconds, worker.status()[0])
+            data = worker.recv_conn.recv_bytes()
+        except KeyboardInterrupt:
+            seconds = time.monotonic() - started
+            what = running(*worker.status())
+            self._discard(worker)
+            raise KeyboardInterrupt(interrupted(seconds, what)) from None
+        except (EOFError, OSError):
+            self._discard(worker)
+            return Exchange(time.monotonic() - started, failed=_death(worker, label))
+        return Exchange(time.monotonic() - started, reply=pickle.loads(data))
 
     def _ready_worker(self) -> _Worker | str:
         worker = self._worker
@@ -372,7 +394,7 @@ def workers_for(devices: int | None) -> _Workers:
     return _DEVICE_WORKERS.setdefault(devices, _Workers(devices))
 
 
-def call_worker(request: bytes | tuple[bytes, ...], limit: float, *, label: str,
+def call_worker(request: bytes | FramedCall, limit: float, *, label: str,
                 running: Callable[[int, Any], str], interrupted: Callable[[float, str], str],
                 cancelled: Callable[[], bool] = lambda: False,
                 watch: Callable[[float, int], None] | None = None,

@@ -3,9 +3,14 @@ JAX's primitives and config options by name, and the caller's JAX options mirror
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import pickle
 import sys
+import threading
+import uuid
+import weakref
 from typing import Any
 
 # JAX options a notebook may have changed that change what a kernel computes.
@@ -22,16 +27,84 @@ def encode_request(work: dict[str, Any], kind: str = "execute") -> bytes:
     return pickle.dumps({**_header(work, kind), "work": _dumps(work)})
 
 
-def encode_frames(work: dict[str, Any], kind: str = "execute") -> tuple[bytes, ...]:
-    """The same request as frames sent one after another, so the arguments are pickled once
-    and never copied into an outer pickle: the header (plain pickle: the kind, the caller's
-    path and options, and how many frames follow), the executor, and the call (fn, args,
-    kwargs and the rest). The worker keys its captures by the call's frame (`_worker`), which
-    the executor is kept out of: two executors comparing one call share one capture."""
-    rest = {k: v for k, v in work.items() if k != "executor"}
-    frames = (_dumps({"executor": work["executor"]}), _dumps(rest)) if "executor" in work \
-        else (_dumps(rest),)
-    return (pickle.dumps({**_header(work, kind), "frames": len(frames)}), *frames)
+@dataclasses.dataclass(frozen=True)
+class FramedCall:
+    """An "execute" request as frames sent one after another, so the arguments are pickled
+    once and never copied into an outer pickle: the header (plain pickle: the kind, the
+    caller's path and options, and which frames follow), the executor, the call (fn, kwargs
+    and the rest) and the arguments. The worker keys its captures by the call's frame and the
+    arguments (`_worker`), the executor kept out: two executors comparing one call share one
+    capture.
+
+    `args_token` names these very arguments when they cannot change (JAX arrays, immutable):
+    a worker that kept them is sent the token alone (`frames(send_args=False)`), and answers
+    {"resend-args": True} when it no longer has them."""
+
+    header: dict[str, Any]
+    executor: bytes | None
+    call: bytes
+    args_value: Any = dataclasses.field(repr=False)
+    args_token: str | None
+    _pickled: list[bytes] = dataclasses.field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.args_token is None:  # pickled now: what cannot travel is known at once
+            self._pickled.append(_dumps(self.args_value))
+
+    @property
+    def args(self) -> bytes:
+        """The arguments' frame: pickled once, and only when they have to travel (JAX arrays
+        always pickle)."""
+        if not self._pickled:
+            self._pickled.append(_dumps(self.args_value))
+        return self._pickled[0]
+
+    def frames(self, send_args: bool = True) -> tuple[bytes, ...]:
+        parts = [p for p in (self.executor, self.call) if p is not None]
+        if send_args:
+            parts.append(self.args)
+        header = {**self.header, "frames": len(parts), "executor_frame": self.executor
+                  is not None, "args_sent": send_args, "args_token": self.args_token}
+        return (pickle.dumps(header), *parts)
+
+
+def encode_frames(work: dict[str, Any], kind: str = "execute") -> FramedCall:
+    """`work` as a `FramedCall`; raises when it cannot travel (then the caller runs in this
+    process)."""
+    rest = {k: v for k, v in work.items() if k not in ("executor", "args")}
+    executor = _dumps({"executor": work["executor"]}) if "executor" in work else None
+    return FramedCall(_header(work, kind), executor, _dumps(rest), work["args"],
+                      args_token(work["args"]))
+
+
+# Arguments sent lately, by token: their tree structure and a weak reference to each leaf.
+_TOKENS: collections.OrderedDict[str, tuple[Any, tuple[weakref.ref[Any], ...]]] = \
+    collections.OrderedDict()
+_TOKENS_KEPT = 16
+_TOKENS_LOCK = threading.Lock()
+
+
+def args_token(args: Any) -> str | None:
+    """The same token for the very same immutable arguments (every leaf a JAX array, in the
+    same tree), alive since they were last named; None when a leaf could change in place (a
+    NumPy array) or is not an array."""
+    import jax
+
+    leaves, tree = jax.tree.flatten(args)
+    if not leaves or not all(isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+                             for x in leaves):
+        return None
+    with _TOKENS_LOCK:
+        for token, (kept_tree, refs) in _TOKENS.items():
+            if kept_tree == tree and len(refs) == len(leaves) and \
+                    all(r() is x for r, x in zip(refs, leaves, strict=True)):
+                _TOKENS.move_to_end(token)
+                return token
+        token = uuid.uuid4().hex
+        _TOKENS[token] = (tree, tuple(weakref.ref(x) for x in leaves))
+        while len(_TOKENS) > _TOKENS_KEPT:
+            _TOKENS.popitem(last=False)
+        return token
 
 
 def _header(work: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The executor worker keeps the calls it captured (issue 28, the warm loop): a repeated run,
 or a second executor of one comparison, reuses the capture; a changed kernel body, block shape,
 closed-over constant or argument value is another call and misses, giving the new result. The
-arguments travel once, in a frame of their own. And the `pallaslab` command starts its worker
+arguments travel in a frame of their own, and JAX arrays (immutable) only once to a worker that
+keeps them. And the `pallaslab` command starts its worker
 before importing JAX, which the executors then adopt."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jax.experimental import pallas as pl
 from kernels import rand
 
 import pallaslab
+from pallaslab.execute import _worker, isolation
 from pallaslab.execute.compile_cache import capture_cache_stats
 from pallaslab.execute.worker_request import encode_frames
 
@@ -96,11 +98,55 @@ def test_two_executors_of_a_comparison_share_one_capture(x):
     assert capture_cache_stats()["size"] <= capture_cache_stats()["maxsize"]
 
 
-def test_the_arguments_travel_once_in_a_frame_of_their_own(x):
-    header, executor, call = encode_frames({"executor": "vectorized", "fn": plus(0.0),
-                                            "args": (x,), "kwargs": {}})
+def test_the_arguments_travel_in_a_frame_of_their_own_left_behind_under_their_token(x):
+    call = encode_frames({"executor": "vectorized", "fn": plus(0.0), "args": (x,),
+                          "kwargs": {}})
     big = np.asarray(x).nbytes
-    assert len(call) > big and len(header) < big and len(executor) < big
+    header, executor, work, args = call.frames()
+    assert len(args) > big and max(len(header), len(executor), len(work)) < big
+    assert max(map(len, call.frames(send_args=False))) < big
+    assert call.args_token is not None  # a JAX array cannot change in place
+    assert encode_frames({"fn": plus(0.0), "args": (x,), "kwargs": {}}).args_token == \
+        call.args_token
+    assert encode_frames({"fn": plus(0.0), "args": (np.asarray(x),), "kwargs": {}}
+                         ).args_token is None  # a NumPy array can
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The largest frame of each exchange with the worker."""
+    sizes: list[int] = []
+    exchange = isolation._Workers._exchange
+
+    def spy(self, worker, frames, *rest):
+        sizes.append(max(map(len, frames)))
+        return exchange(self, worker, frames, *rest)
+
+    monkeypatch.setattr(isolation._Workers, "_exchange", spy)
+    return sizes
+
+
+def test_unchanged_jax_arrays_travel_once_and_numpy_arrays_every_time(x, sent):
+    fn, y = plus(0.5), x + 1.0  # arrays no earlier test sent
+    big = np.asarray(y).nbytes
+    first, again = _run(fn, y), _run(fn, y)
+    np.testing.assert_array_equal(again, first)
+    assert sent[0] > big > sent[1]
+    sent.clear()
+    data = np.asarray(y)
+    np.testing.assert_array_equal(_run(fn, data), _run(fn, data))
+    assert min(sent) > big
+
+
+def test_arguments_the_worker_no_longer_keeps_are_sent_again(x, sent):
+    fn, y = plus(-0.5), x + 2.0
+    first = _run(fn, y)
+    for i in range(_worker.MAX_PREPARED + 1):  # other calls push this one out
+        _run(plus(float(i)), x)
+    sent.clear()
+    np.testing.assert_array_equal(_run(fn, y), first)
+    big = np.asarray(y).nbytes
+    assert sent[0] < big < sent[1]  # the token alone, then {"resend-args"}: all of it
 
 
 def test_the_command_starts_its_worker_early_and_the_executors_adopt_it():
