@@ -86,12 +86,32 @@ def main() -> int:
     import pallaslab.execute.executors  # noqa: F401 - warm JAX and pallaslab before "ready"
 
     send.send_bytes(b"ready")
+    warm_up()
     while True:
         try:
             data = receive.recv_bytes()
         except (EOFError, OSError):
             return 0
         send.send_bytes(pickle.dumps(handle(data, receive)))
+
+
+def warm_up() -> None:
+    """Trace, lower and run a tiny interpreted Pallas kernel, so that JAX's first-use costs
+    (its tracing and lowering machinery, the first compile) are paid while the parent is still
+    importing and tracing, not by its first run. Anything failing here is left to that run."""
+    import contextlib
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def double(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    with contextlib.suppress(Exception):
+        x = jnp.ones((8, 128), jnp.float32)
+        jax.block_until_ready(pl.pallas_call(
+            double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)(x))
 
 
 def follow_parent(parent: int, parent_tmpdir: str | None) -> None:
