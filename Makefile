@@ -81,16 +81,17 @@ JAX011_STAMP := $(JAX011_VENV)/.installed
 JAX011_TESTS := tests/test_jax_versions.py tests/model/test_capture.py \
 	tests/analysis/test_findings.py tests/execute/test_compare.py tests/lowering/test_lowering.py
 
-$(JAX011_STAMP): pyproject.toml
+$(JAX011_STAMP): pyproject.toml Makefile
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12"; exit 1; }
 	test -x $(JAX011_PY) || $(PYTHON312) -m venv $(JAX011_VENV)
 	$(JAX011_PY) -m pip install --quiet --upgrade pip
 	$(JAX011_PY) -m pip install --quiet "jax[tpu]==$(JAX011)" "jaxlib==$(JAX011)" \
-		-e ".[gpu]" "pytest>=8"
+		-e ".[gpu]" "pytest>=8" "pytest-xdist>=3.5"
 	touch $(JAX011_STAMP)
 
 test-jax011: $(JAX011_STAMP)
-	JAX_PLATFORMS=cpu $(JAX011_PY) -m pytest -q -p no:cacheprovider $(JAX011_TESTS)
+	JAX_PLATFORMS=cpu $(JAX011_PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,\
+		$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) $(JAX011_TESTS)
 
 test: setup browser-deps lint typecheck-js test-python test-jax011
 

@@ -18,6 +18,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 # mybinder.org guarantees 1 GB of memory to a session (and stops one above 2 GB): every tutorial
 # stays within it, kernel and worker processes together.
 BINDER_GUARANTEED_BYTES = 1_000_000_000
+WIDGET = "application/vnd.jupyter.widget-view+json"
 PEAK_PSS: dict[str, int] = {}  # notebook -> peak proportional set size while it ran
 
 
@@ -146,10 +147,25 @@ def test_quickstart_shows_fetches_and_the_race():
 
 def test_grids_tutorial_solutions_show_the_revisit_and_the_partial_blocks():
     text = text_of("01_grids_and_blockspecs.ipynb")
+    assert "outputs  fetches  12" in text and "args[0]  fetches  24" in text
+    assert "output-revisit" in text and "uncovered-output" in text
     assert "[nan, nan, nan" in text  # half_grid's unwritten rows, as the text explains
     assert "semantics: arbitrary, parallel, parallel" in text
     assert "error output-revisit: outputs: 12 output block visit(s) are not consecutive" in text
     assert "warning partial-block outputs programs ((5, 0), (5, 1), (5, 2), (5, 3))" in text
+
+
+def test_pallas_cells_show_the_workbench_and_keep_their_value():
+    nb = executed(next(p for p in NOTEBOOKS if p.name == "01_grids_and_blockspecs.ipynb"))
+    magic_cells = [c for c in nb.cells
+                   if c.cell_type == "code" and c.source.startswith("%%pallas")]
+    assert len(magic_cells) >= 3
+    for cell in magic_cells:
+        shown = [o for o in cell.outputs if o.output_type == "display_data"]
+        assert shown and WIDGET in shown[0].data and "text/html" in shown[0].data
+        assert "Grid of kernel" in shown[0].data["text/plain"]
+        results = [o for o in cell.outputs if o.output_type == "execute_result"]
+        assert results and "Array(" in results[0].data["text/plain"]
 
 
 def test_debugging_tutorial_finds_the_program_the_race_and_the_fit():
