@@ -21,8 +21,9 @@ then answers each request, a pickled dict whose "kind" says what to do:
 An "execute" request may come in frames (`worker_request.FramedCall`): a header with
 "frames": N, then N frames (the executor, the call, the arguments). The call's frame and the
 arguments key the captured calls kept (`MAX_PREPARED`), so a repeated run skips the trace.
-Arguments that cannot change come with a token: sent again under it, they may stay behind
-("args_sent" false), and the answer is {"resend-args": True} when they are no longer kept.
+Arguments that cannot change come with a token (kept here under it, the `MAX_PREPARED` most
+recent): sent again, they may stay behind ("args_sent" false), and the answer is
+{"resend-args": True} when they are no longer kept.
 
 The worker's JAX keeps compiled computations on disk too (JAX's persistent compilation cache,
 `pallaslab.util.jax_cache`), so a new worker skips compiles an earlier one did.
@@ -57,6 +58,7 @@ MAX_RUNNERS = 8  # stepper runners kept (least recently used dropped first)
 MAX_PREPARED = 4  # captured calls kept (least recently used dropped first), with their arrays
 _PREPARED: OrderedDict[bytes, Any] = OrderedDict()  # call key -> (the call's work, Prepared)
 _CAPTURES = {"hits": 0, "misses": 0}  # of `_PREPARED`
+_ARGS: OrderedDict[str, Any] = OrderedDict()  # token -> arguments (those sent with a token)
 _RUNNERS: OrderedDict[str, tuple[Any, dict[str, Any]]] = OrderedDict()  # key -> runner, config
 _CONFIG: dict[str, Any] = {}  # the JAX options as last set by a request
 
@@ -169,7 +171,8 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
                 sys.path.append(path)
         _set_config(request["config"])
         key = _call_key(request) if kind == "execute" else None
-        if key is not None and request["args_frame"] is None and key not in _PREPARED:
+        if key is not None and request["args_frame"] is None and key not in _PREPARED \
+                and request.get("args_token") not in _ARGS:
             return {"resend-args": True}  # named by their token, no longer kept here
         work = _call(request, key)
         if request.get("executor_frame") is not None:
@@ -201,12 +204,21 @@ def _call_key(request: dict[str, Any]) -> bytes | None:
 
 def _call(request: dict[str, Any], key: bytes | None) -> dict[str, Any]:
     """The call's work (fn, args, kwargs, ...): as kept with its capture, or unpickled from
-    its frames. A repeated run's arguments are not rebuilt."""
+    its frames, the arguments from their frame or as kept under their token. A repeated run
+    (or an edited kernel run on the same JAX arrays) does not rebuild its arguments."""
     if key is not None and (found := _PREPARED.get(key)) is not None:
         return dict(found[0])
     work = pickle.loads(request["work"])
+    token = request.get("args_token")
     if request.get("args_frame") is not None:
         work["args"] = pickle.loads(request["args_frame"])
+        if token is not None:
+            _ARGS[token] = work["args"]
+            while len(_ARGS) > MAX_PREPARED:
+                _ARGS.popitem(last=False)
+    elif token is not None:
+        _ARGS.move_to_end(token)
+        work["args"] = _ARGS[token]
     return work
 
 

@@ -138,11 +138,19 @@ def test_unchanged_jax_arrays_travel_once_and_numpy_arrays_every_time(x, sent):
     assert min(sent) > big
 
 
+def test_an_edited_kernel_on_the_same_jax_arrays_sends_only_their_token(x, sent):
+    y = x + 3.0
+    _run(plus(1.0), y)
+    sent.clear()
+    np.testing.assert_allclose(_run(blocked(_shift_kernel), y), np.asarray(y) + 3.0)
+    assert len(sent) == 1 and sent[0] < np.asarray(y).nbytes  # no {"resend-args"} either
+
+
 def test_arguments_the_worker_no_longer_keeps_are_sent_again(x, sent):
     fn, y = plus(-0.5), x + 2.0
     first = _run(fn, y)
-    for i in range(_worker.MAX_PREPARED + 1):  # other calls push this one out
-        _run(plus(float(i)), x)
+    for i in range(_worker.MAX_PREPARED + 1):  # other calls, on other arrays, push it out
+        _run(plus(float(i)), x + float(i))
     sent.clear()
     np.testing.assert_array_equal(_run(fn, y), first)
     big = np.asarray(y).nbytes
