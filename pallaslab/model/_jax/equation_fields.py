@@ -11,6 +11,7 @@ import numpy as np
 from jax._src import source_info_util
 from jax._src.pallas import core as pallas_core
 
+from pallaslab.model._jax.base import jaxpr_text
 from pallaslab.model.kernel import BlockDim, Operand
 
 
@@ -53,7 +54,7 @@ def block_operand(bm: Any, role: str, aliased: str | None) -> Operand:
         dtype=dtype,
         memory_space=memory_space,
         block_dims=block_dims,
-        index_map_jaxpr=str(bm.index_map_jaxpr),
+        index_map_jaxpr=jaxpr_text(bm.index_map_jaxpr),
         index_map_source=index_src,
         buffer_count=buffer_count,
         aliased_with=aliased,

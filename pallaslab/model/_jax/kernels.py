@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jax._src.pallas import core as pallas_core
 
-from pallaslab.model._jax.base import PALLAS_CALL, KernelHandle
+from pallaslab.model._jax.base import PALLAS_CALL, KernelHandle, jaxpr_text
 from pallaslab.model._jax.equation_fields import (
     block_operand,
     call_site_of,
@@ -100,7 +100,7 @@ def _pallas_call_kernel(
         compiler_params=compiler_params,
         backend=backend,
         cost_estimate=_cost(params.get("cost_estimate")),
-        kernel_jaxpr=str(kernel_jaxpr),
+        kernel_jaxpr=jaxpr_text(kernel_jaxpr),
         prefetch_values=tuple(prefetch_values) if prefetch_values is not None else (),
         fusion=kernel_fusion(kernel_jaxpr, operands),
         handle=handle,
@@ -275,7 +275,7 @@ def _mesh_kernel(found: FoundKernel, index: int) -> Kernel:
         dimension_semantics=None, operands=tuple(operands), input_output_aliases=(),
         compiler_params=compiler_params, backend=backend,
         cost_estimate=_cost(params.get("cost_estimate")),
-        kernel_jaxpr="\n".join(str(j) for j in jaxprs),
+        kernel_jaxpr="\n".join(jaxpr_text(j) for j in jaxprs),
         mesh=MeshInfo(type(mesh).__name__, axes, _warpgroups(mesh)),
         handle=KernelHandle(eqn=eqn, index_map_evaluator=None, num_dynamic_grid=0,
                             prefetch_concrete=False),
