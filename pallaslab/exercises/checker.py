@@ -52,7 +52,7 @@ def known_mistakes(ex: Exercise, comparison: Any) -> tuple[str, ...]:
     kernel reproduced (on the inputs the comparison ran, within its tolerances)."""
     import numpy as np
 
-    from pallaslab.execute.pair import default_rtol
+    from pallaslab.execute.pair import compare_arrays
 
     ran = [r for r in comparison.results
            if r.executor != "reference" and r.outputs is not None and r.inputs]
@@ -66,11 +66,8 @@ def known_mistakes(ex: Exercise, comparison: Any) -> tuple[str, ...]:
         except Exception:  # a mistake that cannot be computed on these inputs matches nothing
             continue
         out = got.outputs[0]
-        if expected.shape != out.shape:
-            continue
-        rtol = ex.rtol if ex.rtol is not None else default_rtol(out.dtype)
-        atol = ex.atol if ex.atol is not None else rtol * float(np.max(np.abs(expected)))
-        if np.allclose(out, expected, rtol=rtol, atol=atol):
+        if expected.shape == out.shape and \
+                compare_arrays(out, expected, rtol=ex.rtol, atol=ex.atol).allclose:
             said.append(mistake.says)
     return tuple(said)
 

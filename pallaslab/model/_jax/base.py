@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
 import warnings
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +14,7 @@ from jax._src.pallas import mpmd as pallas_mpmd
 from jax._src.pallas import pallas_call as pallas_call_mod
 
 from pallaslab.model._jax.arguments import argument_positions
+from pallaslab.model._jax.compiled import PerObject
 from pallaslab.model._jax.versions import SUPPORTED_JAX, jax_supported
 
 if not jax_supported():  # pragma: no cover
@@ -28,21 +26,13 @@ if not jax_supported():  # pragma: no cover
     )
 
 Jaxpr = jax_core.Jaxpr
-_JAXPR_TEXTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_JAXPR_TEXTS_LOCK = threading.Lock()
+_JAXPR_TEXTS: PerObject[str] = PerObject()
 
 
 def jaxpr_text(jaxpr: Any) -> str:
-    """`str(jaxpr)`, kept per jaxpr object: JAX hands a repeated capture the very same kernel
-    and index-map jaxprs, and printing them again was a third of a warm capture."""
-    with _JAXPR_TEXTS_LOCK:
-        text = _JAXPR_TEXTS.get(jaxpr)
-    if text is None:
-        text = str(jaxpr)
-        # not weakly referenceable (TypeError): printed each time
-        with contextlib.suppress(TypeError), _JAXPR_TEXTS_LOCK:
-            _JAXPR_TEXTS[jaxpr] = text
-    return text
+    """`str(jaxpr)`, kept per jaxpr object: printing a repeated capture's kernel and
+    index-map jaxprs again was half of a warm capture."""
+    return _JAXPR_TEXTS.get(jaxpr, str)
 
 
 PALLAS_CALL = pallas_call_mod.pallas_call_p

@@ -13,6 +13,7 @@ those run as before.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -84,20 +85,30 @@ def _array_key(value: Any) -> Hashable:
     return ("array", data.shape, data.dtype.str, hashlib.sha256(data.tobytes()).hexdigest())
 
 
-# Keys of the jaxprs met lately, by the jaxpr object (immutable once built): a worker that runs
-# one kept capture again keys the same objects each time.
-_JAXPR_KEYS: weakref.WeakKeyDictionary[Any, Hashable] = weakref.WeakKeyDictionary()
-_JAXPR_KEYS_LOCK = threading.Lock()
+class PerObject[T]:
+    """Values computed from an object, kept while it lives (weak keys): JAX hands a repeated
+    capture the very same jaxpr objects, so what is derived from one is computed once. An
+    object that cannot be weakly referenced gets its value computed each time."""
+
+    def __init__(self) -> None:
+        self._values: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, obj: Any, make: Callable[[Any], T]) -> T:
+        with self._lock:
+            found = self._values.get(obj)
+        if found is None:
+            found = make(obj)
+            with contextlib.suppress(TypeError), self._lock:
+                self._values[obj] = found
+        return found
+
+
+_JAXPR_KEYS: PerObject[Hashable] = PerObject()
 
 
 def _known_jaxpr_key(jaxpr: Any) -> Hashable:
-    with _JAXPR_KEYS_LOCK:
-        found = _JAXPR_KEYS.get(jaxpr)
-    if found is None:
-        found = _jaxpr_key(jaxpr)
-        with _JAXPR_KEYS_LOCK:
-            _JAXPR_KEYS[jaxpr] = found
-    return found
+    return _JAXPR_KEYS.get(jaxpr, _jaxpr_key)
 
 
 def _jaxpr_key(jaxpr: Any) -> Hashable:
