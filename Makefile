@@ -7,32 +7,32 @@ PY := $(VENV)/bin/python
 PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do \
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 STAMP := $(VENV)/.installed
+# The exact set the suite passes with (a pip constraints file): every install goes through it.
+PINS := pins.txt
 # Mosaic GPU's compiler: XLA's CUDA plugin, compile-only (no GPU). A directory of its own, not
 # site-packages, so JAX does not load it in every process; only pallaslab's worker uses it.
 MGPU_DIR := $(VENV)/mosaic-gpu-compiler
 MGPU_STAMP := $(MGPU_DIR)/.installed
 
-.PHONY: setup mosaic-gpu-compiler lab test test-python test-jax011 lint browser-deps typecheck-js clean \
-	device-check
+.PHONY: setup mosaic-gpu-compiler lab test test-python test-jax-releases test-jax-latest pins lint \
+	browser-deps typecheck-js clean device-check
 
 setup: $(STAMP) $(MGPU_STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(PINS)
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12 (JAX 0.12 needs it)"; exit 1; }
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[all]"
+	$(PY) -m pip install --quiet -c $(PINS) -e ".[all]"
 	touch $(STAMP)
 
-# The plugin matching the installed jaxlib (--no-deps: no cuDNN/cuBLAS/cudart needed), and the
-# triton wheel's ptxas/nvdisasm/libdevice linked where the plugin looks for a CUDA toolkit.
+# XLA's CUDA plugin matching the installed jaxlib (CUDA 12 up to jaxlib 0.12.0.x, CUDA 13 from
+# 0.12.1; --no-deps: no cuDNN/cuBLAS/cudart needed), as pinned, and the triton wheel's ptxas of
+# that CUDA, nvdisasm and libdevice linked where the plugin looks for a CUDA toolkit.
 mosaic-gpu-compiler: $(MGPU_STAMP)
 
-$(MGPU_STAMP): $(STAMP)
-	v=$$($(PY) -c 'import importlib.metadata as m; print(m.version("jaxlib"))') && \
-	$(PY) -m pip install --quiet --no-deps --upgrade --target $(MGPU_DIR) \
-		"jax-cuda12-pjrt==$$v" "jax-cuda12-plugin==$$v"
-	$(PY) -m pallaslab.lowering.mosaic_gpu_compile --install-tools $(MGPU_DIR)
+$(MGPU_STAMP): $(STAMP) $(PINS)
+	$(PY) -m pallaslab.lowering.mosaic_gpu_compile --install $(MGPU_DIR) --constraints $(PINS) --quiet
 	touch $(MGPU_STAMP)
 
 # Debian's Chromium for the browser tests (never a downloaded browser build).
@@ -59,7 +59,7 @@ lab: setup
 	JAX_PLATFORMS=cpu $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_DIR)/
 
 lint: setup
-	$(VENV)/bin/ruff check pallaslab lowering tests benchmarks
+	$(VENV)/bin/ruff check pallaslab lowering tests benchmarks tools
 	$(VENV)/bin/mypy
 
 # One pytest worker per core; a test file stays on one worker, so its module fixtures (the peer
@@ -71,29 +71,43 @@ test-python: setup
 		-n $(PYTEST_WORKERS) --dist loadfile -m "not serial" && \
 		JAX_PLATFORMS=cpu $(PY) -m pytest -q -m serial)
 
-# The other supported JAX (pyproject: jax>=0.11,<0.13) in a second virtualenv: the catalog's
-# capture, check (findings), compare and lower tests, and the version gates' own test. JAX 0.11
-# pins its libtpu through jax[tpu]; pallaslab itself comes in editable, with no extras.
-JAX011_VENV := .venv-jax011
-JAX011_PY := $(JAX011_VENV)/bin/python
-JAX011 := 0.11.2
-JAX011_STAMP := $(JAX011_VENV)/.installed
-JAX011_TESTS := tests/test_jax_versions.py tests/model/test_capture.py \
+# The other tested JAX releases (pins.txt's `also-tested:` lines), each in a virtualenv of its
+# own: the catalog's capture, check (findings), compare and lower tests, and the version gates'
+# own test. Each installs its line's jax, jaxlib and libtpu, everything else as pinned (less
+# pins.txt's own jax, jaxlib and libtpu), and pallaslab editable with the gpu extra.
+OTHER_JAX := $(shell sed -n 's/^\# also-tested: jax==\([^ ]*\) .*/\1/p' $(PINS))
+RELEASE_TESTS := tests/test_jax_versions.py tests/model/test_capture.py \
 	tests/analysis/test_findings.py tests/execute/test_compare.py tests/lowering/test_lowering.py
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
-$(JAX011_STAMP): pyproject.toml Makefile
+.venv-jax-%/.installed: pyproject.toml $(PINS)
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12"; exit 1; }
-	test -x $(JAX011_PY) || $(PYTHON312) -m venv $(JAX011_VENV)
-	$(JAX011_PY) -m pip install --quiet --upgrade pip
-	$(JAX011_PY) -m pip install --quiet "jax[tpu]==$(JAX011)" "jaxlib==$(JAX011)" \
-		-e ".[gpu]" "pytest>=8" "pytest-xdist>=3.5"
-	touch $(JAX011_STAMP)
+	@grep -q "^# also-tested: jax==$* " $(PINS) || { echo "pins.txt tests no JAX $*"; exit 1; }
+	test -x .venv-jax-$*/bin/python || $(PYTHON312) -m venv .venv-jax-$*
+	.venv-jax-$*/bin/python -m pip install --quiet --upgrade pip
+	grep -vE '^(jax|jaxlib|libtpu)==' $(PINS) > .venv-jax-$*/constraints.txt
+	.venv-jax-$*/bin/python -m pip install --quiet -c .venv-jax-$*/constraints.txt \
+		$$(sed -n 's/^# also-tested: //p' $(PINS) | grep "^jax==$* ") -e ".[gpu]" pytest pytest-xdist
+	touch $@
 
-test-jax011: $(JAX011_STAMP)
-	JAX_PLATFORMS=cpu $(JAX011_PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,\
-		$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) $(JAX011_TESTS)
+test-jax-releases: $(foreach v,$(OTHER_JAX),.venv-jax-$(v)/.installed)
+	@for v in $(OTHER_JAX); do echo "make test-jax-releases: JAX $$v"; \
+		JAX_PLATFORMS=cpu .venv-jax-$$v/bin/python -m pytest -q -p no:cacheprovider \
+			$(PYTEST_PARALLEL) $(RELEASE_TESTS) || exit 1; done
 
-test: setup browser-deps lint typecheck-js test-python test-jax011
+# The canary (not part of `make test`): the newest jax/jaxlib the registry serves, with the
+# libtpu and CUDA plugin it asks for where they exist, in a fresh .venv-jax-latest; runs the
+# release tests there and prints one line per failure and a summary line.
+test-jax-latest:
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install python3.12"; exit 1; }
+	$(PYTHON312) tools/jax_canary.py --venv .venv-jax-latest --pins $(PINS) -- \
+		$(PYTEST_PARALLEL) $(RELEASE_TESTS)
+
+# pins.txt's pinned lines from the development virtualenv, after a passing `make test` on it.
+pins: setup
+	$(PY) tools/jax_canary.py --refresh-pins $(PINS)
+
+test: setup browser-deps lint typecheck-js test-python test-jax-releases
 
 # On a machine with an NVIDIA GPU and a CUDA-enabled JAX already installed (nothing is installed
 # here): the GPU catalog on the device beside the interpreters, profiled; results in
@@ -108,4 +122,4 @@ device-check:
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $$py -m pallaslab.device_check --out $(DEVICE_CHECK_DIR)
 
 clean:
-	rm -rf $(VENV) $(JAX011_VENV) .pytest_cache .mypy_cache .ruff_cache test-results
+	rm -rf $(VENV) .venv-jax-* .pytest_cache .mypy_cache .ruff_cache test-results

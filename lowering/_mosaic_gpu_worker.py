@@ -28,9 +28,9 @@ _KEEP = (".ptx", ".ptxas", ".sass", ".sass_ctrl", ".resources.txt", "layout_infe
 
 def main() -> int:
     dump_dir = Path(os.environ["PALLASLAB_MOSAIC_GPU_DUMP"])
-    # Loads jax_cuda12_plugin's Mosaic GPU runtime (libmosaic_gpu_runtime.so), whose symbols
-    # the compiled kernel's host code is linked against; without it: "Failed to lookup host
-    # symbol ... _mosaic_gpu".
+    # Loads jax_cudaN_plugin's Mosaic GPU runtime (libmosaic_gpu_runtime.so; N the CUDA major,
+    # 12 or 13), whose symbols the compiled kernel's host code is linked against; without it:
+    # "Failed to lookup host symbol ... _mosaic_gpu".
     import jax.experimental.pallas.mosaic_gpu  # noqa: F401
 
     from pallaslab.model import _jax

@@ -4,11 +4,16 @@ on a CPU host with no GPU.
 XLA's CUDA PJRT plugin compiles ahead of time for a compile-only device described by a
 `GpuTargetConfigProto` (no GPU, no libcuda); its `mosaic_gpu_v2` custom call runs Mosaic GPU's
 whole pipeline and ptxas, and `MOSAIC_GPU_DUMP_*` write the PTX, `ptxas -v` output and SASS.
-The plugin (jax-cuda12-pjrt + jax-cuda12-plugin, ~500 MB) lives in a directory of its own,
-`<venv>/mosaic-gpu-compiler` (or $PALLASLAB_MOSAIC_GPU_COMPILER), never in site-packages, where
-JAX would load it in every process; only the compiler worker (`_mosaic_gpu_worker.py`) puts it
-on its path. ptxas, nvdisasm and libdevice are the triton wheel's, linked into
-`<dir>/nvidia/cuda_nvcc` where the plugin looks for a CUDA toolkit.
+The plugin (jax-cudaN-pjrt + jax-cudaN-plugin, ~400 MB, N the CUDA major the installed jaxlib
+has wheels for: `cuda_major()`) lives in a directory of its own, `<venv>/mosaic-gpu-compiler`
+(or $PALLASLAB_MOSAIC_GPU_COMPILER), never in site-packages, where JAX would load it in every
+process; only the compiler worker (`_mosaic_gpu_worker.py`) puts it on its path. ptxas,
+nvdisasm and libdevice are the triton wheel's (a ptxas of the plugin's CUDA major; else
+nvidia-cuda-nvcc's), linked where the plugin looks for a CUDA toolkit: `<dir>/nvidia/cuda_nvcc`
+for CUDA 12, `<dir>/nvidia/cu13` for CUDA 13 (`toolkit_dir()`).
+
+`python -m pallaslab.lowering.mosaic_gpu_compile --install DIR [--constraints FILE]` does the
+whole installation (pip, then the tools); `--install-tools DIR` only links the tools.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ import importlib.metadata
 import io
 import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,12 +42,19 @@ from pallaslab.lowering.result import Diagnostic, Resources, Stage
 from pallaslab.lowering.targets import Target
 
 ENV_VAR = "PALLASLAB_MOSAIC_GPU_COMPILER"
+CUDA_ENV_VAR = "PALLASLAB_MOSAIC_GPU_CUDA"  # "12" or "13": overrides `cuda_major()`
 MAKE_TARGET = "make mosaic-gpu-compiler"
 TOOLS = ("ptxas", "nvdisasm", "cuobjdump")
+CUDA_MAJORS = (12, 13)
+
+# JAX's CUDA plugin wheels per jaxlib: CUDA 12 (jax-cuda12-*) up to and including 0.12.0.1,
+# CUDA 13 only (jax-cuda13-*) from 0.12.1 on. CUDA 12 is preferred wherever it exists.
+_FIRST_CUDA13_ONLY = (0, 12, 1)
 
 _REGISTERS = re.compile(r"Used (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _DYNAMIC_SMEM = re.compile(r"dynamic_shared_memory_size %c(\d+)_i32")
+_RELEASE = re.compile(r"release (\d+)\.(\d+)")
 
 # GpuTargetConfigProto (text format) per compute capability; the figures of XLA's
 # xla/backends/gpu/target_config/specs/*.txtpb. Mosaic GPU needs sm_90 or newer.
@@ -59,35 +74,146 @@ def compiler_dir() -> Path:
     return Path(os.environ.get(ENV_VAR) or Path(sys.prefix) / "mosaic-gpu-compiler")
 
 
-def install_command(directory: Path | None = None) -> str:
+def _release(version: str) -> tuple[int, ...] | None:
+    """The release numbers of a version ("0.12.0.1" -> (0, 12, 0, 1); "0.12.1.dev2024" ->
+    (0, 12, 1)); None when it has none."""
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)
+    return tuple(int(p) for p in m[1].split(".")) if m else None
+
+
+def cuda_major(jaxlib_version: str | None = None) -> int:
+    """The CUDA major of the plugin to use with `jaxlib_version` (default: the installed
+    jaxlib's): 12 where JAX published jax-cuda12-* for it (up to 0.12.0.1), else 13.
+    $PALLASLAB_MOSAIC_GPU_CUDA ("12" or "13") overrides it."""
+    if (forced := os.environ.get(CUDA_ENV_VAR, "").strip()):
+        if not forced.isdigit() or int(forced) not in CUDA_MAJORS:
+            raise ValueError(f"${CUDA_ENV_VAR} must be one of "
+                             f"{', '.join(map(str, CUDA_MAJORS))}, not {forced!r}")
+        return int(forced)
+    release = _release(jaxlib_version if jaxlib_version is not None else _jaxlib_version())
+    if release is None:  # no jaxlib: the newest
+        return CUDA_MAJORS[-1]
+    return 13 if release >= _FIRST_CUDA13_ONLY else 12
+
+
+def plugin_packages(major: int, version: str) -> tuple[str, str]:
+    """The pip requirements of XLA's CUDA plugin of CUDA `major` for jaxlib `version`."""
+    return (f"jax-cuda{major}-pjrt=={version}", f"jax-cuda{major}-plugin=={version}")
+
+
+def plugin_dirs(directory: Path, major: int) -> tuple[Path, Path]:
+    """The two packages the plugin installs into `directory`: the PJRT plugin that JAX
+    discovers (jax_plugins/xla_cudaN) and its extensions (jax_cudaN_plugin)."""
+    return (directory / "jax_plugins" / f"xla_cuda{major}",
+            directory / f"jax_cuda{major}_plugin")
+
+
+def toolkit_dir(directory: Path, major: int) -> Path:
+    """Where the plugin of CUDA `major` (and JAX's `lib.cuda_path`) looks for a CUDA toolkit
+    (bin/ptxas, nvvm/libdevice) next to it: nvidia-cuda-nvcc-cu12's layout for CUDA 12, the
+    CUDA 13 wheels' `nvidia/cu13` for CUDA 13."""
+    return directory / "nvidia" / ("cuda_nvcc" if major == 12 else f"cu{major}")
+
+
+def install_command(directory: Path | None = None, constraints: Path | str | None = None) -> str:
+    """The one command that installs the compiler into `directory` (see `install`)."""
     directory = directory or compiler_dir()
-    version = _jaxlib_version()
-    return (f"pip install --no-deps --target {directory} jax-cuda12-pjrt=={version} "
-            f"jax-cuda12-plugin=={version} && python -m pallaslab.lowering.mosaic_gpu_compile "
-            f"--install-tools {directory}")
+    extra = f" --constraints {shlex.quote(str(constraints))}" if constraints else ""
+    return (f"python -m pallaslab.lowering.mosaic_gpu_compile --install "
+            f"{shlex.quote(str(directory))}{extra}")
+
+
+def _installed_version(directory: Path, distribution: str) -> str | None:
+    """The version of `distribution` pip installed into `directory` (its .dist-info), if any."""
+    stem = distribution.replace("-", "_").lower()
+    for info in directory.glob("*.dist-info"):
+        name, _, version = info.name[: -len(".dist-info")].rpartition("-")
+        if name.replace("-", "_").replace(".", "_").lower() == stem:
+            return version
+    return None
 
 
 def missing_compiler() -> str | None:
-    """None when the compiler directory is complete, else one line saying what to install."""
+    """None when the compiler directory is complete, else one line saying what is missing and
+    the command that installs it."""
     directory = compiler_dir()
-    needed = (directory / "jax_plugins" / "xla_cuda12", directory / "jax_cuda12_plugin",
-              directory / "nvidia" / "cuda_nvcc" / "bin" / "ptxas",
-              directory / "nvidia" / "cuda_nvcc" / "nvvm" / "libdevice" / "libdevice.10.bc")
-    if all(p.exists() for p in needed):
+    try:
+        major = cuda_major()
+    except ValueError as err:
+        return f"Compiling Mosaic GPU kernels: {err}."
+    version = _jaxlib_version()
+    pjrt, plugin = plugin_dirs(directory, major)
+    tools = toolkit_dir(directory, major)
+    missing = [str(p) for p in (pjrt, plugin) if not p.exists()]
+    if not missing:
+        for dist in (f"jax-cuda{major}-pjrt", f"jax-cuda{major}-plugin"):
+            have = _installed_version(directory, dist)
+            if have is not None and have != version:
+                missing.append(f"{dist}=={version} (it has {have})")
+    missing += [str(p) for p in (tools / "bin" / "ptxas",
+                                 tools / "nvvm" / "libdevice" / "libdevice.10.bc")
+                if not p.exists()]
+    if not missing:
         return None
-    return (f"Compiling Mosaic GPU kernels needs XLA's CUDA compiler (compile-only, no GPU) in "
-            f"{directory}, which is missing: run `{MAKE_TARGET}` (or `{install_command()}`).")
+    return (f"Compiling Mosaic GPU kernels needs XLA's CUDA {major} compiler (compile-only, no "
+            f"GPU; jax-cuda{major}-pjrt and jax-cuda{major}-plugin {version}) in {directory}, "
+            f"which lacks {', '.join(missing)}: run `{MAKE_TARGET}` (or "
+            f"`{install_command(directory)}`).")
 
 
-def install_tools(directory: Path) -> None:
-    """Link the triton wheel's ptxas/nvdisasm/cuobjdump and libdevice into
-    `<directory>/nvidia/cuda_nvcc` (the CUDA toolkit layout the plugin searches). Idempotent."""
-    import triton
+def _ptxas_release(path: Path) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = _RELEASE.search(out)
+    return (int(m[1]), int(m[2])) if m else None
 
-    nv = Path(triton.__file__).parent / "backends" / "nvidia"
-    root = directory / "nvidia" / "cuda_nvcc"
-    links = {root / "bin" / tool: nv / "bin" / tool for tool in TOOLS}
-    links[root / "nvvm" / "libdevice" / "libdevice.10.bc"] = nv / "lib" / "libdevice.10.bc"
+
+def _triton_nvidia() -> Path | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return Path(triton.__file__).parent / "backends" / "nvidia"
+
+
+def triton_ptxas(major: int) -> Path | None:
+    """The triton wheel's ptxas of CUDA `major` (triton 3.9 ships a CUDA 12.9 `ptxas` and a
+    CUDA 13 `ptxas-blackwell`), preferring plain `ptxas`; None when it has none."""
+    nv = _triton_nvidia()
+    if nv is None:
+        return None
+    candidates = sorted((nv / "bin").glob("ptxas*"), key=lambda p: (p.name != "ptxas", p.name))
+    for path in candidates:
+        release = _ptxas_release(path)
+        if release is not None and release[0] == major:
+            return path
+    return None
+
+
+def install_tools(directory: Path, major: int | None = None) -> None:
+    """Link a ptxas of CUDA `major` (default `cuda_major()`) and the triton wheel's nvdisasm,
+    cuobjdump and libdevice into `toolkit_dir(directory, major)`, the CUDA toolkit layout the
+    plugin searches. The ptxas is triton's when it has one of that major; else the one the
+    nvidia-cuda-nvcc wheel put there (`install` adds that wheel then), which is kept. Idempotent.
+    Raises RuntimeError when no ptxas of that major is to be had."""
+    major = major or cuda_major()
+    root = toolkit_dir(directory, major)
+    nv = _triton_nvidia()
+    links: dict[Path, Path] = {}
+    if nv is not None:
+        links = {root / "bin" / tool: nv / "bin" / tool for tool in TOOLS if tool != "ptxas"}
+        links[root / "nvvm" / "libdevice" / "libdevice.10.bc"] = nv / "lib" / "libdevice.10.bc"
+    ptxas = root / "bin" / "ptxas"
+    if (source := triton_ptxas(major)) is not None:
+        links[ptxas] = source
+    elif not (ptxas.exists() and not ptxas.is_symlink()
+              and (_ptxas_release(ptxas) or (0,))[0] == major):
+        raise RuntimeError(
+            f"no ptxas of CUDA {major}: the triton wheel has none; run `"
+            f"{install_command(directory)}`, which adds nvidia-cuda-nvcc {major}.x")
     for link, source in links.items():
         if not source.exists():
             continue
@@ -95,6 +221,42 @@ def install_tools(directory: Path) -> None:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(source)
+
+
+def pip_command(directory: Path, major: int | None = None, version: str | None = None,
+                constraints: Path | str | None = None, quiet: bool = False) -> list[str]:
+    """The pip command `install` runs: the plugin of CUDA `major` for jaxlib `version` (default:
+    the installed jaxlib's), --no-deps (no cuDNN/cuBLAS/cudart: compile-only), into `directory`;
+    plus nvidia-cuda-nvcc of that major where the triton wheel has no ptxas of it."""
+    major = major or cuda_major(version)
+    version = version or _jaxlib_version()
+    cmd = [sys.executable, "-m", "pip", "install", *(["--quiet"] if quiet else []), "--no-deps",
+           "--upgrade", "--target", str(directory)]
+    if constraints:
+        cmd += ["--constraint", str(constraints)]
+    cmd += plugin_packages(major, version)
+    if triton_ptxas(major) is None:
+        cmd.append(f"nvidia-cuda-nvcc>={major},<{major + 1}")
+    return cmd
+
+
+def install(directory: Path, constraints: Path | str | None = None,
+            major: int | None = None, quiet: bool = False) -> None:
+    """Install the compiler into `directory`: drop a plugin of another CUDA major left there
+    (JAX would load both), pip-install the plugin of the installed jaxlib (printing the
+    command), then `install_tools`."""
+    major = major or cuda_major()
+    directory.mkdir(parents=True, exist_ok=True)
+    for other in CUDA_MAJORS:
+        if other == major:
+            continue
+        for stale in (*plugin_dirs(directory, other), *directory.glob(f"jax_cuda{other}_*")):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+    cmd = pip_command(directory, major, constraints=constraints, quiet=quiet)
+    print(shlex.join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    install_tools(directory, major)
 
 
 def target_config(target: Target) -> str:
@@ -156,9 +318,12 @@ class MosaicGpuWorker(CompilerWorker):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(directory), env.get("PYTHONPATH", "")) if p)
+        tools = toolkit_dir(directory, cuda_major())
         env["PATH"] = os.pathsep.join(
-            p for p in (str(directory / "nvidia" / "cuda_nvcc" / "bin"), env.get("PATH", ""))
-            if p)
+            p for p in (str(tools / "bin"), env.get("PATH", "")) if p)
+        # JAX's `lib.cuda_path` (Mosaic GPU's MOSAIC_GPU_CUDA_ROOT: ptxas, nvdisasm) and the
+        # plugin's toolkit: ours, not whatever $CUDA_ROOT the user's shell has.
+        env["CUDA_ROOT"] = str(tools)
         env["JAX_PLATFORMS"] = "cpu"  # the worker compiles for compile-only devices only
         env["MOSAIC_GPU_DUMP_TO"] = str(dump)
         for flag in ("MOSAIC_GPU_DUMP_PTX", "MOSAIC_GPU_DUMP_PTXAS", "MOSAIC_GPU_DUMP_SASS"):
@@ -273,7 +438,7 @@ def compile_mosaic_gpu(kernel_name: str, target: Target, hlo: str,
     if sass is None:
         diags.append(Diagnostic("info", "missing-tool",
                                 "no SASS: nvdisasm was not found next to ptxas in "
-                                f"{compiler_dir() / 'nvidia' / 'cuda_nvcc' / 'bin'}"))
+                                f"{toolkit_dir(compiler_dir(), cuda_major()) / 'bin'}"))
     return MosaicGpuCompiled(True, True, tuple(stages), tuple(diags),
                              Resources(smem_bytes=smem, registers=registers, spills=spills),
                              response["seconds"])
@@ -292,12 +457,40 @@ def _jaxlib_version() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "--install-tools":
-        install_tools(Path(argv[1]))
-        return 0
-    print("usage: python -m pallaslab.lowering.mosaic_gpu_compile --install-tools DIR",
-          file=sys.stderr)
-    return 2
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pallaslab.lowering.mosaic_gpu_compile",
+        description="Install or check XLA's CUDA plugin (compile-only) for Mosaic GPU compiles: "
+                    "CUDA 12 or 13 as the installed jaxlib has wheels for (override with "
+                    f"${CUDA_ENV_VAR}=12|13).")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--install", metavar="DIR", type=Path,
+                        help="pip-install the plugin into DIR, then link ptxas/nvdisasm/libdevice")
+    action.add_argument("--install-tools", metavar="DIR", type=Path,
+                        help="only link ptxas/nvdisasm/libdevice into DIR's CUDA toolkit layout")
+    action.add_argument("--check", action="store_true",
+                        help="say whether the compiler is complete (exit status 1 when not)")
+    parser.add_argument("-c", "--constraints", "--constraint", metavar="FILE",
+                        help="with --install: a pip constraints file (e.g. pins.txt)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="with --install: pip -q")
+    args = parser.parse_args(argv)
+    try:
+        if args.install is not None:
+            install(args.install, constraints=args.constraints, quiet=args.quiet)
+        elif args.install_tools is not None:
+            install_tools(args.install_tools)
+        else:
+            why = missing_compiler()
+            print(why or f"complete: {compiler_dir()} (CUDA {cuda_major()})")
+            return 0 if why is None else 1
+    except (RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as err:
+        print(f"error: pip failed (exit status {err.returncode})", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any
 
 from pallaslab.analysis import chips as chip_facts
 from pallaslab.analysis.findings import Finding
-from pallaslab.errors import PallasLabError
+from pallaslab.errors import PallasLabError, untested_jax_errors
 from pallaslab.lowering.targets import TARGETS  # the one list of targets: the backend layer owns it
 from pallaslab.model import Capture, Kernel, capture, select_kernel
 from pallaslab.util.text import visible
@@ -30,6 +30,7 @@ class WorkbenchError(PallasLabError, ValueError):
     """A workbench option (tab, chip, target, kernel) names something that does not exist."""
 
 
+@untested_jax_errors  # on an untested JAX, pallaslab's own failure says which JAX
 def inspect(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Workbench:
     """Capture every Pallas kernel `fn(*args, **kwargs)` launches and open a workbench on them.
 
@@ -50,7 +51,8 @@ def inspect(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Workbench:
     Raises:
         NoKernelError: the call launched no Pallas kernel.
         PallasLabError: the capture failed on pallaslab's account (see `capture`); the user's
-            own exception while tracing propagates unwrapped.
+            own exception while tracing propagates unwrapped. On a JAX pallaslab is not tested
+            with, its own failure is an `UntestedJaxError` naming that JAX.
     """
     from pallaslab.views.compare import user_call
     from pallaslab.views.session import attach_workbench

@@ -214,8 +214,9 @@ def test_gpu_tutorial_judges_compiles_and_steps_both_backends():
     assert "shared memory barrier: barrier[] 8 B" in text
     # Binder leaves XLA's CUDA plugin out (binder/requirements.txt): the Mosaic GPU compile
     # says what it needs (`make lab`'s environment has it: tests/lowering/ compile with it)
-    assert ("Compiling Mosaic GPU kernels needs XLA's CUDA compiler (compile-only, no GPU) in "
-            f"{binder_env_dir() / 'venv' / 'mosaic-gpu-compiler'}, which is missing") in text
+    assert "Compiling Mosaic GPU kernels needs XLA's CUDA 13 compiler (compile-only, no GPU; " \
+        "jax-cuda13-pjrt and jax-cuda13-plugin" in text
+    assert f"in {binder_env_dir() / 'venv' / 'mosaic-gpu-compiler'}, which lacks " in text
     assert text.rstrip().endswith("errors: []")
 
 

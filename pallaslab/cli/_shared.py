@@ -16,7 +16,12 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from pallaslab import settings
 from pallaslab.cases import Case, CaseCodeError, capture_case, load_case
-from pallaslab.errors import PallasLabError, SettingError
+from pallaslab.errors import (
+    PallasLabError,
+    SettingError,
+    UntestedJaxError,
+    untested_jax_failure,
+)
 from pallaslab.util.text import visible
 
 if TYPE_CHECKING:  # the model imports JAX, rich takes 70 ms: parsing needs neither
@@ -291,10 +296,15 @@ def describe_error(err: BaseException) -> tuple[str, str, str | None]:
     command or one case of it."""
     if isinstance(err, CaseCodeError):
         return type(err).__name__, str(err), err.user_traceback
+    if isinstance(err, UntestedJaxError) and err.__cause__ is not None:  # raised by the API
+        return type(err).__name__, str(err), "".join(traceback.format_exception(err.__cause__))
     if isinstance(err, PallasLabError):
         return type(err).__name__, str(err), None
-    # Not ours to explain: a bug in pallaslab (or a library); the whole traceback helps.
+    # Not ours to explain: a bug in pallaslab (or a library); the whole traceback helps. On a
+    # JAX pallaslab is not tested with, most likely JAX's internals changed: said so.
     text = "".join(traceback.format_exception(err))
+    if (untested := untested_jax_failure(err)) is not None:
+        return UntestedJaxError.__name__, untested, text
     return type(err).__name__, f"internal error: {type(err).__name__}: {err}", text
 
 

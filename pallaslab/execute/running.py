@@ -23,6 +23,7 @@ from typing import Any
 import jax
 
 from pallaslab.analysis.findings import Finding
+from pallaslab.errors import untested_jax_failure
 from pallaslab.execute import capabilities, diagnostics
 from pallaslab.execute.monitor import Cancelled, RunMonitor
 from pallaslab.execute.prepared import Prepared
@@ -125,7 +126,9 @@ def execute_here(executor: Executor, prepared: Prepared, limit: float) -> RunRes
     except ExecutorError as err:
         result = failed_result(executor.name, prepared, str(err))
     except Exception as err:  # an executor failing must not abort the others
-        result = failed_result(executor.name, prepared, error_text(err))
+        # on a JAX pallaslab is not tested with, its own failure says which JAX
+        result = failed_result(executor.name, prepared,
+                               untested_jax_failure(err) or error_text(err))
         mode = spec_for(executor).interpreter
         text = f"{type(err).__name__}: {err}"
         if why := capabilities.unimplemented(mode, text, list(prepared.capture)) or \

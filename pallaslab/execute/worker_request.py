@@ -144,8 +144,7 @@ def _dumps(work: dict[str, Any]) -> bytes:
     class Pickler(cloudpickle.Pickler):
         def reducer_override(self, obj: Any) -> Any:
             nonlocal held
-            if isinstance(obj, Primitive) or (type(obj).__module__.startswith("jaxlib")
-                                              and type(obj).__name__ == "Config"):
+            if isinstance(obj, Primitive) or _is_config_option(obj):
                 held = _jax_attributes() if held is None else held
                 if (where := held.get(id(obj))) is not None:
                     return _jax_attribute_value, where
@@ -154,6 +153,13 @@ def _dumps(work: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     Pickler(buffer).dump(work)
     return buffer.getvalue()
+
+
+def _is_config_option(obj: Any) -> bool:
+    """A JAX config option: jaxlib's `Config` or a subclass of it (JAX >= 0.12.1 makes some
+    Pallas switches, the fuser's `disable_nested_fuse`, `config.State`s)."""
+    return any(c.__module__.startswith("jaxlib") and c.__name__ == "Config"
+               for c in type(obj).__mro__)
 
 
 def _jax_attributes() -> dict[int, tuple[str, str]]:

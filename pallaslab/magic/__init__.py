@@ -263,7 +263,7 @@ def register_option(*flags: str, **kwargs: Any) -> None:
 def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, Any, Any]:
     """The workbench, with its comparison when `--compare` asked for one, else with the run on
     simulated devices that `--devices` alone asks for (None when not asked)."""
-    from pallaslab.errors import PallasLabError
+    from pallaslab.errors import PallasLabError, untested_jax_failure
     from pallaslab.views.compare import attach_comparison, user_call
     from pallaslab.workbench import Workbench
 
@@ -287,6 +287,10 @@ def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, 
             device_run = _run_on_devices(wb, call, options, reuse)
     except PallasLabError as err:
         raise UsageError(f"%%pallas: {err}") from None
+    except Exception as err:  # pallaslab's own failure: on an untested JAX, said as such
+        if (untested := untested_jax_failure(err)) is None:
+            raise
+        raise UsageError(f"%%pallas: {untested}") from None
     return wb, comparison, device_run
 
 

@@ -10,11 +10,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from pallaslab.errors import KernelSelectionError, NoKernelError, PallasLabError
+from pallaslab.errors import (
+    KernelSelectionError,
+    NoKernelError,
+    PallasLabError,
+    untested_jax_errors,
+)
 from pallaslab.model import _jax
 from pallaslab.model.kernel import Capture, Kernel
 
 
+@untested_jax_errors  # on an untested JAX, pallaslab's own failure says which JAX
 def capture(fn: Callable[..., Any], *args: Any, chip: str | None = None,
             **kwargs: Any) -> Capture:
     """Trace `fn(*args, **kwargs)` (nothing runs) and describe every Pallas kernel it launches.
@@ -41,6 +47,7 @@ def capture(fn: Callable[..., Any], *args: Any, chip: str | None = None,
     Raises:
         NoKernelError: the call launched no `pallas_call`, `pl.kernel` or `plgpu.kernel`.
         GridError: a grid dimension is negative.
+        UntestedJaxError: pallaslab itself failed on a JAX it is not tested with.
         Exception: the user's own exception while tracing, unwrapped, their line last.
     """
     traced, dyn_args, dyn_kwargs = _hold_static(fn, args, kwargs)

@@ -313,19 +313,14 @@ def test_atomics_into_an_output_nothing_initialises_are_uncovered_output():
         "program, or the output aliased to an initialised input (input_output_aliases)")
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # jax's Triton ops are deprecated
 def test_layer_norm_backward_writes_are_proven_disjoint():
-    """JAX's own GPU layer_norm backward: its dw/db kernel gathers 2-D tiles (Triton's
-    `broadcast_to`, which vmap cannot batch); each program stores its own columns."""
-    from jax.experimental.pallas.ops.gpu import layer_norm
+    """A Triton layer_norm backward written like JAX's (removed in 0.12.1): its dw/db kernel
+    gathers 2-D tiles (Triton's `broadcast_to`, which vmap cannot batch); each program stores
+    its own columns."""
+    from cases.triton_kernels import gpu_layer_norm_grad
 
-    x, w, b = rand((2, 32, 256)), rand((256,), seed=1), rand((256,), seed=2)
-
-    def fn(x, w, b):
-        return jax.grad(lambda *a: (layer_norm.layer_norm(*a) ** 2).sum(), argnums=(0, 1, 2))(
-            x, w, b)
-
-    inspections = inspect_capture(pallaslab.capture(fn, x, w, b))
+    fn, args = gpu_layer_norm_grad()  # the gradients of sum(layer_norm(x, w, b) ** 2)
+    inspections = inspect_capture(pallaslab.capture(fn, *args))
     assert "ln_backward_dw_db" in [i.kernel.name for i in inspections]
     assert [(i.kernel.name, f.code, f.message) for i in inspections for f in i.findings] == []
 

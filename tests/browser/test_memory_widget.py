@@ -103,11 +103,8 @@ def test_small_kernels_open_scaled_to_their_need(page, results_dir):
 
 
 def test_gpu_section_table_for_a_triton_kernel(page, results_dir):
-    import warnings
+    from cases.triton_kernels import softmax  # a Triton row softmax (num_warps=4)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from jax.experimental.pallas.ops.gpu.softmax import softmax
     x = jax.ShapeDtypeStruct((64, 256), "float32")
     p = pallaslab.inspect(softmax, x).memory(gpu=True).payload()  # the real Triton compile
     evil = '<img src=x onerror="window.pwned=1">'

@@ -1,10 +1,16 @@
-"""JAX's own shipped Pallas kernels as cases (`pallaslab inspect tests/cases/shipped.py:NAME`)."""
+"""JAX's own shipped Pallas kernels as cases (`pallaslab inspect tests/cases/shipped.py:NAME`).
+
+JAX 0.12.1 removed its Triton kernels (`jax.experimental.pallas.ops.gpu`: softmax, attention,
+layer_norm, ...); `gpu_softmax` and `gpu_attention` are now our own kernels written the same way,
+from triton_kernels.py beside this file.
+"""
 
 import functools
 import importlib
 
 import jax
 import jax.numpy as jnp
+from triton_kernels import gpu_attention, gpu_softmax  # noqa: F401  (cases of this file too)
 
 
 def _rand(shape, dtype=jnp.float32, seed=0):
@@ -43,19 +49,6 @@ def tpu_paged_attention():
     page_indices = jnp.arange(16, dtype=jnp.int32).reshape(2, 8)
     fn = functools.partial(paged_attention, pages_per_compute_block=4)
     return fn, (q, k_pages, v_pages, lengths, page_indices)
-
-
-def gpu_softmax():
-    from jax.experimental.pallas.ops.gpu import softmax
-
-    return softmax.softmax, (jax.ShapeDtypeStruct((64, 256), jnp.float32),)
-
-
-def gpu_attention():
-    from jax.experimental.pallas.ops.gpu import attention
-
-    q = jax.ShapeDtypeStruct((1, 256, 2, 64), jnp.float16)
-    return functools.partial(attention.mha, segment_ids=None), (q, q, q)
 
 
 def tpu_ragged_paged_attention():

@@ -221,7 +221,7 @@ def _signalling_cores(x_hbm, o_hbm, sem):
 
 
 def signalling_cores(x):
-    mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
+    mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=2)
     return pl.kernel(_signalling_cores, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
                      mesh=mesh, scratch_types=[pltpu.SemaphoreType.REGULAR])(x)
 

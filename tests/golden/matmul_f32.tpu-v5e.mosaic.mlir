@@ -11,7 +11,7 @@ module @matmul_kernel attributes {stable_mosaic.version = N : i64} {
       %c0_10 = arith.constant 0 : index
       %c0_11 = arith.constant 0 : index
       %16 = vector.load %arg6[%c0_10, %c0_11] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
-      tpu.vector_store %arg6[%c0_10, %c0_11], %15 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
+      tpu.vector_store %arg6[%c0_10, %c0_11], %15 <strides = []> : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
     } else {
     }
     %c0 = arith.constant 0 : index
@@ -27,12 +27,12 @@ module @matmul_kernel attributes {stable_mosaic.version = N : i64} {
     %7 = vector.load %arg4[%c0_4, %c0_5] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
     %8 = vector.shape_cast %7 : vector<128x128xf32> to vector<128x128xf32>
     %cst = arith.constant dense<0.000000e+00> : vector<128x128xf32>
-    %9 = tpu.matmul %6, %8, %cst {dimension_numbers = #tpu.dot_dimension_numbers<[1], [0], [0], [1], [0, 0, 1, 1], [], []>, transpose_lhs_hint = false} : vector<128x128xf32>, vector<128x128xf32>, vector<128x128xf32> -> vector<128x128xf32>
+    %9 = tpu.matmul %6, %8, %cst <dimension_numbers = <[1], [0], [0], [1], [0, 0, 1, 1], [], []>, transpose_lhs_hint = false> : vector<128x128xf32>, vector<128x128xf32>, vector<128x128xf32> -> vector<128x128xf32>
     %10 = arith.addf %4, %9 : vector<128x128xf32>
     %c0_6 = arith.constant 0 : index
     %c0_7 = arith.constant 0 : index
     %11 = vector.load %arg6[%c0_6, %c0_7] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
-    tpu.vector_store %arg6[%c0_6, %c0_7], %10 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
+    tpu.vector_store %arg6[%c0_6, %c0_7], %10 <strides = []> : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
     %c1_i32 = arith.constant 1 : i32
     %12 = arith.cmpi eq, %arg2, %c1_i32 : i32
     %13 = arith.extui %12 : i1 to i32
@@ -46,7 +46,7 @@ module @matmul_kernel attributes {stable_mosaic.version = N : i64} {
       %c0_11 = arith.constant 0 : index
       %c0_12 = arith.constant 0 : index
       %17 = vector.load %arg5[%c0_11, %c0_12] : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>
-      tpu.vector_store %arg5[%c0_11, %c0_12], %16 {strides = array<i32>} : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
+      tpu.vector_store %arg5[%c0_11, %c0_12], %16 <strides = []> : memref<128x128xf32, #tpu.memory_space<vmem>>, vector<128x128xf32>,
     } else {
     }
     return

@@ -18,7 +18,7 @@ module @softmax_kernel attributes {stable_mosaic.version = N : i64} {
     %c0_2 = arith.constant 0 : index
     %c0_3 = arith.constant 0 : index
     %11 = vector.load %arg2[%c0_2, %c0_3] : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>
-    tpu.vector_store %arg2[%c0_2, %c0_3], %10 {strides = array<i32>} : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>,
+    tpu.vector_store %arg2[%c0_2, %c0_3], %10 <strides = []> : memref<32x512xf32, #tpu.memory_space<vmem>>, vector<32x512xf32>,
     return
   }
   func.func @transform_0(%arg0: i32) -> (i32, i32) {

@@ -88,7 +88,8 @@ def test_the_value_run_reuses_the_compiled_kernel_of_an_identical_recapture():
     assert delta(equation_cache_stats(), start) == (0, 1, 0)
     np.testing.assert_array_equal(run(bm=32, bk=32, bn=32), plain)
     assert delta(equation_cache_stats(), start) == (1, 1, 0)
-    np.testing.assert_allclose(run(bm=16, bk=32, bn=32), plain, rtol=1e-5)
+    # other blocks sum in another order: equal up to float rounding
+    np.testing.assert_allclose(run(bm=16, bk=32, bn=32), plain, rtol=1e-5, atol=1e-5)
     assert delta(equation_cache_stats(), start) == (1, 2, 0)
 
 

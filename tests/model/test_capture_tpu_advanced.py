@@ -329,8 +329,8 @@ def test_cli_inspect_table_lists_nested_structure(capsys):
 
 def _right_permute(x_ref, o_ref, send_sem, recv_sem):
     right = jax.lax.rem(jax.lax.axis_index("x") + 1, jax.lax.axis_size("x"))
-    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,),
-                                        device_id_type=pl.DeviceIdType.MESH)
+    # A mesh device id: the default (JAX 0.12.1 deprecates pl.DeviceIdType and the argument).
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,))
     copy.start()
     copy.wait()
 

@@ -40,7 +40,7 @@ def test_requirements_install_this_repo_with_the_tutorials_extras():
     extras = re.findall(r"\[(.*)\]", local[0])[0].split(",")
     assert set(extras) <= set(pyproject()["project"]["optional-dependencies"])
     for line in lines:
-        if not line.startswith("."):
+        if not line.startswith((".", "-c ")):  # the pins: tests/test_pins.py
             Requirement(line)  # every other line is a valid requirement
 
 
@@ -84,3 +84,22 @@ def test_the_binder_environment_runs_this_repos_pallaslab_installed_not_the_sour
     assert Path(prefix) == venv
     assert Path(module).is_relative_to(venv / "lib") and not Path(module).is_relative_to(ROOT)
     assert platforms == platform == "cpu"
+
+
+PINNED_IN_BINDER = ("jax", "jaxlib", "libtpu", "triton", "jupyterlab", "anywidget", "ipywidgets",
+                    "numpy")
+
+
+def test_binder_installs_the_pinned_set():
+    """A Binder launch gets exactly the versions the suite passes with (pins.txt), not whatever
+    the registry serves that day."""
+    pins = {m.group(1).lower(): m.group(2) for m in re.finditer(
+        r"^([A-Za-z0-9_.\-]+)==(\S+)$", (ROOT / "pins.txt").read_text(), re.M)}
+    python = binder_env_dir() / "venv" / "bin" / "python"
+    binder_kernel()  # builds the environment on first use
+    out = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m, sys; "
+         "print(' '.join(m.version(n) for n in sys.argv[1:]))", *PINNED_IN_BINDER],
+        capture_output=True, text=True, check=True).stdout.split()
+    assert dict(zip(PINNED_IN_BINDER, out, strict=True)) == \
+        {name: pins[name] for name in PINNED_IN_BINDER}

@@ -20,11 +20,12 @@ package, one module per responsibility:
   log), `barrier_record` (Mosaic GPU interpret mode's barriers and TMA copies), `log_recorder`;
 - `lowering`: what the top-level `lowering` package needs (Mosaic modules, topologies, AOT
   compiles);
-- `versions` (`JAX_VERSION`, `SUPPORTED_JAX`): the modules that differ between JAX versions
+- `versions` (`TESTED_JAX`, `JAX_VERSION`): the modules that differ between JAX versions
   gate on it, here and nowhere else; `interpret_params` (the interpreters' parameters, the
   same meaning on every supported JAX).
 
-Checked against jax 0.11 and 0.12; other versions get a warning at import.
+Tested on the releases `versions.TESTED_JAX` lists (pins.txt pins them); any other JAX gets a
+warning at import, and an error reading JAX's internals there names it (`pallaslab.errors`).
 """
 
 from pallaslab.model._jax.barrier_record import BarrierRecorder

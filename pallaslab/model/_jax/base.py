@@ -7,23 +7,19 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jax
 import numpy as np
 from jax._src import core as jax_core
 from jax._src.pallas import mpmd as pallas_mpmd
 from jax._src.pallas import pallas_call as pallas_call_mod
 
+from pallaslab.errors import UntestedJaxWarning
 from pallaslab.model._jax.arguments import argument_positions
 from pallaslab.model._jax.compiled import PerObject
-from pallaslab.model._jax.versions import SUPPORTED_JAX, jax_supported
+from pallaslab.model._jax.versions import untested_jax_warning
 
-if not jax_supported():  # pragma: no cover
-    warnings.warn(
-        "pallaslab supports jax "
-        + " and ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED_JAX)
-        + f"; found jax {jax.__version__}. Capture may fail or miss kernels.",
-        stacklevel=2,
-    )
+# Once per process (a module runs once): a JAX outside the tested releases is named.
+if (_untested := untested_jax_warning()) is not None:  # pragma: no cover - tested JAX in CI
+    warnings.warn(_untested, UntestedJaxWarning, stacklevel=2)
 
 Jaxpr = jax_core.Jaxpr
 _JAXPR_TEXTS: PerObject[str] = PerObject()

@@ -40,7 +40,7 @@ def block_operand(bm: Any, role: str, aliased: str | None) -> Operand:
     dtype, value_type = element_type(bm.array_aval.dtype)
     block_dims = None if value_type is not None else \
         tuple(block_dim(d) for d in bm.block_shape)
-    memory_space = memory_space_of(bm.transformed_block_aval)
+    memory_space = memory_space_of(bm.block_aval)
     buffer_count: int | None = None
     if memory_space not in ("any", "hbm", "smem", "semaphore", "semaphore_mem"):
         mode = bm.pipeline_mode

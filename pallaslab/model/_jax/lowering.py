@@ -169,7 +169,7 @@ def kernel_jaxpr_with_source_info(kernel: Kernel) -> str:
 
 # --------------------------------------------------------------------------------------------
 # The target's device context. Every jaxpr equation records the abstract mesh in effect when
-# it was traced (`JaxprEqnContext.cur_abstract_mesh`), and lowering re-enters that context
+# it was traced (`_context_mesh`), and lowering re-enters that context
 # equation by equation: Pallas's Mosaic rules that ask the chip (`run_scoped`, DMAs,
 # `core_map`, `emit_pipeline` -> `tpu_info.get_tpu_info()`) therefore see the device of the
 # *capture* (none on a CPU host: "Unsupported TPU device kind: cpu"; or the chip the user
@@ -189,6 +189,17 @@ def kernel_callable_for_device(kernel: Kernel, device: Any, **param_overrides: A
     new_params = {k: restamp.value(v) for k, v in eqn.params.items()}
     changed = {k: v for k, v in new_params.items() if v is not eqn.params[k]}
     return kernel_callable(kernel, **changed, **param_overrides)
+
+
+def _context_mesh(ctx: Any) -> Any:
+    """The abstract mesh an equation was traced under: a field of its context before JAX
+    0.12.1, one of the configs its context manager enters from 0.12.1 on."""
+    if JAX_VERSION < (0, 12, 1):
+        return ctx.cur_abstract_mesh
+    from jax.sharding import get_abstract_mesh
+
+    with ctx.manager:
+        return get_abstract_mesh()
 
 
 class _Restamp:
@@ -283,7 +294,7 @@ class _Restamp:
         from jax.sharding import use_abstract_mesh
 
         if id(ctx) not in self.contexts:
-            with ctx.manager, use_abstract_mesh(self.mesh(ctx.cur_abstract_mesh)):
+            with ctx.manager, use_abstract_mesh(self.mesh(_context_mesh(ctx))):
                 self.keep.append(ctx)
                 self.contexts[id(ctx)] = jax_core.JaxprEqnContext()
         return self.contexts[id(ctx)]

@@ -24,13 +24,13 @@ from pallaslab.model._jax.equation_fields import (
     block_operand,
     call_site_of,
     element_type,
-    func_source,
     is_numpy_dtype,
     memory_space_of,
     semantics_name,
 )
 from pallaslab.model._jax.index_maps import index_map_evaluator
 from pallaslab.model._jax.nested_outer import outer_closure
+from pallaslab.model._jax.pipeline_body import pipeline_body
 from pallaslab.model._jax.trace import all_sub_jaxprs
 from pallaslab.model.kernel import DmaCopy, Kernel, Operand, SemaphoreOp
 
@@ -350,7 +350,7 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
     flat_refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
     n_in = gm.num_inputs
     n_out = len(gm.block_mappings) - n_in
-    names = list(getattr(body.debug_info, "arg_names", None) or ())
+    user_body = pipeline_body(eqn, len(gm.block_mappings))
     spaces = {op.origin: op.memory_space for op in (*kernel.operands, *walk.scoped)}
     operands = []
     for k, bm in enumerate(gm.block_mappings):
@@ -364,10 +364,10 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
         operands.append(dataclasses.replace(
             op, origin=origin, memory_space=space, outer=outer,
             in_place=_in_place(space, spaces.get(outer or "")),
-            param=str(names[k]) if k < len(names) and names[k] else None))
+            param=user_body.block_params[k]))
     grid = tuple(None if pallas_core.is_dynamic_dim(g) else int(g) for g in gm.grid)
     semantics = params.get("dimension_semantics")
-    fn_name, source = func_source(body)
+    fn_name, source = user_body.name, user_body.source
     inner_semantics = tuple(semantics_name(s) for s in semantics) if semantics \
         else ("arbitrary",) * len(grid)
     # Index maps closing over values of the enclosing kernel: tiled over its grid x the inner

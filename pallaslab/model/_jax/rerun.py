@@ -8,9 +8,11 @@ from typing import Any
 import jax
 from jax._src import core as jax_core
 from jax._src.pallas import core as pallas_core
+from jax._src.state import types as state_types
 
 from pallaslab.model._jax.base import KERNEL_PRIMITIVES, Jaxpr
 from pallaslab.model._jax.equation_fields import call_site_of
+from pallaslab.model._jax.versions import JAX_VERSION
 from pallaslab.model.kernel import (
     Kernel,
 )
@@ -37,11 +39,25 @@ def kernel_callable(kernel: Kernel, **param_overrides: Any) -> Callable[..., lis
     """
     eqn = kernel.handle.eqn
     params = override_params(eqn, param_overrides)
+    as_refs = _ref_operands(eqn)
 
     def call(*operands: Any) -> list[Any]:
+        if as_refs:
+            operands = tuple(jax.new_ref(x) if i in as_refs else x
+                             for i, x in enumerate(operands))
         return list(eqn.primitive.bind(*operands, **params))
 
     return call
+
+
+def _ref_operands(eqn: Any) -> frozenset[int]:
+    """The operands a mesh kernel was bound with as Refs (`pl.core_map` inside `run_state`
+    writes its inputs in place). From JAX 0.12.1 a mesh kernel that writes an input refuses
+    it as an array, so re-binding it alone passes those as new Refs again."""
+    if JAX_VERSION < (0, 12, 1):
+        return frozenset()
+    return frozenset(i for i, v in enumerate(eqn.invars)
+                     if isinstance(v.aval, state_types.AbstractRef))
 
 
 def override_params(eqn: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -203,7 +203,7 @@ def tpu_interpret_buffers(kernel: Kernel) -> dict[tuple[str, int], str]:
         next_id += 1
     n_blocks = gm.num_inputs + gm.num_outputs
     for i, op in enumerate(body_ops):
-        space = (memory_space_of(gm.block_mappings[i].transformed_block_aval)
+        space = (memory_space_of(gm.block_mappings[i].block_aval)
                  if i < n_blocks else op.memory_space)
         if space in ("any", "hbm"):
             continue
