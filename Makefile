@@ -76,7 +76,7 @@ test-python: setup
 # own test. Each installs its line's jax, jaxlib and libtpu, everything else as pinned (less
 # pins.txt's own jax, jaxlib and libtpu), and pallaslab editable with the gpu extra.
 OTHER_JAX := $(shell sed -n 's/^\# also-tested: jax==\([^ ]*\) .*/\1/p' $(PINS))
-RELEASE_TESTS := tests/test_jax_versions.py tests/model/test_capture.py \
+RELEASE_TESTS := tests/test_jax_versions.py tests/test_pins.py tests/model/test_capture.py \
 	tests/analysis/test_findings.py tests/execute/test_compare.py tests/lowering/test_lowering.py
 PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 

@@ -53,9 +53,10 @@ def test_a_clean_run_on_the_pinned_jax_says_so():
 
 
 def test_the_libtpu_jax_asks_for_is_read_from_its_metadata():
-    requires = ["jaxlib<=0.12.1,>=0.12.1", 'libtpu==0.0.53; extra == "tpu"',
+    requires = ["jaxlib<=0.12.1,>=0.12.1", 'libtpu==0.0.53.*; extra == "tpu"',
                 'requests; extra == "tpu"']
     assert canary.libtpu_asked(requires) == "0.0.53"
+    assert canary.libtpu_asked(['libtpu==0.0.50.1; extra == "tpu"']) == "0.0.50.1"
     assert canary.libtpu_asked(["jaxlib==0.12.1"]) is None
 
 

@@ -88,9 +88,11 @@ def registry_versions(python: Path, package: str) -> list[str]:
 
 
 def libtpu_asked(requires: list[str]) -> str | None:
-    """The libtpu version `jax[tpu]` pins, from jax's Requires-Dist lines."""
+    """The libtpu version `jax[tpu]` pins, from jax's Requires-Dist lines (`libtpu==0.0.53.*`
+    asks for 0.0.53 or a post-release of it: 0.0.53)."""
     for line in requires:
-        if m := re.match(r"libtpu\s*==\s*([\w.]+).*extra\s*==\s*['\"]tpu['\"]", line):
+        if m := re.match(r"libtpu\s*==\s*(\d+(?:\.\d+)*).*extra\s*==\s*['\"]tpu['\"]",
+                         line):
             return m.group(1)
     return None
 
@@ -174,8 +176,9 @@ def build(venv: Path, pins: Path) -> Installed:
         capture_output=True, text=True, check=True).stdout.splitlines()
     asked = libtpu_asked(requires)
     libtpus = registry_versions(python, "libtpu")
-    libtpu = asked if asked in libtpus else (libtpus[0] if libtpus else None)
-    libtpu_note = "" if libtpu == asked else f"; jax[tpu] asks for {asked}, not on the registry"
+    matching = [v for v in libtpus if asked and (v == asked or v.startswith(asked + "."))]
+    libtpu = matching[0] if matching else (libtpus[0] if libtpus else None)
+    libtpu_note = "" if matching else f"; jax[tpu] asks for {asked}, not on the registry"
     extra = [f"libtpu=={libtpu}"] if libtpu else []
     project = [*pip, "-c", str(constraints), f"jax=={jax}", f"jaxlib=={jaxlib}", *extra,
                "-e", ".[gpu]", "pytest", "pytest-xdist"]
