@@ -148,7 +148,7 @@ def test_make_lab_opens_git_ignored_copies_of_the_tutorials(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", "pins.txt"):
         shutil.copy(root / name, tmp_path / name)
     shutil.copytree(root / "notebooks", tmp_path / "notebooks")
     bin_dir = tmp_path / ".venv" / "bin"
