@@ -15,7 +15,7 @@ MGPU_DIR := $(VENV)/mosaic-gpu-compiler
 MGPU_STAMP := $(MGPU_DIR)/.installed
 
 .PHONY: setup mosaic-gpu-compiler lab test test-python test-jax-releases test-jax-latest pins lint \
-	browser-deps typecheck-js clean device-check
+	browser-deps typecheck-js clean device-check fuzz
 
 setup: $(STAMP) $(MGPU_STAMP)
 
@@ -123,3 +123,10 @@ device-check:
 
 clean:
 	rm -rf $(VENV) .venv-jax-* .pytest_cache .mypy_cache .ruff_cache test-results
+
+# The differential fuzzer (tests/fuzz): generated kernels judged against plain JAX and a NumPy
+# model for FUZZ_SECONDS; failing kernels are written as case files to test-results/fuzz/.
+FUZZ_SECONDS ?= 120
+FUZZ_SEED ?= 0
+fuzz: setup
+	JAX_PLATFORMS=cpu PYTHONPATH=tests $(PY) -m fuzz --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)

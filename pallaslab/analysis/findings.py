@@ -38,6 +38,7 @@ from pallaslab.analysis.tpu_operand_rules import (  # noqa: F401 - tests import 
     tpu_buffer_count,
     tpu_mixed_element,
 )
+from pallaslab.analysis.tpu_store_rules import tpu_masked_store_dtype
 from pallaslab.model import Kernel, Operand
 from pallaslab.model.source_names import short_source
 
@@ -47,6 +48,7 @@ CODES = (
     "tpu-block-shape",
     "tpu-buffer-count",
     "tpu-mixed-element",
+    "tpu-masked-store-dtype",
     "block-out-of-bounds",
     "partial-block",
     "uncovered-output",
@@ -106,6 +108,7 @@ def find(
                       if kernel.kind != "pipeline" or r is not tpu_buffer_count]
         found += [rules.judged(f) for op in kernel.blocked_operands for rule in rules_here
                   if (f := rule(op)) is not None]
+        found += [rules.judged(f) for f in tpu_masked_store_dtype(kernel)]
     if kernel.programs == 0:
         found.append(empty_grid(kernel))
     found += [Finding("structure-unread", "warning", f"{kernel.name}: {note}: the analysis "

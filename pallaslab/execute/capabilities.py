@@ -13,6 +13,14 @@
   traced (`pl.ds(start, size)` of a `pl.BoundedSlice` block): `interpret` and `vectorized`
   are unavailable for such kernels, the first decided before running, the second from
   the interpreter's error.
+- JAX's TPU interpreter refuses kernels Mosaic compiles, and misreads one access: a grid
+  whose "parallel" dimensions do not all come first ("Dimensions with parallel semantics must
+  form a prefix of the grid"; known before running, `tpu_interpreter_refusal`), and a masked
+  store wholly inside its buffer that it calls out of bounds (its bounds check compares every
+  dimension of the mask with the first one: an (8, 5) block storing to any row past the
+  fifth). `INTERPRETER_LIMITS` keeps each such limit as data: the interpreter, JAX's error
+  and, where the error can also be the kernel's own fault, what tells the two apart;
+  `unimplemented` reads it, so the executor is unavailable with JAX's reason, not failed.
 - Kernels traced under an abstract TPU (`Kernel.traced_for_chip`, because their tracing asks
   the chip) are traced again for the same chip wherever they are re-traced (the executor
   worker process), and under the caller's own abstract mesh when there is one.
@@ -21,9 +29,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pallaslab.model import Kernel
@@ -96,9 +105,34 @@ def _unindexed_atomic_sites(jaxpr: Any) -> tuple[str, ...]:
     return tuple(found)
 
 
+TPU_INTERPRETER = "JAX's TPU interpreter (TPU interpret mode)"
+_PARALLEL_PREFIX = "Dimensions with parallel semantics must form a prefix of the grid"
+
+
+def parallel_after_other(semantics: Sequence[str] | None) -> int | None:
+    """The first grid dimension marked "parallel" that follows one that is not (None: the
+    parallel dimensions form a prefix, as JAX's TPU interpreter requires; "core_parallel"
+    counts as not parallel there)."""
+    seen_other = False
+    for d, name in enumerate(semantics or ()):
+        if name == "parallel" and seen_other:
+            return d
+        seen_other = seen_other or name != "parallel"
+    return None
+
+
 def tpu_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
     """Why `tpu-interpret` cannot run these kernels (None: it can)."""
     for k in kernels:
+        if k.kind == "pallas_call" and \
+                (d := parallel_after_other(k.dimension_semantics)) is not None:
+            semantics = ", ".join(f'"{s}"' for s in k.dimension_semantics or ())
+            return (f"{TPU_INTERPRETER} cannot run kernel {k.name}: its grid's dimension "
+                    f"{d} is \"parallel\" after a dimension that is not (dimension_semantics "
+                    f"({semantics})), and JAX's TPU interpreter requires the parallel "
+                    f"dimensions to come first (ValueError: {_PARALLEL_PREFIX}.); a limit of "
+                    "the interpreter, not a fault of the kernel: Mosaic compiles it "
+                    "(pallaslab lower --compile); interpret runs it")
         if k.kind == "mesh" and not is_tpu_mesh(k):
             kind = k.mesh.kind if k.mesh else "?"
             return (f"kernel {k.name} is a {k.backend or 'non-TPU'} mesh kernel ({kind}): "
@@ -112,8 +146,8 @@ def tpu_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
 
 def unimplemented(mode: str | None, message: str, kernels: Sequence[Kernel]) -> str | None:
     """One line saying JAX's interpreter `mode` (an executor's `spec.interpreter`) does not
-    implement a primitive the kernel uses, when `message` (an error the run raised) says so;
-    None for any other error."""
+    implement a primitive the kernel uses, when `message` (an error the run raised) says so,
+    or names another of its limits (`INTERPRETER_LIMITS`); None for any other error."""
     if mode is None:  # another executor's error (a reference raising) is its own
         return None
     if m := _MISSING_RULE.search(message):
@@ -132,7 +166,70 @@ def unimplemented(mode: str | None, message: str, kernels: Sequence[Kernel]) -> 
         frames = _INTERNAL_FRAME.findall(message)  # the interpreter's rule that gave up
         where = f" (in its {frames[-1][2]})" if frames else ""
         return f"{mode} does not implement what the kernel uses: {m['what'].strip()}{where}"
-    return None
+    return next((why for limit in INTERPRETER_LIMITS if (why := limit.says(mode, message))),
+                None)
+
+
+@dataclasses.dataclass(frozen=True)
+class InterpreterLimit:
+    """A limit of one of JAX's interpreters, known by the error it raises: `error` matches
+    JAX's message; `applies(match)` False means the message is the kernel's own fault after
+    all (the error reads the same for both)."""
+
+    interpreter: str  # an executor's `spec.interpreter`
+    error: re.Pattern[str]
+    what: str  # the limit, in words
+    advice: str
+    applies: Callable[[re.Match[str]], bool] = lambda match: True
+
+    def says(self, mode: str, message: str) -> str | None:
+        """One line when `message` (from `mode`) is this limit, else None."""
+        m = self.error.search(message) if mode == self.interpreter else None
+        if m is None or not self.applies(m):
+            return None
+        return (f"{mode} {self.what} (ValueError: {m[0].strip()}); a limit of the "
+                f"interpreter, not a fault of the kernel: {self.advice}")
+
+
+_INDEX = re.compile(r"slice\((?P<start>\d+), (?P<stop>\d+), (?:None|\d+)\)|(?P<int>-?\d+)")
+
+
+def _range_inside(match: re.Match[str]) -> bool:
+    """Does the swapped range JAX printed ("(slice(0, 8, None), 3)", "()": all of it) lie
+    inside the buffer's shape? Then no masked lane can be out of bounds."""
+    try:
+        shape = [int(d) for d in match["shape"].replace(",", " ").split()]
+    except ValueError:
+        return False
+    text = match["range"].strip()
+    if re.sub(r"slice\(\d+, \d+, (?:None|\d+)\)|-?\d+|[\s,()]", "", text):
+        return False  # an index JAX printed in a form not read here: not judged
+    parts = list(_INDEX.finditer(text))
+    if len(parts) > len(shape):
+        return False
+    for p, dim in zip(parts, shape, strict=False):
+        if p["int"] is not None and not 0 <= int(p["int"]) < dim:
+            return False
+        if p["int"] is None and int(p["stop"]) > dim:
+            return False
+    return True
+
+
+INTERPRETER_LIMITS: tuple[InterpreterLimit, ...] = (
+    InterpreterLimit(
+        TPU_INTERPRETER, re.compile(re.escape(_PARALLEL_PREFIX) + r"\.?"),
+        "cannot run a grid whose \"parallel\" dimensions do not all come first",
+        "Mosaic compiles it (pallaslab lower --compile); interpret runs it"),
+    InterpreterLimit(
+        TPU_INTERPRETER, re.compile(
+            r"Out-of-bounds masked swap of \([^)]*\): swapping \[(?P<range>[^\]]*)\] but "
+            r"buffer has shape \((?P<shape>[^)]*)\)"),
+        "calls a masked store out of bounds that lies inside its buffer (its check compares "
+        "every dimension of the mask with the first one, so a block with fewer columns than "
+        "rows fails where the mask is set past that many rows)",
+        "interpret runs it; pallaslab lower --compile compiles it for a TPU",
+        applies=_range_inside),
+)
 
 
 # An interpreter's own bug or missing feature: Python's "this object has no such attribute"

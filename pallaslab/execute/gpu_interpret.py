@@ -17,6 +17,7 @@ from pallaslab.execute.monitor import RunMonitor
 from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec, numpy_values
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.running import CallbackErrors
 from pallaslab.model import Kernel, _jax
 from pallaslab.model.devices import DeviceRecord
 
@@ -74,7 +75,7 @@ class GpuInterpretExecutor:
         outputs: tuple[np.ndarray, ...] | None = None
         error, unavailable, findings = None, None, []
         races = diagnostics.GpuRaceLog()
-        with monitor.watching(), recorder or contextlib.nullcontext(), races:
+        with monitor.watching(), recorder or contextlib.nullcontext(), races, CallbackErrors():
             try:
                 outs = compiled(*prepared.args, **prepared.kwargs)
                 jax.block_until_ready(outs)

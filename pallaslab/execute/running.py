@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import jax
 
@@ -39,6 +40,8 @@ _KEYED_CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_ra
                  "jax_numpy_dtype_promotion", "jax_default_prng_impl",
                  "jax_threefry_partitionable", "jax_platforms")
 _COMPILED: CompiledCache[Any] = CompiledCache(maxsize=COMPILED_CACHE_SIZE)
+# XLA's options for every executor's compile: a rounding the program asks for is kept.
+EXACT_PRECISION: dict[str, Any] = {"xla_allow_excess_precision": False}
 
 
 def compile_cache_stats() -> CacheStats:
@@ -86,6 +89,20 @@ def cached_compile(key: Callable[[], Hashable], make: Callable[[], Any]) -> tupl
     return _COMPILED.get(safe_key, timed_make), spent
 
 
+def compile_exact(lowered: Any) -> tuple[Any, str | None]:
+    """(`lowered` compiled with `EXACT_PRECISION`, None), or, where XLA refuses the options,
+    (compiled with its defaults, a note saying that explicit roundings may be dropped)."""
+    try:
+        return lowered.compile(compiler_options=EXACT_PRECISION), None
+    except Exception as err:
+        compiled = lowered.compile()  # the kernel's own compile error is raised here
+        line = (str(err).strip().splitlines() or [""])[0][:200]
+        return compiled, (f"compiled with XLA's excess precision allowed ({type(err).__name__}: "
+                          f"{line}): a rounding the kernel asks for (x.astype(jnp.bfloat16)"
+                          ".astype(jnp.float32)) may be dropped, so floats may differ from the "
+                          "interpreter's beyond their last bits")
+
+
 class MonitorSlot:
     """The run monitor that a cached computation's host callbacks report to. The compiled
     computation outlives the run that compiled it, so its callbacks reach each run's
@@ -115,6 +132,69 @@ class MonitorSlot:
     def check_failed(self, message: str) -> None:
         if self.monitor is not None:
             self.monitor.check_failed(message)
+
+
+class CallbackErrors(logging.Handler):
+    """While active (a context manager), JAX's log of failed host callbacks is kept here
+    instead of reaching stderr: JAX logs a traceback for every `io_callback` / `pure_callback`
+    that raises (`logger.exception("jax.io_callback failed")`, about 14 lines each), and an
+    interpreter reports a kernel's fault (an out-of-bounds read, a race) from such callbacks,
+    so without this a run in this process (the unwritten-output re-run, a run that cannot
+    travel to the worker) prints them above the verdict. The run's own error says the same
+    in one line; `errors` keeps each failure's last line, for a note when the run went on.
+
+    Several may be active at once (threads): the logger stops propagating while any is."""
+
+    MAX_KEPT = 8
+    _lock = threading.Lock()
+    _active = 0
+    _propagate = True
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.errors: list[str] = []
+        self.count = 0
+
+    @staticmethod
+    def logger() -> logging.Logger:
+        """The logger JAX's host callbacks report failures to (their module's)."""
+        from jax.experimental import io_callback
+
+        return logging.getLogger(io_callback.__module__)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if len(self.errors) < self.MAX_KEPT:
+            err = record.exc_info[1] if record.exc_info else None
+            line = f"{type(err).__name__}: {err}" if err is not None else record.getMessage()
+            self.errors.append((line.strip().splitlines() or [""])[0][:300])
+
+    def note(self) -> str | None:
+        """One line on the failures seen, None when there were none."""
+        if not self.count:
+            return None
+        more = f" (and {self.count - len(self.errors)} more)" if self.count > len(self.errors) \
+            else ""
+        return (f"{self.count} host callback(s) of JAX's interpreter raised: "
+                f"{'; '.join(dict.fromkeys(self.errors))}{more}")
+
+    def __enter__(self) -> Self:
+        logger = self.logger()
+        with CallbackErrors._lock:
+            if CallbackErrors._active == 0:
+                CallbackErrors._propagate = logger.propagate
+                logger.propagate = False
+            CallbackErrors._active += 1
+            logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = self.logger()
+        with CallbackErrors._lock:
+            logger.removeHandler(self)
+            CallbackErrors._active -= 1
+            if CallbackErrors._active == 0:
+                logger.propagate = CallbackErrors._propagate
 
 
 def execute_here(executor: Executor, prepared: Prepared, limit: float) -> RunResult:
@@ -170,17 +250,18 @@ def timed_jaxpr_run(executor: Executor, prepared: Prepared, rewrite: Callable[[M
     name, mode = executor.name, spec_for(executor).interpreter
     flat = prepared.flat_args
 
-    def make() -> tuple[Any, MonitorSlot]:
+    def make() -> tuple[Any, MonitorSlot, str | None]:
         slot = MonitorSlot()
-        return jax.jit(_jax.jaxpr_callable(rewrite(slot))).lower(*flat).compile(), slot
+        compiled, note = compile_exact(jax.jit(_jax.jaxpr_callable(rewrite(slot))).lower(*flat))
+        return compiled, slot, note
 
-    (compiled, slot), compile_time = cached_compile(
+    (compiled, slot, precision), compile_time = cached_compile(
         lambda: computation_key(name, options, prepared.capture.handle.closed_jaxpr, flat), make)
     outputs = None
     error = None
     findings: list[Finding] = []
     t1 = time.perf_counter()
-    with slot.bound(monitor), monitor.watching():
+    with slot.bound(monitor), monitor.watching(), CallbackErrors() as callbacks:
         try:
             outs = compiled(*flat)
             jax.block_until_ready(outs)
@@ -208,4 +289,5 @@ def timed_jaxpr_run(executor: Executor, prepared: Prepared, rewrite: Callable[[M
         findings
     return RunResult(name, outputs, prepared.output_info, wall, compile_time,
                      prints=monitor.prints, findings=tuple(findings), error=error,
-                     inputs=numpy_values(flat))
+                     inputs=numpy_values(flat),
+                     notes=tuple(n for n in (precision, None if error else callbacks.note()) if n))

@@ -17,7 +17,7 @@ from pallaslab.execute.monitor import RunMonitor, total_programs
 from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import MonitorSlot, timed_jaxpr_run
+from pallaslab.execute.running import CallbackErrors, MonitorSlot, timed_jaxpr_run
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import deadlock
 from pallaslab.model.source_names import short_source
@@ -38,7 +38,7 @@ class TpuInterpretExecutor:
         name="tpu-interpret", label="TPU interpret mode",
         description="TPU interpret mode: HBM/VMEM/SMEM, DMAs, semaphores, races, "
                     "out-of-bounds reads and deadlocks found (slow)",
-        integer_fill="max", interpreter="JAX's TPU interpreter (TPU interpret mode)",
+        integer_fill="max", interpreter=capabilities.TPU_INTERPRETER,
         refusal=tpu_interpret_refusal)
     name = spec.name
 
@@ -103,21 +103,26 @@ class TpuInterpretExecutor:
         # (a function in the options has no structural key).
         options = (self.cores, self.detect_races) if devices is None else _recorded_run
         race_log = diagnostics.RaceLog(monitor)
-        with race_log, _jax.DeadlockWatch() as watch, devices or contextlib.nullcontext():
-            result = timed_jaxpr_run(
-                self, prepared, rewrite, monitor, options,
-                interpreter_findings=lambda: list(diagnostics.race_findings(race_log, kernels)),
-                reset=pltpu.reset_tpu_interpret_mode_state)
-        if devices is not None:
-            result = _with_device_record(result, devices, kernels)
-            if race_log.races and result.device_record is not None:  # copies' cores named
-                result = _with_copy_cores(result, race_log, kernels)
-        if watch.found is not None:
-            # Devices stopped after the run returned leave their failure in the runtime's
-            # effect tokens and the interpreter's state: consume it, so the next run is clean.
-            with contextlib.suppress(Exception):
-                jax.effects_barrier()
-            pltpu.reset_tpu_interpret_mode_state()
+        # Cores stopped by a failure may still fail in callbacks after the run returns: JAX's
+        # tracebacks of those stay out of stderr too (the run's error says it in one line).
+        with CallbackErrors():
+            with race_log, _jax.DeadlockWatch() as watch, devices or contextlib.nullcontext():
+                result = timed_jaxpr_run(
+                    self, prepared, rewrite, monitor, options,
+                    interpreter_findings=lambda: list(diagnostics.race_findings(race_log,
+                                                                                kernels)),
+                    reset=pltpu.reset_tpu_interpret_mode_state)
+            if devices is not None:
+                result = _with_device_record(result, devices, kernels)
+                if race_log.races and result.device_record is not None:  # copies' cores named
+                    result = _with_copy_cores(result, race_log, kernels)
+            if watch.found is not None:
+                # Devices stopped after the run returned leave their failure in the runtime's
+                # effect tokens and the interpreter's state: consume it, so the next run is
+                # clean.
+                with contextlib.suppress(Exception):
+                    jax.effects_barrier()
+                pltpu.reset_tpu_interpret_mode_state()
         return _with_deadlock(result, watch.found, kernels)
 
 

@@ -34,6 +34,7 @@ from pallaslab.analysis.findings import MAX_EXAMPLES, Finding
 from pallaslab.analysis.tiling import Tiling, tile
 from pallaslab.execute.registry import find_spec
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.running import CallbackErrors
 from pallaslab.model import Kernel, _jax
 
 
@@ -136,8 +137,9 @@ def _run_with_fill(closed_jaxpr: Any, inputs: Sequence[np.ndarray], kernels: set
     params = pltpu.InterpretParams(uninitialized_memory=mode)
     jaxpr = _jax.rewrite_kernels(closed_jaxpr, lambda eqn: {
         "interpret": params if id(eqn) in kernels else True})
-    return [np.asarray(v) for v in
-            jax.block_until_ready(_jax.jaxpr_callable(jaxpr)(*inputs))]
+    with CallbackErrors():  # a kernel it cannot run raises here: no tracebacks on stderr
+        return [np.asarray(v) for v in
+                jax.block_until_ready(_jax.jaxpr_callable(jaxpr)(*inputs))]
 
 
 def _fill_value(executor: str, dtype: np.dtype) -> int:

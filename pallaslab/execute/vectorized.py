@@ -31,7 +31,11 @@ transposed instead of gathered and scattered (never those of a scalar-prefetch k
 
 Numerics: the body's arithmetic is the interpreter's; XLA may fuse batched operations
 differently, so float results can differ in the last bits (within the dtype's tolerance, as
-`compare` reports) and are usually bit-equal.
+`compare` reports) and are usually bit-equal. The computation is compiled without XLA's
+excess precision (`running.compile_exact`), as the interpreters' are: allowed, XLA drops an
+explicit rounding (`x.astype(jnp.bfloat16).astype(jnp.float32)`) inside a batched fusion that
+the interpreter's program-by-program loop keeps; where XLA refuses the option, the run's
+notes say so.
 """
 
 from __future__ import annotations
@@ -50,7 +54,12 @@ from pallaslab.execute.prepared import Prepared
 from pallaslab.execute.protocol import ExecutorSpec, numpy_values
 from pallaslab.execute.registry import get_executor
 from pallaslab.execute.result import KernelBatching, RunResult
-from pallaslab.execute.running import cached_compile, computation_key, execute_here
+from pallaslab.execute.running import (
+    cached_compile,
+    compile_exact,
+    computation_key,
+    execute_here,
+)
 from pallaslab.execute.vectorize_layout import regular_layouts
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import vectorize, vectorize_blocks
@@ -257,13 +266,14 @@ class VectorizedExecutor:
         flat = prepared.flat_args
         # Kept by what it computes: the capture and the plans (which scalar-prefetch values
         # may decide), so a re-run of an unchanged function skips the compile.
-        compiled, compile_time = cached_compile(
+        (compiled, precision), compile_time = cached_compile(
             lambda: computation_key(self.name, plans, cap.handle.closed_jaxpr, flat),
-            lambda: jax.jit(_callable(jaxpr, batched, empty)).lower(*flat).compile())
+            lambda: compile_exact(jax.jit(_callable(jaxpr, batched, empty)).lower(*flat)))
+        notes = (*(p.note for p in plans), *((precision,) if precision else ()))
         if deadline is not None and time.monotonic() > deadline:  # one computation: no
             # program boundary to stop at, so the limit is checked before it starts
             return RunResult(self.name, None, prepared.output_info, 0.0, compile_time,
-                             inputs=numpy_values(flat), notes=tuple(p.note for p in plans),
+                             inputs=numpy_values(flat), notes=notes,
                              batching=tuple(p.batching for p in plans),
                              timed_out=f"vectorized stopped by its time limit after "
                                        f"compiling for {compile_time:.1f} s")
@@ -271,8 +281,7 @@ class VectorizedExecutor:
         outs = jax.block_until_ready(compiled(*flat))
         wall = time.perf_counter() - t1
         return RunResult(self.name, numpy_values(outs), prepared.output_info, wall,
-                         compile_time, inputs=numpy_values(flat),
-                         notes=tuple(p.note for p in plans),
+                         compile_time, inputs=numpy_values(flat), notes=notes,
                          batching=tuple(p.batching for p in plans))
 
     def _interpreted(self, prepared: Prepared, deadline: float | None, plans: list[KernelPlan],

@@ -133,7 +133,8 @@ def _dumps(work: dict[str, Any]) -> bytes:
     travel by value (`half = pl.pallas_call(...)` in a notebook is one; so is the fuser's
     `fuse` wrapper), and the globals they refer to with them: a primitive copied by value is
     another primitive, which neither pallaslab nor JAX's interpreters recognise as
-    `pallas_call`, and config options cannot be pickled at all."""
+    `pallas_call`, config options cannot be pickled at all, and a sentinel copied by value is
+    no longer the sentinel."""
     import io
 
     import cloudpickle
@@ -144,7 +145,7 @@ def _dumps(work: dict[str, Any]) -> bytes:
     class Pickler(cloudpickle.Pickler):
         def reducer_override(self, obj: Any) -> Any:
             nonlocal held
-            if isinstance(obj, Primitive) or _is_config_option(obj):
+            if isinstance(obj, Primitive) or _is_config_option(obj) or _jax_instance(obj):
                 held = _jax_attributes() if held is None else held
                 if (where := held.get(id(obj))) is not None:
                     return _jax_attribute_value, where
@@ -153,6 +154,14 @@ def _dumps(work: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     Pickler(buffer).dump(work)
     return buffer.getvalue()
+
+
+def _jax_instance(obj: Any) -> bool:
+    """An instance of one of JAX's own classes: sent by name where a JAX module holds it, so
+    that sentinels keep their identity (Pallas's `no_block_spec`, the default `in_specs` of a
+    `pallas_call` made once and closed over, compared with `is`)."""
+    module = type(obj).__module__
+    return (module == "jax" or module.startswith("jax.")) and not isinstance(obj, type)
 
 
 def _is_config_option(obj: Any) -> bool:

@@ -1,0 +1,260 @@
+"""Description -> `(fn, args)`: the Pallas function a description stands for, and its inputs.
+
+`interpret=True` gives the plain-JAX oracle run of the same kernel (no pallaslab involved)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import triton as plt
+
+from fuzz.ops import ELEMENTWISE, REDUCTIONS, np_dtype
+from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, TritonKernel
+
+Fn = Callable[..., Any]
+
+
+def build(kernel: Kernel, *, interpret: bool = False) -> Fn:
+    """The kernel function. Its `pallas_call` is made inside each call, so what travels to
+    pallaslab's executor worker is this module's function and the description."""
+    return functools.partial(_call, kernel, interpret)
+
+
+def _call(kernel: Kernel, interpret: bool, *args: Any) -> Any:
+    builder = {BlockKernel: _block_fn, DmaKernel: _dma_fn, TritonKernel: _triton_fn}
+    return builder[type(kernel)](kernel, interpret)(*args)
+
+
+def inputs(kernel: Kernel, seed: int) -> tuple[np.ndarray, ...]:
+    """The kernel function's arguments: seeded normal data (and the prefetch table first)."""
+    rng = np.random.default_rng(seed)
+    if isinstance(kernel, BlockKernel):
+        arrays = tuple(_normal(rng, o.shape, o.dtype) for o in kernel.inputs)
+        table = (np.asarray(kernel.prefetch, np.int32),) if kernel.prefetch else ()
+        return table + arrays
+    if isinstance(kernel, DmaKernel):
+        return (_normal(rng, kernel.shape, kernel.dtype),)
+    count = 2 if kernel.two_inputs else 1
+    return tuple(_normal(rng, kernel.shape, "float32") for _ in range(count))
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return rng.standard_normal(shape, np.float32).astype(np_dtype(dtype))
+
+
+# --- TPU BlockSpec kernels ---------------------------------------------------------------------
+
+
+def index_map(kernel: BlockKernel, expr: str) -> Fn:
+    """The operand's index map: its expression as a lambda over the grid coordinates (and the
+    scalar-prefetch ref `p`)."""
+    names = ", ".join(kernel.coords) + (", p" if kernel.prefetch else "")
+    extents = zip(kernel.coords, kernel.grid, strict=True)
+    scope = {f"n{c}": n for c, n in extents} | {"min": jnp.minimum}
+    return eval(f"lambda {names}: {expr}", scope)
+
+
+def _spec(kernel: BlockKernel, o: Operand) -> pl.BlockSpec:
+    block = tuple(pl.Squeezed() if b is None else b for b in o.block)
+    return pl.BlockSpec(block, index_map(kernel, o.index_map))
+
+
+def _block_fn(k: BlockKernel, interpret: bool) -> Fn:
+    out = k.output
+    acc_shape = tuple(b for b in out.block if b is not None)
+    scratch = [pltpu.VMEM(acc_shape, jnp.float32)] if k.body in ("reduce", "dot") else []
+    in_specs = [_spec(k, o) for o in k.inputs]
+    params = pltpu.CompilerParams(dimension_semantics=k.semantics)
+    out_shape = jax.ShapeDtypeStruct(out.shape, np_dtype(out.dtype))
+    body = functools.partial(_block_body, k)
+    if k.prefetch:
+        grid_spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=k.grid, in_specs=in_specs, out_specs=_spec(k, out),
+            scratch_shapes=scratch)
+        call = pl.pallas_call(body, out_shape=out_shape, grid_spec=grid_spec,
+                              compiler_params=params, interpret=interpret)
+    else:
+        call = pl.pallas_call(body, out_shape=out_shape, grid=k.grid, in_specs=in_specs,
+                              out_specs=_spec(k, out), scratch_shapes=scratch,
+                              compiler_params=params, interpret=interpret)
+    return call
+
+
+def _block_body(k: BlockKernel, *refs: Any) -> None:
+    refs = refs[1:] if k.prefetch else refs  # the table is read by the index maps only
+    n_in = len(k.inputs)
+    in_refs, o_ref, scratch = refs[:n_in], refs[n_in], refs[n_in + 1:]
+    store = _guarded_store(k)
+    if k.body == "elementwise":
+        _elementwise(k, in_refs, o_ref, store)
+    else:
+        _accumulate(k, in_refs, o_ref, scratch[0], store)
+
+
+def _guarded_store(k: BlockKernel | DmaKernel) -> Callable[[Callable[[], None]], None]:
+    """Runs a store, or with `skip_last_store`, every program's store but the grid's last."""
+    if not k.skip_last_store:
+        return lambda write: write()
+    # Read here, at the body's top level: the HLO interpreter cannot lower a program_id
+    # inside a pl.when branch.
+    last = functools.reduce(jnp.logical_and, [pl.program_id(a) == n - 1
+                                              for a, n in enumerate(k.grid)])
+    return lambda write: pl.when(jnp.logical_not(last))(write)
+
+
+def _value(o: Operand, ref: Any, rows: Any = None) -> jax.Array:
+    v = ref[...] if rows is None else ref[rows, :]
+    return (v.T if o.transposed else v).astype(jnp.float32)
+
+
+def _round_trip(k: BlockKernel, v: jax.Array) -> jax.Array:
+    return v.astype(jnp.bfloat16).astype(jnp.float32) if k.round_trip else v
+
+
+def _elementwise(k: BlockKernel, in_refs: tuple[Any, ...], o_ref: Any, store: Any) -> None:
+    op = ELEMENTWISE[k.op][1]
+    dtype = np_dtype(k.output.dtype)
+
+    def compute(rows: Any = None) -> jax.Array:
+        values = (_value(o, r, rows) for o, r in zip(k.inputs, in_refs, strict=True))
+        return _round_trip(k, op(*values))
+
+    if not k.chunk_rows:
+        store(lambda: o_ref.__setitem__(Ellipsis, compute().astype(dtype)))
+        return
+
+    def write() -> None:
+        def step(c: Any, carry: Any) -> Any:
+            rows = pl.ds(pl.multiple_of(c * k.chunk_rows, k.chunk_rows), k.chunk_rows)
+            o_ref[rows, :] = compute(rows).astype(dtype)
+            return carry
+        jax.lax.fori_loop(0, o_ref.shape[0] // k.chunk_rows, step, 0)
+
+    store(write)
+
+
+def _accumulate(k: BlockKernel, in_refs: tuple[Any, ...], o_ref: Any, acc: Any,
+                store: Any) -> None:
+    last = len(k.grid) - 1
+    init, fold = (0.0, None) if k.body == "dot" else REDUCTIONS[k.op][:2]
+    if not k.skip_init:
+        @pl.when(pl.program_id(k.coords.index(k.init_coord)) == 0)
+        def _init() -> None:
+            acc[...] = jnp.full(acc.shape, init, jnp.float32)
+
+    if k.body == "dot":
+        x, y = (r[...] for r in in_refs)
+        acc[...] += jnp.dot(x, y, preferred_element_type=jnp.float32)
+    else:
+        v = _round_trip(k, _value(k.inputs[0], in_refs[0]))
+        if k.output.block[-1] == 1:  # a row reduction: fold the block's columns first
+            v = jnp.sum(v, -1, keepdims=True) if k.op == "sum" else jnp.max(v, -1, keepdims=True)
+        acc[...] = fold(acc[...], v)
+
+    @pl.when(pl.program_id(last) == k.grid[last] - 1)
+    def _write_back() -> None:
+        store(lambda: o_ref.__setitem__(Ellipsis, acc[...].astype(o_ref.dtype)))
+
+
+# --- TPU manual-DMA kernels --------------------------------------------------------------------
+
+
+def _dma_fn(k: DmaKernel, interpret: bool) -> Fn:
+    rows, cols = k.rows, k.shape[1]
+    dtype = np_dtype(k.dtype)
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    out_spec = any_spec if k.output_in_hbm else pl.BlockSpec((rows, cols), lambda i: (i, 0))
+    scratch = [pltpu.VMEM((rows, cols), dtype), pltpu.SemaphoreType.DMA(())]
+    scratch += [pltpu.VMEM((rows, cols), dtype)] if k.output_in_hbm else []
+    call = pl.pallas_call(
+        functools.partial(_dma_body, k), out_shape=jax.ShapeDtypeStruct(k.shape, dtype),
+        grid=k.grid, in_specs=[any_spec], out_specs=out_spec, scratch_shapes=scratch,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+        interpret=interpret)
+    return call
+
+
+def _copy(k: DmaKernel, src: Any, dst: Any, sem: Any) -> None:
+    if k.copy == "sync":
+        pltpu.sync_copy(src, dst)
+    else:
+        c = pltpu.make_async_copy(src, dst, sem)
+        c.start()
+        c.wait()
+
+
+def _dma_body(k: DmaKernel, x_hbm: Any, o_ref: Any, buf: Any, sem: Any, *out_buf: Any) -> None:
+    i = pl.program_id(0)
+    store = _guarded_store(k)
+    source = eval(f"lambda i, ni: {k.source}", {"min": jnp.minimum})(i, k.grid[0])
+    if k.sub_chunks > 1:
+        piece = k.rows // k.sub_chunks
+
+        def step(c: Any, carry: Any) -> Any:
+            _copy(k, x_hbm.at[pl.ds(source * k.rows + c * piece, piece)],
+                  buf.at[pl.ds(c * piece, piece)], sem)
+            return carry
+        jax.lax.fori_loop(0, k.sub_chunks, step, 0)
+    else:
+        _copy(k, x_hbm.at[pl.ds(source * k.rows, k.rows)], buf, sem)
+    value = ELEMENTWISE[k.op][1](buf[...].astype(jnp.float32)).astype(buf.dtype)
+
+    def write() -> None:
+        if k.output_in_hbm:
+            out_buf[0][...] = value
+            pltpu.sync_copy(out_buf[0], o_ref.at[pl.ds(i * k.rows, k.rows)])
+        else:
+            o_ref[...] = value
+    store(write)
+
+
+# --- Triton-style GPU kernels ------------------------------------------------------------------
+
+TRITON = plt.CompilerParams(num_warps=4)
+
+
+def _triton_fn(k: TritonKernel, interpret: bool) -> Fn:
+    body = functools.partial(_vector_body if k.layout == "vector" else _rows_body, k)
+    call = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(k.shape, jnp.float32),
+                          grid=k.grid, compiler_params=TRITON, interpret=interpret)
+    return call
+
+
+def _triton_store(k: TritonKernel, write: Callable[[], None]) -> None:
+    if k.skip_last_store:
+        pl.when(pl.program_id(0) != k.grid[0] - 1)(write)
+    else:
+        write()
+
+
+def _vector_body(k: TritonKernel, *refs: Any) -> None:
+    *in_refs, o_ref = refs
+    start = pl.program_id(0) * k.block
+    mask = start + jnp.arange(k.block) < k.valid + k.mask_shift
+    window = pl.ds(start, k.block)
+    values = [plt.load(r.at[window], mask=mask, other=0.0) for r in in_refs]
+    result = ELEMENTWISE[k.op][1](*values)
+    _triton_store(k, lambda: plt.store(o_ref.at[window], result, mask=mask))
+
+
+def _rows_body(k: TritonKernel, *refs: Any) -> None:
+    *in_refs, o_ref = refs
+    row = pl.program_id(0)
+    mask = jnp.arange(k.block) < k.valid + k.mask_shift
+    fill = 0.0 if k.op == "sum" or k.other_zero else -jnp.inf
+    x = plt.load(in_refs[0].at[row, :], mask=mask, other=fill)
+    if k.two_inputs:
+        x = x + plt.load(in_refs[1].at[row, :], mask=mask, other=0.0)
+    folded = jnp.sum(x) if k.op == "sum" else jnp.max(x)
+
+    def write() -> None:
+        plt.store(o_ref.at[row, :], x - folded, mask=mask)
+        plt.store(o_ref.at[row, :], jnp.zeros_like(x), mask=~mask)
+    _triton_store(k, write)

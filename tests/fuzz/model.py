@@ -1,0 +1,100 @@
+"""Description + inputs -> the expected output, in NumPy alone: the grid walked in order,
+each program's blocks sliced from NaN-padded arrays as its index maps say. Shares no code
+with `build` but the description (and `ops`' NumPy halves)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from fuzz.ops import ELEMENTWISE, REDUCTIONS, np_dtype
+from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, TritonKernel
+
+F32 = np.float32
+BF16 = np_dtype("bfloat16")
+
+
+def expected(kernel: Kernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
+    if isinstance(kernel, BlockKernel):
+        return _block(kernel, args)
+    if isinstance(kernel, DmaKernel):
+        return _dma(kernel, args[0])
+    return _triton(kernel, args)
+
+
+def _block(k: BlockKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
+    table = args[0] if k.prefetch else None
+    arrays = args[1:] if k.prefetch else args
+    padded = [_pad(a.astype(F32), o) for a, o in zip(arrays, k.inputs, strict=True)]
+    out = _pad(np.full(k.output.shape, np.nan, F32), k.output)
+    acc: np.ndarray | None = None
+    for ids in itertools.product(*map(range, k.grid)):
+        env: dict[str, Any] = dict(zip(k.coords, ids, strict=True))
+        env |= {f"n{c}": n for c, n in zip(k.coords, k.grid, strict=True)}
+        env |= {"p": table, "min": min}
+        blocks = [_read(a, o, env) for a, o in zip(padded, k.inputs, strict=True)]
+        if k.body == "elementwise":
+            _write(out, k.output, env, _round_trip(k, ELEMENTWISE[k.op][2](*blocks)))
+            continue
+        if env[k.init_coord] == 0:
+            initial = 0.0 if k.body == "dot" else REDUCTIONS[k.op][0]
+            acc = np.full([b for b in k.output.block if b is not None], initial, F32)
+        assert acc is not None
+        if k.body == "dot":
+            acc = acc + blocks[0].astype(np.float64) @ blocks[1].astype(np.float64)
+        else:
+            v = _round_trip(k, blocks[0])
+            if k.output.block[-1] == 1:
+                v = v.sum(-1, keepdims=True) if k.op == "sum" else v.max(-1, keepdims=True)
+            acc = REDUCTIONS[k.op][2](acc, v)
+        if ids[-1] == k.grid[-1] - 1:
+            _write(out, k.output, env, acc)
+    crop = tuple(slice(0, s) for s in k.output.shape)
+    return out[crop].astype(np_dtype(k.output.dtype))
+
+
+def _round_trip(k: BlockKernel, v: np.ndarray) -> np.ndarray:
+    return v.astype(BF16).astype(F32) if k.round_trip else v
+
+
+def _pad(a: np.ndarray, o: Operand) -> np.ndarray:
+    """`a` as stored, NaN-padded to whole blocks (the rows a partial edge block reads)."""
+    widths = [(0, (-s) % b if b is not None else 0) for s, b in zip(a.shape, o.block, strict=True)]
+    return np.pad(a, widths, constant_values=np.nan)
+
+
+def _window(o: Operand, env: dict[str, Any]) -> tuple[Any, ...]:
+    index = eval(o.index_map, {}, env)
+    return tuple(int(i) if b is None else slice(int(i) * b, int(i) * b + b)
+                 for i, b in zip(index, o.block, strict=True))
+
+
+def _read(a: np.ndarray, o: Operand, env: dict[str, Any]) -> np.ndarray:
+    block = a[_window(o, env)]
+    return block.T if o.transposed else block
+
+
+def _write(out: np.ndarray, o: Operand, env: dict[str, Any], value: np.ndarray) -> None:
+    out[_window(o, env)] = value
+
+
+def _dma(k: DmaKernel, x: np.ndarray) -> np.ndarray:
+    out = np.empty(k.shape, F32)
+    n = k.grid[0]
+    for i in range(n):
+        src = int(eval(k.source, {"min": min}, {"i": i, "ni": n}))
+        chunk = x[src * k.rows:(src + 1) * k.rows].astype(F32)
+        out[i * k.rows:(i + 1) * k.rows] = ELEMENTWISE[k.op][2](chunk)
+    return out.astype(np_dtype(k.dtype))
+
+
+def _triton(k: TritonKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
+    if k.layout == "vector":
+        return ELEMENTWISE[k.op][2](*args).astype(F32)
+    x = args[0][:, :k.valid] + (args[1][:, :k.valid] if k.two_inputs else 0.0)
+    folded = x.sum(1, keepdims=True) if k.op == "sum" else x.max(1, keepdims=True)
+    out = np.zeros(k.shape, F32)
+    out[:, :k.valid] = x - folded
+    return out

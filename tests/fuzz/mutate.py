@@ -1,0 +1,97 @@
+"""Single-bug variants of a description. Each operator returns the mutated description or
+None where it does not apply; the mutant's oracle is the unmutated description's."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, TritonKernel
+
+Mutation = Callable[[Kernel], Kernel | None]
+
+
+def mutants_of(kernel: Kernel) -> list[tuple[str, Kernel]]:
+    found = [(name, op(kernel)) for name, op in MUTATIONS.items()]
+    return [(name, m) for name, m in found if m is not None]
+
+
+def _replace_operand(k: BlockKernel, position: int, o: Operand) -> BlockKernel:
+    if position == len(k.inputs):
+        return dataclasses.replace(k, output=o)
+    inputs = list(k.inputs)
+    inputs[position] = o
+    return dataclasses.replace(k, inputs=tuple(inputs))
+
+
+def map_off_by_one(k: Kernel) -> Kernel | None:
+    """The first operand whose map reads a grid coordinate of extent > 1 takes the next
+    block along it (clamped to the last: still in bounds)."""
+    if not isinstance(k, BlockKernel):
+        return None
+    for position, o in enumerate((*k.inputs, k.output)):
+        for c, n in zip(k.coords, k.grid, strict=True):
+            if n > 1 and re.search(rf"\b{c}\b", o.index_map) and "p[" not in o.index_map:
+                expr = re.sub(rf"\b{c}\b", f"min({c} + 1, n{c} - 1)", o.index_map, count=1)
+                return _replace_operand(k, position, dataclasses.replace(o, index_map=expr))
+    return None
+
+
+def map_swapped(k: Kernel) -> Kernel | None:
+    """An input's map swaps its last two block coordinates (square blocks, square grid)."""
+    if not isinstance(k, BlockKernel):
+        return None
+    extents = dict(zip(k.coords, k.grid, strict=True))
+    for position, o in enumerate(k.inputs):
+        m = re.fullmatch(r"\((.*?)(\w+), (\w+)\)", o.index_map)
+        if (m and o.block[-1] == o.block[-2] and o.shape[-1] == o.shape[-2]
+                and m[2] in extents and m[3] in extents and extents[m[2]] == extents[m[3]] > 1):
+            swapped = f"({m[1]}{m[3]}, {m[2]})"
+            return _replace_operand(k, position, dataclasses.replace(o, index_map=swapped))
+    return None
+
+
+def missing_init(k: Kernel) -> Kernel | None:
+    return dataclasses.replace(k, skip_init=True) if isinstance(k, BlockKernel) and \
+        k.init_coord else None
+
+
+def wrong_reduction_axis(k: Kernel) -> Kernel | None:
+    """The accumulator's init keyed to another grid axis than the reduction's."""
+    if not isinstance(k, BlockKernel) or not k.init_coord:
+        return None
+    extents = zip(k.coords, k.grid, strict=True)
+    other = next((c for c, n in extents if c != k.init_coord and n > 1), None)
+    return dataclasses.replace(k, init_coord=other) if other else None
+
+
+def dropped_last_store(k: Kernel) -> Kernel | None:
+    return dataclasses.replace(k, skip_last_store=True)
+
+
+def dma_source_off_by_one(k: Kernel) -> Kernel | None:
+    if not isinstance(k, DmaKernel) or k.grid[0] < 2:
+        return None
+    return dataclasses.replace(k, source=re.sub(r"\bi\b", "min(i + 1, ni - 1)", k.source,
+                                                count=1))
+
+
+def mask_off_by_one(k: Kernel) -> Kernel | None:
+    """The mask admits one element (column) fewer than the array holds."""
+    return dataclasses.replace(k, mask_shift=-1) if isinstance(k, TritonKernel) else None
+
+
+def wrong_fill(k: Kernel) -> Kernel | None:
+    """A masked max fills the masked-off lanes with 0, not -inf."""
+    if isinstance(k, TritonKernel) and k.layout == "rows" and k.op == "max":
+        return dataclasses.replace(k, other_zero=True)
+    return None
+
+
+MUTATIONS: dict[str, Mutation] = {
+    "map-off-by-one": map_off_by_one, "map-swapped": map_swapped, "missing-init": missing_init,
+    "wrong-reduction-axis": wrong_reduction_axis, "dropped-last-store": dropped_last_store,
+    "dma-source-off-by-one": dma_source_off_by_one, "mask-off-by-one": mask_off_by_one,
+    "wrong-fill": wrong_fill,
+}

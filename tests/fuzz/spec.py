@@ -1,0 +1,130 @@
+"""Kernel descriptions: plain data, from which both the Pallas kernel (`build`) and the
+NumPy model (`model`) are made. Index maps are Python expressions over the grid's coordinate
+names (`i`, `j`, `k`, `b`), their extents (`ni`, ...) and the scalar-prefetch table `p`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    shape: tuple[int, ...]
+    block: tuple[int | None, ...]  # None: a squeezed dimension
+    index_map: str  # e.g. "(b, ni - 1 - i, j)"
+    dtype: str = "float32"
+    transposed: bool = False  # stored transposed: the body reads it as `ref[...].T`
+    family: str = "identity"  # the index map's family, for the tallies
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockKernel:
+    """A TPU BlockSpec `pallas_call`. `body`: "elementwise" (op over the inputs' blocks),
+    "reduce" (op folded over the last grid axis into a VMEM scratch accumulator) or "dot"
+    (a matmul accumulated in f32 scratch over the last grid axis)."""
+    body: str
+    op: str
+    coords: tuple[str, ...]  # grid coordinate names, in grid order
+    grid: tuple[int, ...]
+    semantics: tuple[str, ...]
+    inputs: tuple[Operand, ...]
+    output: Operand
+    prefetch: tuple[int, ...] = ()  # the scalar-prefetch table `p` (empty: none)
+    round_trip: bool = False  # the body's value goes through bfloat16 and back
+    chunk_rows: int = 0  # >0: the body runs over row chunks of pl.ds in a fori_loop
+    init_coord: str = ""  # reduce/dot: the coordinate whose first step zeroes the scratch
+    skip_init: bool = False  # reduce/dot: the scratch is never initialized
+    skip_last_store: bool = False  # the grid's last program stores nothing
+    family: str = "tpu-block"
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        f = [self.family, f"body:{self.body}", f"op:{self.op}", f"grid-rank:{len(self.grid)}"]
+        f += [f"semantics:{'/'.join(self.semantics)}"]
+        f += ["squeezed"] * any(None in o.block for o in (*self.inputs, self.output))
+        f += ["transposed"] * any(o.transposed for o in self.inputs)
+        f += ["partial-edge"] * any(_partial(o) for o in (*self.inputs, self.output))
+        f += ["scalar-prefetch"] * bool(self.prefetch)
+        f += ["bf16"] * any(o.dtype == "bfloat16" for o in (*self.inputs, self.output))
+        f += ["bf16-round-trip"] * self.round_trip + ["pl.ds-chunks"] * bool(self.chunk_rows)
+        f += sorted({f"map:{o.family}" for o in (*self.inputs, self.output)})
+        return tuple(f)
+
+
+@dataclasses.dataclass(frozen=True)
+class DmaKernel:
+    """A TPU kernel copying row chunks of an HBM (`pltpu.ANY`) input into VMEM scratch by DMA,
+    one chunk of `rows` rows per program (grid (n,)), then storing `op` of it."""
+    shape: tuple[int, int]
+    rows: int
+    op: str
+    source: str  # the chunk a program copies, an expression over `i`, `ni`
+    copy: str  # "async" (make_async_copy, start, wait) or "sync" (pltpu.sync_copy)
+    sub_chunks: int  # >1: each chunk copied in this many pl.ds pieces in a fori_loop
+    output_in_hbm: bool  # the output is ANY too, written back by sync_copy
+    dtype: str = "float32"
+    skip_last_store: bool = False
+    family: str = "tpu-dma"
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return (self.shape[0] // self.rows,)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return (self.family, f"op:{self.op}", f"copy:{self.copy}",
+                *["dma-sub-chunks"] * (self.sub_chunks > 1),
+                *["output-in-hbm"] * self.output_in_hbm, *["bf16"] * (self.dtype == "bfloat16"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonKernel:
+    """A Triton-style GPU kernel on whole-array refs: "vector" (programs over `block`-element
+    windows of a 1-D array, masked past its end) or "rows" (a program per row, the first
+    `valid` columns live; the row's op reduces over them, the padding is stored as zeros)."""
+    layout: str
+    shape: tuple[int, ...]
+    block: int  # vector: the window; rows: the row length
+    valid: int  # elements (vector) or columns (rows) inside the mask
+    op: str
+    two_inputs: bool
+    mask_shift: int = 0  # the mask admits `valid + mask_shift` elements
+    skip_last_store: bool = False
+    other_zero: bool = False  # rows/max: masked loads fill 0, not -inf
+    family: str = "gpu-triton"
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return (-(-self.valid // self.block),) if self.layout == "vector" else (self.shape[0],)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return (self.family, f"layout:{self.layout}", f"op:{self.op}",
+                *["partial-edge"] * (self.layout == "vector" and self.valid % self.block != 0),
+                *["two-inputs"] * self.two_inputs)
+
+
+Kernel = BlockKernel | DmaKernel | TritonKernel
+
+
+@dataclasses.dataclass(frozen=True)
+class Generated:
+    """One drawn kernel: its description, the seed and index that reproduce it, and when it is
+    a mutant, the correct description it was made from and the mutation's name."""
+    seed: int
+    index: int
+    kernel: Kernel
+    original: Kernel | None = None
+    mutation: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"s{self.seed}_k{self.index}" + (f"_{self.mutation}" if self.mutation else "")
+
+    @property
+    def reference_kernel(self) -> Kernel:
+        return self.original if self.original is not None else self.kernel
+
+
+def _partial(o: Operand) -> bool:
+    return any(b is not None and s % b for s, b in zip(o.shape, o.block, strict=True))
