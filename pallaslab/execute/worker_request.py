@@ -129,26 +129,21 @@ def _header(work: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def _dumps(work: dict[str, Any]) -> bytes:
-    """cloudpickle, with JAX's primitives and config options sent by name. JAX's own closures
-    travel by value (`half = pl.pallas_call(...)` in a notebook is one; so is the fuser's
-    `fuse` wrapper), and the globals they refer to with them: a primitive copied by value is
-    another primitive, which neither pallaslab nor JAX's interpreters recognise as
-    `pallas_call`, config options cannot be pickled at all, and a sentinel copied by value is
-    no longer the sentinel."""
+    """cloudpickle, with the values JAX's modules hold sent by name. JAX's own closures travel
+    by value (`half = pl.pallas_call(...)` in a notebook is one; so is the fuser's `fuse`
+    wrapper), and the globals they refer to with them: a primitive copied by value is another
+    primitive, which neither pallaslab nor JAX's interpreters recognise as `pallas_call`;
+    config options and jaxlib's caches cannot be pickled at all; and a sentinel copied by value
+    (Pallas's `no_block_spec`, the default `in_specs` of a `pallas_call` made once and closed
+    over) is no longer the sentinel."""
     import io
 
     import cloudpickle
-    from jax.extend.core import Primitive
-
-    held: dict[int, tuple[str, str]] | None = None
 
     class Pickler(cloudpickle.Pickler):
         def reducer_override(self, obj: Any) -> Any:
-            nonlocal held
-            if isinstance(obj, Primitive) or _is_config_option(obj) or _jax_instance(obj):
-                held = _jax_attributes() if held is None else held
-                if (where := held.get(id(obj))) is not None:
-                    return _jax_attribute_value, where
+            if _jax_instance(obj) and (where := _jax_attribute_of(obj)) is not None:
+                return _jax_attribute_value, where
             return super().reducer_override(obj)
 
     buffer = io.BytesIO()
@@ -157,18 +152,29 @@ def _dumps(work: dict[str, Any]) -> bytes:
 
 
 def _jax_instance(obj: Any) -> bool:
-    """An instance of one of JAX's own classes: sent by name where a JAX module holds it, so
-    that sentinels keep their identity (Pallas's `no_block_spec`, the default `in_specs` of a
-    `pallas_call` made once and closed over, compared with `is`)."""
-    module = type(obj).__module__
-    return (module == "jax" or module.startswith("jax.")) and not isinstance(obj, type)
+    """An instance of one of JAX's or jaxlib's classes (primitives, config options, caches,
+    sentinels); classes themselves travel by reference anyway."""
+    return type(obj).__module__.split(".")[0] in ("jax", "jaxlib") and \
+        not isinstance(obj, type)
 
 
-def _is_config_option(obj: Any) -> bool:
-    """A JAX config option: jaxlib's `Config` or a subclass of it (JAX >= 0.12.1 makes some
-    Pallas switches, the fuser's `disable_nested_fuse`, `config.State`s)."""
-    return any(c.__module__.startswith("jaxlib") and c.__name__ == "Config"
-               for c in type(obj).__mro__)
+# id -> (module, attribute) of every value the loaded jax modules hold, made again whenever
+# more modules are loaded (once per process in practice: ~15 ms).
+_HELD: dict[int, tuple[str, str]] = {}
+_HELD_FOR_MODULES = [0]
+
+
+def _jax_attribute_of(obj: Any) -> tuple[str, str] | None:
+    """(module, attribute) of a jax module that holds `obj`, or None."""
+    if len(sys.modules) != _HELD_FOR_MODULES[0]:
+        _HELD.clear()
+        _HELD.update(_jax_attributes())
+        _HELD_FOR_MODULES[0] = len(sys.modules)
+    where = _HELD.get(id(obj))
+    # the attribute may have been rebound since, and its old value's id reused
+    if where is not None and getattr(sys.modules.get(where[0]), where[1], None) is obj:
+        return where
+    return None
 
 
 def _jax_attributes() -> dict[int, tuple[str, str]]:
