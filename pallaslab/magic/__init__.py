@@ -265,6 +265,7 @@ def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, 
     simulated devices that `--devices` alone asks for (None when not asked)."""
     from pallaslab.errors import PallasLabError, untested_jax_failure
     from pallaslab.views.compare import attach_comparison, user_call
+    from pallaslab.views.session import attach_workbench
     from pallaslab.workbench import Workbench
 
     options["extra"]["arg_names"] = traced.arg_names
@@ -285,6 +286,10 @@ def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, 
                 **({"devices": options["devices"]} if options["devices"] else {}))
         elif options["devices"]:
             device_run = _run_on_devices(wb, call, options, reuse)
+        elif call is not None:
+            # Step and Compare, opened later from the tabs, re-run the user's own call: it
+            # travels to the worker, where the captured jaxpr (JAX's tracebacks) cannot
+            attach_workbench(wb).call = call
     except PallasLabError as err:
         raise UsageError(f"%%pallas: {err}") from None
     except Exception as err:  # pallaslab's own failure: on an untested JAX, said as such

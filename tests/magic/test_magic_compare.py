@@ -80,3 +80,17 @@ def test_bad_compare_flags_are_one_line_usage_errors(shell, flag, message):
 def test_help_documents_the_compare_flag(shell):
     doc = shell.find_cell_magic("pallas").__doc__
     assert "--compare" in doc and "reference=" in doc
+
+
+def test_a_plain_cells_step_tab_steps_in_the_worker(shell, shown):
+    """Without --compare, the Step tab re-runs the user's own call in the worker process (the
+    captured jaxpr cannot travel there: JAX's tracebacks do not pickle), so its time limit
+    holds and a program that never ends can be stopped."""
+    result, _ = run(shell, "%%pallas\nwrong_kernel(x)\n")
+    assert result.success, result.error_in_exec
+    wb = shown[-1]
+    step = wb.view("step").step()
+    assert step.error is None, step.error
+    assert step.stepper.program == (0,)
+    assert not [n for n in step.stepper.notes if "run in this process" in n], step.stepper.notes
+    assert step.stepper._remote is not None
