@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from typing import Any
 
 from pallaslab.errors import PallasLabError
 from pallaslab.lowering.result import Diagnostic
@@ -37,8 +39,6 @@ _NO_SPARSECORE = re.compile(r"SparseCore is not available on the current device"
 # openxla.org/xla/errors): classify by them, never by words that happen to appear in the IR.
 _CODED = re.compile(r"\b(?P<code>E\d{4}): (?P<name>[A-Za-z]\w*)(?::[ \t]*(?P<detail>[^\n]*))?")
 _LOCATION = re.compile(r'"(?P<file>[^"]+\.py)":(?P<line>\d+)')
-VMEM_OOM_CODES = ("E1001",)
-ALIGNMENT_CODES = ("E2003",)
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -105,14 +105,99 @@ def block_rule(text: str) -> str:
             "32-bit types), or equal the array's dimensions.")
 
 
-def from_compile_error(message: str, kernel_name: str, target: str) -> Diagnostic:
-    """A compiler's refusal, coded by what the compiler said: libtpu's own error code when it
-    gives one (E1001 `vmem-oom`, E2003 `mosaic-alignment`, any other: `compile-error` with the
-    compiler's code and name as data), else by its words."""
-    coded = _CODED.search(message)
+@dataclasses.dataclass(frozen=True)
+class CompilerMessage:
+    """One kind of compiler refusal: what the compiler says (`pattern`, searched in its own
+    statement, never in the IR it quotes), the diagnostic `code`, and what that means."""
+
+    pattern: re.Pattern[str]
+    code: str
+    meaning: str
+
+
+# libtpu's numbered errors (openxla.org/xla/errors): by number. Any other number is a
+# `compile-error` carrying the number and name.
+TPU_CODES = {
+    "E1001": ("vmem-oom", "the kernel's buffers do not fit its scoped VMEM limit"),
+    "E2003": ("mosaic-alignment", "Mosaic cannot prove a VMEM access aligned to the tile"),
+}
+VMEM_OOM_CODES = tuple(c for c, (code, _) in TPU_CODES.items() if code == "vmem-oom")
+ALIGNMENT_CODES = tuple(c for c, (code, _) in TPU_CODES.items() if code == "mosaic-alignment")
+# Unnumbered messages, by their words, first match wins; none: `compile-error`. Only a
+# statement about running out of VMEM is `vmem-oom`: the IR libtpu quotes after its statement
+# names a memory space on every VMEM ref (`#xir.memory_space<vmem, tc>`), and its internal
+# checks name memory spaces too ("IsSflagMemorySpace(...) vmem").
+TPU_MESSAGES = (
+    CompilerMessage(re.compile(
+        r"Scoped allocation with size|ran out of memory in memory space vmem|"
+        r"out of (?:scoped )?vmem|vmem (?:limit )?exceeded", re.I),
+        "vmem-oom", "the kernel's buffers do not fit its scoped VMEM limit"),
+    CompilerMessage(re.compile(
+        r"invalid vector type|vector type|layout|tiling|stride on last dim|last dim size|"
+        r"sublane|\blanes?\b|vreg|relayout|shape cast|memref shape|not aligned", re.I),
+        "mosaic-layout", "Mosaic cannot lay out a vector (or load or store it) in the shape, "
+        "element type or stride the kernel asks for: a layout or vector-type limit of Mosaic "
+        "TPU, not a lack of memory"),
+    CompilerMessage(re.compile(r"Unimplemented primitive|not implemented|unsupported|"
+                               r"not supported", re.I),
+                    "unsupported-op", "an operation Mosaic TPU cannot compile"),
+)
+TRITON_MESSAGES = (
+    CompilerMessage(re.compile(r"out of resource: shared memory|too much shared data|"
+                               r"shared memory.{0,40}exceed", re.I),
+                    "shared-memory-oom", "the kernel's shared memory (its blocks times "
+                    "num_stages) exceeds what one GPU block may use"),
+    CompilerMessage(re.compile(r"out of resource", re.I),
+                    "compile-error", "the kernel needs more of a GPU resource than it has"),
+)
+# Where the compiler's statement ends and what it quotes (a location, the operation, IR) starts.
+_QUOTED = re.compile(r"^\s*(?:at location:|The MLIR operation involved:|%|#loc|module\b|"
+                     r"func\.func|tt\.func|Traceback|`ptxas` stderr:|Repro command:)", re.M)
+_SHARED = re.compile(r"Required: (\d+), Hardware limit: (\d+)")
+MAX_COMPILER_LINES = 40
+MAX_COMPILER_CHARS = 12_000
+
+
+def statement(message: str) -> str:
+    """The compiler's own words: its message before the location, operation or IR it quotes."""
+    m = _QUOTED.search(message)
+    return message[: m.start()] if m else message
+
+
+def compiler_text(message: str, max_lines: int = MAX_COMPILER_LINES,
+                  max_chars: int = MAX_COMPILER_CHARS) -> str:
+    """The whole compiler message, each line indented, blank lines dropped: its statement, the
+    location and "The MLIR operation involved:" with the operation. Bounded to `max_lines`
+    lines (and `max_chars`), saying how many were left out."""
+    lines = [line.rstrip() for line in message.strip("\n").splitlines() if line.strip()]
+    kept: list[str] = []
+    size = 0
+    for line in lines[:max_lines]:
+        if size + len(line) > max_chars and kept:
+            break
+        kept.append(line if len(line) <= max_chars else line[: max_chars - 3] + "...")
+        size += len(line)
+    out = "\n".join("  " + line for line in kept)
+    if len(kept) < len(lines):
+        out += f"\n  ... ({len(lines) - len(kept)} more lines of the compiler's message not shown)"
+    return out
+
+
+def from_compile_error(message: str, kernel_name: str, target: str,
+                       compiler: str = "libtpu") -> Diagnostic:
+    """A compiler's refusal, coded by what the compiler said (`compiler`: "libtpu" or
+    "triton"): libtpu's own error code when it gives one (`TPU_CODES`: E1001 `vmem-oom`, E2003
+    `mosaic-alignment`, any other: `compile-error` with the compiler's code and name as data),
+    else by the words of its statement (`TPU_MESSAGES`, `TRITON_MESSAGES`). The message carries
+    the compiler's whole text, the MLIR operation involved included."""
+    coded = _CODED.search(message) if compiler == "libtpu" else None
     if coded is not None and coded["code"] not in VMEM_OOM_CODES:
         return _from_coded_error(coded, message, kernel_name, target)
-    if m := _SCOPED.search(message):
+    said = statement(message)
+    rules = TPU_MESSAGES if compiler == "libtpu" else TRITON_MESSAGES
+    rule = next((r for r in rules if r.pattern.search(said)), None)
+    code = "vmem-oom" if coded is not None else rule.code if rule else "compile-error"
+    if code == "vmem-oom" and (m := _SCOPED.search(message)):
         needed, limit = parse_size(m[1], m[2]), parse_size(m[3], m[4])
         return Diagnostic(
             "error", "vmem-oom",
@@ -121,24 +206,18 @@ def from_compile_error(message: str, kernel_name: str, target: str) -> Diagnosti
             "pltpu.CompilerParams(vmem_limit_bytes=...) or use smaller blocks). Compiler: "
             + m[0] + ".",
             data=(("needed_bytes", needed), ("limit_bytes", limit)))
-    # Only a message about running out of VMEM is an OOM: libtpu's internal checks name memory
-    # spaces too ("IsSflagMemorySpace(...) vmem": a semaphore where a buffer was expected).
-    lowered = message.lower()
-    if coded is not None or ("sflag" not in lowered and "vmem" in lowered and (
-            "oom" in lowered or "memory" in lowered)):
-        return Diagnostic("error", "vmem-oom",
-                          f"kernel {kernel_name!r} does not fit VMEM on {target}: "
-                          + headline(message))
-    if "layout" in lowered:
-        code = "layout"
-    elif _UNSUPPORTED.search(message):
-        code = "unsupported-op"
-    elif "shape" in lowered:
-        code = "shape"
-    else:
-        code = "compile-error"
-    return Diagnostic("error", code, f"the {target} compiler rejected kernel {kernel_name!r}: "
-                      + headline(message))
+    at = _user_location(message)
+    where = f" at {at}" if at else ""
+    text = compiler_text(message)
+    if code == "vmem-oom":
+        return Diagnostic("error", "vmem-oom", f"kernel {kernel_name!r} does not fit VMEM on "
+                          f"{target}{where}. The compiler said:\n{text}")
+    data: tuple[tuple[str, Any], ...] = ()
+    if code == "shared-memory-oom" and (m := _SHARED.search(message)):
+        data = (("needed_bytes", int(m[1])), ("limit_bytes", int(m[2])))
+    meaning = f" ({code}: {rule.meaning})" if rule else ""
+    return Diagnostic("error", code, f"the {target} compiler rejected kernel "
+                      f"{kernel_name!r}{where}{meaning}. The compiler said:\n{text}", data=data)
 
 
 def _from_coded_error(coded: re.Match[str], message: str, kernel_name: str, target: str
@@ -148,6 +227,7 @@ def _from_coded_error(coded: re.Match[str], message: str, kernel_name: str, targ
     at = _user_location(message[coded.end():])
     where = f" at {at}" if at else ""
     data = (("compiler_code", code), ("compiler_error", name))
+    text = compiler_text(message)
     if code in ALIGNMENT_CODES:
         return Diagnostic(
             "error", "mosaic-alignment",
@@ -156,10 +236,10 @@ def _from_coded_error(coded: re.Match[str], message: str, kernel_name: str, targ
             "it can prove are multiples of the (8, 128) tile (128 lanes along the last "
             "dimension, 8 sublanes along the second-last); a dynamic slice such as "
             "pl.ds(k * bk, bk) needs bk a multiple of that tile, and pl.multiple_of(k * bk, "
-            "128) to say so.", data=data)
+            f"128) to say so. The compiler said:\n{text}", data=data)
     return Diagnostic("error", "compile-error",
-                      f"the {target} compiler rejected kernel {kernel_name!r}{where}: {said}",
-                      data=data)
+                      f"the {target} compiler rejected kernel {kernel_name!r}{where}: {said}. "
+                      f"The compiler said:\n{text}", data=data)
 
 
 def _user_location(text: str) -> str | None:

@@ -16,8 +16,10 @@ class Diagnostic:
     Codes: `vmem-oom` (data: needed/limit bytes), `tpu-block-shape` (a block shape Mosaic
     rejects), `tpu-buffer-count` (`pl.Buffered(n > 2)`), `tpu-mixed-element` (`pl.Element`
     mixed with blocked dimensions), `unsupported-target` (e.g. a SparseCore kernel for a chip
-    without SparseCores), `unsupported-op`, `layout`, `shape`, `lowering-error`,
-    `compile-error` (libtpu's code and name as data), `mosaic-alignment` (E2003),
+    without SparseCores), `unsupported-op`, `mosaic-layout` (a vector layout or type Mosaic
+    TPU cannot compile), `shared-memory-oom` (Triton; data: needed/limit bytes),
+    `lowering-error`, `compile-error` (libtpu's code and name as data), `mosaic-alignment`
+    (E2003),
     `mosaic-gpu-pallas-call`, `compiler-crash` (the compiler process aborted; its fatal
     line), `semaphore-group` (info: kernels joined by a DMA semaphore compiled as one program),
     `wrong-backend`, `params-adapted`, `missing-tool`, `no-compiler`.

@@ -57,7 +57,7 @@ def compile_triton(kernel_name: str, target: Target, ttir: str, num_warps: int,
                     options={"num_warps": num_warps, "num_stages": num_stages})
         except Exception as err:  # triton's verdict (parse, layout or ptxas errors)
             diag = diagnostics.from_compile_error(f"{type(err).__name__}: {err}", kernel_name,
-                                                  target.name)
+                                                  target.name, compiler="triton")
             return TritonCompiled(False, (), (diag,), Resources())
         stages = [Stage(name, compiled.asm[name])
                   for name in ("ttgir", "llir", "ptx") if name in compiled.asm]

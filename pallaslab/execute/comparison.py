@@ -48,6 +48,14 @@ from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import inspect_kernel
 from pallaslab.analysis.tiling import OperandTiling, Tiling
 from pallaslab.execute.causes import Cause, Provenance, find_causes
+from pallaslab.execute.causes.wrapped import (
+    ElementTrace,
+    Trace,
+    Untraced,
+    kernel_origin,
+    trace_outputs,
+    untraced_line,
+)
 from pallaslab.execute.choice import default_executors
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.device_mismatches import device_mismatches
@@ -56,6 +64,7 @@ from pallaslab.execute.isolation import time_limit
 from pallaslab.execute.mesh_stepping import core_mismatches
 from pallaslab.execute.pair import (
     PairComparison,
+    blocks_and_programs,
     compare_arrays,
     default_rtol,
     ulp_distance,
@@ -87,13 +96,20 @@ class OutputComparison:
     # Why it mismatches (`pallaslab.execute.causes`): found only on a mismatch
     causes: tuple[Cause, ...] = ()
     provenance: Provenance | None = None  # per element: the last writing program and line
+    # A mismatched output a wrapper made from a kernel output (`causes.wrapped`): the kernel
+    # output its elements came from, or why they cannot be traced back to one.
+    traced: Trace | None = dataclasses.field(default=None, repr=False)
+
+    def untraced_line(self) -> str | None:
+        """Why a mismatched output names no programs, where a wrapper mixed its elements."""
+        return untraced_line(self.traced) if isinstance(self.traced, Untraced) else None
 
     def to_json(self) -> dict[str, Any]:
         causes = [c.to_json() for c in self.causes]
         return {"origin": self.origin, "kernel": self.kernel, "shape": list(self.shape),
                 "dtype": str(self.dtype),
                 "block_shape": list(self.block_shape) if self.block_shape else None,
-                "causes": causes,
+                "causes": causes, "traced": _traced_json(self.traced),
                 "pairs": [{**p.to_json(), "causes": [] if p.allclose else causes}
                           for p in self.pairs]}
 
@@ -229,9 +245,14 @@ class Comparison:
         raise KeyError(f"no executor {executor!r}; compared: {', '.join(self.executors)}")
 
     def cause_lines(self) -> tuple[str, ...]:
-        """One line per cause of a mismatch: "outputs[0]: index-map: ..."."""
-        return tuple(f"{o.origin}: {c.kind}: {c.message}" for o in self.outputs
-                     for c in o.causes)
+        """One line per cause of a mismatch: "outputs[0]: index-map: ...", and one per
+        mismatched output whose elements cannot be traced back to a kernel's programs."""
+        lines = []
+        for o in self.outputs:
+            lines += [f"{o.origin}: {c.kind}: {c.message}" for c in o.causes]
+            if (untraced := o.untraced_line()) is not None:
+                lines.append(f"{o.origin}: {untraced}")
+        return tuple(lines)
 
     def mismatched_programs(self) -> tuple[tuple[int, ...], ...]:
         """Every program that wrote a mismatched block (any output, any pair)."""
@@ -352,7 +373,8 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
 def with_causes(compared: Comparison, prepared: Prepared,
                 reference: Callable[..., Any] | None) -> Comparison:
     """The comparison with each mismatched output's causes and provenance."""
-    found = find_causes(prepared, [o.pairs for o in compared.outputs], reference)
+    found = find_causes(prepared, [o.pairs for o in compared.outputs], reference,
+                        [o.traced for o in compared.outputs])
     outputs = tuple(o if f is None else dataclasses.replace(
         o, causes=f.causes, provenance=f.provenance)
         for o, f in zip(compared.outputs, found, strict=True))
@@ -442,9 +464,43 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
         outputs.append(OutputComparison(
             origin=info.name, kernel=info.kernel, shape=shape, dtype=dtype,
             block_shape=tuple(ot.extent) if ot is not None else None, pairs=pairs))
+    outputs = through_wrappers(prepared, outputs, tilings)
     return Comparison(tuple(r.executor for r in results), tuple(results), tuple(outputs),
                       tuple(prepared.capture),
                       static_findings=unreported_errors(inspections, results))
+
+
+def through_wrappers(prepared: Prepared, outputs: list[OutputComparison],
+                     tilings: dict[int, Tiling | None]) -> list[OutputComparison]:
+    """Mismatched outputs a wrapper made from a kernel output, with the blocks and programs
+    of the kernel output their wrong elements came from (and the trace, for the causes)."""
+    wanted = [i for i, o in enumerate(outputs) if o.kernel is None and any(
+        p.error is None and not p.allclose for p in o.pairs)]
+    traces = trace_outputs(prepared, wanted) if tilings else {}
+    for i, trace in traces.items():
+        pairs = outputs[i].pairs
+        if isinstance(trace, ElementTrace):
+            pairs = tuple(_traced_pair(p, trace, prepared, tilings) for p in pairs)
+        outputs[i] = dataclasses.replace(outputs[i], pairs=pairs, traced=trace)
+    return outputs
+
+
+def _traced_pair(p: PairComparison, trace: ElementTrace, prepared: Prepared,
+                 tilings: dict[int, Tiling | None]) -> PairComparison:
+    tiling = tilings.get(trace.kernel)
+    ot = tiling.operands.get(kernel_origin(prepared, trace)) if tiling is not None else None
+    if p.allclose or p.error is not None or ot is None:
+        return p
+    blocks, programs = blocks_and_programs(trace.to_kernel(p.mismatch), ot, tiling)
+    return dataclasses.replace(p, mismatched_blocks=blocks, programs=programs)
+
+
+def _traced_json(trace: Trace | None) -> dict[str, Any] | None:
+    if isinstance(trace, ElementTrace):
+        return {"kernel": trace.kernel, "output": trace.output, "through": list(trace.through)}
+    if isinstance(trace, Untraced):
+        return {"reason": trace.reason}
+    return None
 
 
 def _shape_dtype(results: Sequence[RunResult], i: int, prepared: Prepared

@@ -7,8 +7,10 @@
   (an accumulator not initialised on its first visit).
 
 Causes are found only on a mismatch (a passing comparison pays nothing), only for BlockSpec
-`pallas_call` kernels whose outputs the function returns directly, and nothing is said where
-they do not apply. The work is bounded (blocks examined, programs re-run) and the messages
+`pallas_call` kernels whose outputs the function returns directly or through a wrapper that
+only moves or casts their elements (`wrapped`: transposed, reshaped, sliced, padded, ...; a
+wrapper that combines elements, such as a sum, is said in one line), and nothing is said
+where they do not apply. The work is bounded (blocks examined, programs re-run) and the messages
 say when it was.
 """
 
@@ -21,7 +23,14 @@ from typing import Any
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.execute.causes.cause import Cause, CauseKind
 from pallaslab.execute.causes.dependence import index_map_causes
-from pallaslab.execute.causes.provenance import Provenance, record_provenance
+from pallaslab.execute.causes.provenance import Provenance, Recorded, record_provenance
+from pallaslab.execute.causes.wrapped import (
+    ElementTrace,
+    Trace,
+    kernel_origin,
+    traced_label,
+    traced_provenance,
+)
 from pallaslab.execute.pair import PairComparison
 from pallaslab.execute.protocol import Prepared
 from pallaslab.model import Kernel
@@ -36,42 +45,84 @@ class OutputCauses:
 
 
 def find_causes(prepared: Prepared, outputs: Sequence[Sequence[PairComparison]],
-                reference: Callable[..., Any] | None) -> tuple[OutputCauses | None, ...]:
-    """Per output (its pairs of executors compared): its causes and provenance, or None where
-    nothing mismatched or causes do not apply (not a kernel's output as it returned, not a
-    BlockSpec grid)."""
+                reference: Callable[..., Any] | None,
+                traces: Sequence[Trace | None] | None = None
+                ) -> tuple[OutputCauses | None, ...]:
+    """Per output (its pairs of executors compared; `traces`: for an output a wrapper made
+    from a kernel output, where its elements came from): its causes and provenance, or None
+    where nothing mismatched or causes do not apply (not a kernel's output, as it returned
+    or traced through a wrapper; not a BlockSpec grid)."""
     found: list[OutputCauses | None] = []
-    recorded: dict[int, Any] = {}
+    recorded: dict[int, Recorded | None] = {}
     for i, pairs in enumerate(outputs):
         pair = _judged_pair(pairs)
-        info = prepared.output_info[i]
-        kernel = _kernel_of(prepared, info.kernel)
-        tiling = _tiling(kernel)
-        if pair is None or kernel is None or tiling is None or info.origin is None:
+        trace = traces[i] if traces is not None else None
+        target = _target(prepared, i, trace)
+        if pair is None or target is None:
             found.append(None)
             continue
-        causes: list[Cause] = []
-        if reference is not None and "reference" in (pair.a, pair.b):
-            causes += _blame_index_maps(prepared, kernel, tiling, info.origin, pair, reference, i)
-        if kernel.index not in recorded:
-            recorded[kernel.index] = record_provenance(prepared, kernel, tiling)
-        record = recorded[kernel.index]
-        provenance = record.provenance.get(info.origin) if record is not None else None
-        if record is not None:
-            causes += record.causes_for(info.origin, pair.mismatch)
-        found.append(OutputCauses(tuple(causes), provenance))
+        found.append(_output_causes(prepared, target, pair, reference, i, recorded))
     return tuple(found)
 
 
-def _blame_index_maps(prepared: Prepared, kernel: Kernel, tiling: Tiling, origin: str,
-                      pair: PairComparison, reference: Callable[..., Any], output: int
-                      ) -> tuple[Cause, ...]:
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """The kernel output a function output's wrong elements are explained on."""
+
+    kernel: Kernel
+    tiling: Tiling
+    origin: str  # the kernel output's origin
+    label: str  # how the line cause names the output
+    trace: ElementTrace | None  # None: the function returns the kernel output as it is
+
+
+def _target(prepared: Prepared, i: int, trace: Trace | None) -> _Target | None:
+    info = prepared.output_info[i]
+    if info.origin is not None:
+        kernel = _kernel_of(prepared, info.kernel)
+        tiling = _tiling(kernel)
+        return None if kernel is None or tiling is None else \
+            _Target(kernel, tiling, info.origin, info.origin, None)
+    if not isinstance(trace, ElementTrace):
+        return None
+    kernel = _kernel_of(prepared, trace.kernel)
+    tiling = _tiling(kernel)
+    if kernel is None or tiling is None:
+        return None
+    return _Target(kernel, tiling, kernel_origin(prepared, trace),
+                   traced_label(info.name, prepared, trace), trace)
+
+
+def _output_causes(prepared: Prepared, target: _Target, pair: PairComparison,
+                   reference: Callable[..., Any] | None, i: int,
+                   recorded: dict[int, Recorded | None]) -> OutputCauses:
+    kernel, trace = target.kernel, target.trace
+    wrong = pair.mismatch if trace is None else trace.to_kernel(pair.mismatch)
+    causes: list[Cause] = []
+    if reference is not None and "reference" in (pair.a, pair.b):
+        causes += _blame_index_maps(prepared, target, pair, reference, i)
+    if kernel.index not in recorded:
+        recorded[kernel.index] = record_provenance(prepared, kernel, target.tiling)
+    record = recorded[kernel.index]
+    if record is None:
+        return OutputCauses(tuple(causes), None)
+    causes += record.causes_for(target.origin, wrong, target.label)
+    provenance = record.provenance.get(target.origin)
+    if provenance is not None and trace is not None:
+        provenance = traced_provenance(provenance, trace)
+    return OutputCauses(tuple(causes), provenance)
+
+
+def _blame_index_maps(prepared: Prepared, target: _Target, pair: PairComparison,
+                      reference: Callable[..., Any], output: int) -> tuple[Cause, ...]:
     """Index-map causes; none when the analysis itself fails (a cause is an explanation on
     top of the comparison: it never stops one)."""
     try:
-        return index_map_causes(kernel, tiling, origin, pair.mismatched_blocks, reference,
-                                prepared.args, prepared.kwargs, output,
-                                prepared.capture.argument_positions(kernel))
+        return index_map_causes(target.kernel, target.tiling, target.origin,
+                                pair.mismatched_blocks, reference, prepared.args,
+                                prepared.kwargs, output,
+                                prepared.capture.argument_positions(target.kernel),
+                                target.trace)
     except Exception:
         return ()
 

@@ -11,7 +11,9 @@ per output (the message says so when more mismatched).
 An input is blamed only when the reference needs a block no writing program read: reading
 more than needed (a causal kernel visiting masked blocks) is no fault. When every windowed
 input is blamed for a block, and other programs read exactly what that block needs, the
-output's own index map sent their result elsewhere: the output is blamed instead.
+output's own index map may have sent their result elsewhere: with several inputs agreeing
+the output is blamed; with one input (the two explanations fit the values equally) the map
+that does not follow the grid's order (`in_grid_order`: `(3 - i, 0)`, `(j, i)`) is.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pallaslab.execute.causes.text import (
     possessive,
 )
 from pallaslab.model import Kernel, Operand
+from pallaslab.model._jax import ElementTrace
 from pallaslab.model.source_names import short_source
 
 MAX_BLOCKS = 4  # mismatched output blocks examined per output (one reference VJP each)
@@ -53,16 +56,18 @@ class Needs:
 def index_map_causes(kernel: Kernel, tiling: Tiling, out_origin: str,
                      mismatched: Sequence[Block], reference: Callable[..., Any],
                      args: tuple[Any, ...], kwargs: dict[str, Any], output: int,
-                     positions: dict[str, int]) -> tuple[Cause, ...]:
+                     positions: dict[str, int], trace: ElementTrace | None = None
+                     ) -> tuple[Cause, ...]:
     """The index-map causes of one output's mismatched blocks (empty when the reads agree
-    with the reference's dependence, or nothing can be judged)."""
+    with the reference's dependence, or nothing can be judged). `trace`: the function
+    output is a wrapper's view of the kernel output (the reference returns that view)."""
     ot = tiling.operands.get(out_origin)
     inputs = [op for op in kernel.inputs if _judged(op, tiling, positions)]
     if ot is None or not inputs or not mismatched:
         return ()
     needs = reference_needs(reference, args, kwargs, output, ot, mismatched,
                             {op.origin: (positions[op.origin], tiling.operands[op.origin])
-                             for op in inputs})
+                             for op in inputs}, trace)
     if needs is None:
         return ()
     causes: list[Cause] = []
@@ -89,9 +94,11 @@ def _judged(op: Operand, tiling: Tiling, positions: dict[str, int]) -> bool:
 def reference_needs(reference: Callable[..., Any], args: tuple[Any, ...],
                     kwargs: dict[str, Any], output: int, ot: OperandTiling,
                     mismatched: Sequence[Block],
-                    inputs: dict[str, tuple[int, OperandTiling]]) -> Needs | None:
+                    inputs: dict[str, tuple[int, OperandTiling]],
+                    trace: ElementTrace | None = None) -> Needs | None:
     """The input blocks the reference's output blocks depend on (None: the reference cannot
-    be differentiated, or its outputs do not line up with the kernel's)."""
+    be differentiated, or its outputs do not line up with the kernel's). Through a wrapper
+    (`trace`), a kernel block's cotangent sits on the function output's elements it became."""
     leaves, tree = jax.tree.flatten((args, kwargs))
     wanted = sorted({pos for pos, _ in inputs.values()})
 
@@ -104,8 +111,12 @@ def reference_needs(reference: Callable[..., Any], args: tuple[Any, ...],
 
     xs = [jnp.asarray(leaves[p]) for p in wanted]
     examined = list(mismatched)[:MAX_BLOCKS]
-    cotangents = jnp.asarray(np.stack([_indicator(ot, b) for b in examined]), jnp.float32)
-    grads = _pullbacks(of_inputs, xs, cotangents, tuple(ot.shape))
+    indicators = [_indicator(ot, b) for b in examined]
+    if trace is not None:
+        indicators = [trace.to_output(m, False) for m in indicators]
+    cotangents = jnp.asarray(np.stack(indicators), jnp.float32)
+    shape = tuple(ot.shape) if trace is None else tuple(trace.ids.shape)
+    grads = _pullbacks(of_inputs, xs, cotangents, shape)
     if grads is None:
         return None
     result: dict[Block, dict[str, frozenset[Block]]] = {}
@@ -184,19 +195,58 @@ def _block_causes(kernel: Kernel, tiling: Tiling, ot: OperandTiling, block: Bloc
             blamed.append((op, it, read, need))
     if not blamed:
         return []
-    if len(inputs) > 1 and len(blamed) == len(inputs):  # every input: the output moved?
-        moved = _output_blame(kernel, tiling, ot, block, needs, inputs)
-        if moved is not None:
-            return [moved]
     programs = tuple(tiling.programs_at(writers, MAX_PROGRAMS_NAMED))
-    either = len(inputs) == 1  # one input: its map or the output's may be the wrong one
-    return [_input_cause(kernel, ot, block, op, it, read, need, programs, either)
+    if len(blamed) < len(inputs):  # the other inputs read right: the output's map is too
+        return [_input_cause(kernel, ot, block, op, it, read, need, programs)
+                for op, it, read, need in blamed]
+    # Every input read other blocks than the reference needs: either each input's map is
+    # wrong, or the output's map sent the result of the programs that read the right blocks
+    # elsewhere. Several inputs agreeing on those programs is evidence for the output; with
+    # one input the two are told apart by which map follows the grid's order.
+    moved = _output_blame(kernel, tiling, ot, block, needs, inputs)
+    ordered = [in_grid_order(tiling, tiling.operands[op.origin]) for op in inputs]
+    out_ordered = in_grid_order(tiling, ot)
+    if moved is not None and (len(inputs) > 1 or (all(ordered) and not out_ordered)):
+        return [_with_inputs_right(moved, inputs, len(inputs) > 1)]
+    either = len(inputs) == 1 and moved is not None and out_ordered == all(ordered)
+    return [_input_cause(kernel, ot, block, op, it, read, need, programs, either,
+                         right=None if either or moved is None else _operand(kernel, ot.origin))
             for op, it, read, need in blamed]
+
+
+def in_grid_order(tiling: Tiling, it: OperandTiling) -> bool:
+    """Whether an index map is a plain projection of the program ids, in the grid's axis
+    order (`lambda i, j: (i, 0, j)`): how an output's map is written when nothing moves its
+    blocks, and what a map such as `(j, i)` or `(3 - i, 0)` is not."""
+    ids = tiling.program_ids()
+    axes = []
+    for column in np.asarray(it.block_indices).T:
+        if len(np.unique(column)) == 1:
+            continue  # a constant block coordinate
+        axis = next((a for a in range(ids.shape[1]) if np.array_equal(column, ids[:, a])), None)
+        if axis is None:
+            return False
+        axes.append(axis)
+    return axes == sorted(set(axes))
+
+
+def _with_inputs_right(moved: Cause, inputs: Sequence[Operand], agree: bool) -> Cause:
+    """The output blamed, saying why the inputs' maps are taken as right."""
+    if agree:
+        names = " and ".join(op.origin for op in inputs)
+        why = (f"the maps of {names} are right: they agree, the programs named read exactly "
+               "what the block needs")
+    else:
+        op = inputs[0]
+        why = (f"{possessive(op.origin)} {index_map_text(op)} is right: it follows the "
+               "grid's order and the output's does not")
+    return dataclasses.replace(moved, message=f"{moved.message} ({why})")
 
 
 def _input_cause(kernel: Kernel, ot: OperandTiling, block: Block, op: Operand,
                  it: OperandTiling, read: frozenset[Block], need: frozenset[Block],
-                 programs: tuple[Block, ...], either: bool = False) -> Cause:
+                 programs: tuple[Block, ...], either: bool = False,
+                 right: Operand | None = None) -> Cause:
     out = _operand(kernel, ot.origin)
     counts = _block_counts(it)
     hint = guess(read, need)
@@ -206,7 +256,9 @@ def _input_cause(kernel: Kernel, ot: OperandTiling, block: Block, op: Operand,
                f"{op.origin} blocks {block_set_text(need, counts)}; {who}: {possessive(op.origin)} "
                f"{index_map_text(op)}{hint}"
                + (f" (or {possessive(ot.origin)} index map sends the result to the wrong block)"
-                  if either else ""))
+                  if either else "")
+               + (f" ({possessive(ot.origin)} {index_map_text(right)} is right: it follows "
+                  "the grid's order and this one does not)" if right is not None else ""))
     return Cause("index-map", operand_label(op), short_source(op.index_map_source), programs,
                  message)
 

@@ -61,15 +61,16 @@ class Recorded:
     ran: int  # programs run
     total: int  # programs of the grid
 
-    def causes_for(self, origin: str, wrong: np.ndarray) -> tuple[Cause, ...]:
+    def causes_for(self, origin: str, wrong: np.ndarray, label: str | None = None
+                   ) -> tuple[Cause, ...]:
         """The first-visit causes of this output and of scratch, then the line cause of its
-        wrong elements."""
+        wrong elements (`label`: how it names the output, the origin by default)."""
         causes = [_first_visit_cause(r) for r in self.first_reads
                   if r.operand.origin == origin or r.operand.role == "scratch"]
-        line = self._line_cause(origin, wrong)
+        line = self._line_cause(origin, wrong, label or origin)
         return tuple([*causes, *([line] if line is not None else [])])
 
-    def _line_cause(self, origin: str, wrong: np.ndarray) -> Cause | None:
+    def _line_cause(self, origin: str, wrong: np.ndarray, label: str) -> Cause | None:
         prov = self.provenance.get(origin)
         if prov is None or prov.line_of.shape != wrong.shape or not wrong.any():
             return None
@@ -96,7 +97,7 @@ class Recorded:
         top = prov.lines[int(ids[order[0]])] if len(ids) else None
         top_programs = tuple(prov.programs[int(p)] for p in np.unique(
             programs[lines == ids[order[0]]])[:4]) if len(ids) else ()
-        message = (f"{origin}: {total:,} wrong element{'s' if total != 1 else ''}, "
+        message = (f"{label}: {total:,} wrong element{'s' if total != 1 else ''}, "
                    f"{'; '.join(parts)}{bounded}")
         return Cause("line", None, top, top_programs, message)
 

@@ -5,7 +5,8 @@ package, one module per responsibility:
 
 - reading a call: `base` (imports, version gate, handles), `trace` (tracing, finding kernels,
   evaluating jaxprs, abstract TPUs), `arguments` (which flat arguments reach a kernel),
-  `consumers` (what the computation does with a kernel's outputs);
+  `consumers` (what the computation does with a kernel's outputs), `element_ids` (which
+  kernel output element each element of the function's outputs came from);
 - reading a kernel: `kernels` (equation -> `Kernel`), `equation_fields` (its parts, read one
   way everywhere), `index_maps` (vectorized index maps), `param_names` (the body's parameter
   names), `nested` and `nested_outer` (in-kernel pipelines, scoped buffers, DMAs), `fusion`
@@ -43,6 +44,7 @@ from pallaslab.model._jax.deadlock import DeadlockWatch
 from pallaslab.model._jax.device_record import DeviceRecorder
 from pallaslab.model._jax.device_record import destination_from as remote_destinations
 from pallaslab.model._jax.device_record import logging_mode as device_logging_mode
+from pallaslab.model._jax.element_ids import ElementTrace, Untraced, trace_elements
 from pallaslab.model._jax.fusion import fuser_sources
 from pallaslab.model._jax.index_maps import eval_index_map_once
 from pallaslab.model._jax.interpret_params import gpu_interpret_params, tpu_interpret_params
@@ -92,10 +94,12 @@ __all__ = [
     "BarrierRecorder",
     "DeadlockWatch",
     "DeviceRecorder",
+    "ElementTrace",
     "EquationValue",
     "LineRecorder",
     "NotRecordable",
     "RecordedAccesses",
+    "Untraced",
     "aot_compile_stablehlo",
     "barrier_logging_mode",
     "concrete_kernel_operands",
@@ -135,5 +139,6 @@ __all__ = [
     "tpu_topology_device",
     "tpu_topology_devices",
     "trace",
+    "trace_elements",
     "uninitialized",
 ]

@@ -396,7 +396,7 @@ def concrete_kernel_operands(
                 reasons[id(eqn)] = why
         if len(found) + len(reasons) == len(wanted):  # nothing left to evaluate
             return _zeros_like_outputs(eqn)
-        if is_kernel or _contains_kernel(eqn.params):
+        if is_kernel or contains_kernel(eqn.params):
             outs, why = _run_kernel_here(eqn, ins, why)
         else:
             outs = bind_eqn(eqn, ins, eqn.params)
@@ -478,7 +478,7 @@ def single_sub_jaxpr(params: Mapping[str, Any]) -> Jaxpr | None:
     return subs[0] if len(subs) == 1 else None
 
 
-def _contains_kernel(params: Mapping[str, Any]) -> bool:
+def contains_kernel(params: Mapping[str, Any]) -> bool:
     return any(find_kernels(sub) for sub in _sub_jaxprs(params))
 
 

@@ -1,0 +1,60 @@
+"""Outputs a wrapper made from a kernel's output (transposed, reshaped, sliced, cast, ...),
+traced back element by element to it (`pallaslab.model._jax.element_ids`), so their wrong
+elements are attributed to the programs that wrote them as a bare kernel's are.
+
+Tracing evaluates the function's jaxpr once more (kernels not run), so it is done only for
+outputs that mismatched; a failure to trace says nothing rather than guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from pallaslab.execute.causes.provenance import Provenance
+from pallaslab.execute.protocol import Prepared
+from pallaslab.model import _jax
+
+ElementTrace = _jax.ElementTrace
+Untraced = _jax.Untraced
+Trace = ElementTrace | Untraced
+
+__all__ = ["ElementTrace", "Trace", "Untraced", "kernel_origin", "trace_outputs", "traced_label",
+           "traced_provenance", "untraced_line"]
+
+
+def trace_outputs(prepared: Prepared, wanted: Sequence[int]) -> dict[int, Trace]:
+    """Per function output in `wanted`: the kernel output its elements came from, or why
+    they cannot be traced (absent: no kernel output reaches it, or tracing failed)."""
+    if not wanted:
+        return {}
+    try:
+        found = _jax.trace_elements(prepared.capture.handle.closed_jaxpr, prepared.flat_args,
+                                    prepared.capture.kernels, wanted)
+    except Exception:  # an equation the evaluation cannot follow: no attribution, no guess
+        return {}
+    return {i: t for i, t in found.items() if t is not None}
+
+
+def kernel_origin(prepared: Prepared, trace: ElementTrace) -> str:
+    return prepared.capture[trace.kernel].outputs[trace.output].origin
+
+
+def traced_label(name: str, prepared: Prepared, trace: ElementTrace) -> str:
+    """"result[0] (outputs, through transpose, slice)"."""
+    through = f", through {', '.join(trace.through)}" if trace.through else ""
+    return f"{name} ({kernel_origin(prepared, trace)}{through})"
+
+
+def traced_provenance(prov: Provenance, trace: ElementTrace) -> Provenance:
+    """The kernel output's provenance at the function output's elements (-1: an element no
+    kernel element became, such as padding)."""
+    return dataclasses.replace(prov, program_of=trace.to_output(prov.program_of, -1),
+                               line_of=trace.to_output(prov.line_of, -1))
+
+
+def untraced_line(untraced: Untraced) -> str:
+    """Why a mismatched output names no programs."""
+    return ("no programs or causes: its wrong elements cannot be traced back to the programs "
+            f"that wrote them ({untraced.reason} after the kernel; compare the kernel's own "
+            "output, before the wrapper, to locate them)")
