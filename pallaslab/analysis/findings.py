@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from pallaslab.analysis.coverage import MAX_EXAMPLES, coverage
+from pallaslab.analysis.dma_waits import CODE as UNWAITED_DMA
+from pallaslab.analysis.dma_waits import unwaited_dma_findings
 from pallaslab.analysis.finding import Finding, Severity
 from pallaslab.analysis.output_writes import (
     lock_guarded_finding,
@@ -65,6 +67,7 @@ CODES = (
     "empty-grid",
     "structure-unread",
     *SMEM_ORDER_CODES,
+    UNWAITED_DMA,
 )
 
 
@@ -115,7 +118,9 @@ def find(
                       "and the views leave it out (a gap of pallaslab's, not of the kernel)")
               for note in kernel.structure_notes]
     found += unwritten_outputs(kernel)
-    found += smem_order_findings(kernel)  # Mosaic GPU: SMEM used before its TMA copy is done
+    smem = smem_order_findings(kernel)  # Mosaic GPU: SMEM used before its TMA copy is done
+    found += smem
+    found += unwaited_dma_findings(kernel, smem)  # a copy started and never waited
     if tiling is None:
         reason = tiling_unavailable_reason(kernel)
         if reason and kernel.kind == "pallas_call":

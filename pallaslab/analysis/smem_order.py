@@ -30,8 +30,8 @@ def smem_order_findings(kernel: Kernel) -> tuple[Finding, ...]:
 
 
 def _finding(kernel: Kernel, hazard: SmemHazard) -> Finding:
-    ref, copy_at, access_at = (hazard.ref, _line(hazard.copy_line, kernel),
-                                 _line(hazard.access_line, kernel))
+    ref, copy_at, access_at = (hazard.ref, line_label(hazard.copy_line, kernel),
+                                 line_label(hazard.access_line, kernel))
     if hazard.kind == "unwaited-copy":
         barrier = f"plgpu.barrier_wait({hazard.barrier.param or hazard.barrier.origin})" \
             if hazard.barrier is not None else "a plgpu.barrier_wait on the copy's barrier"
@@ -49,7 +49,7 @@ def _finding(kernel: Kernel, hazard: SmemHazard) -> Finding:
     return Finding(hazard.kind, "error", message, operand=ref.origin)
 
 
-def _line(source: str | None, kernel: Kernel) -> str:
+def line_label(source: str | None, kernel: Kernel) -> str:
     """"file.py:LINE" without the directories. A case file a worker process rebuilt is
     "<dynamic-code>" there: named by the kernel's own file."""
     if not source:

@@ -146,9 +146,10 @@ def nested_lines(data: dict) -> list[str]:
     for d in data["dmas"]:
         sem = f" on {d['semaphore']}" if d["semaphore"] else ""
         loop = " (in a loop)" if d["repeated"] else ""
+        size = "size known only at run time" if d["bytes"] is None else f"{d['bytes']:,} B"
         lines.append(f"{d['kind']} DMA {d['src']} ({d['src_memory_space']}) -> {d['dst']} "
                      f"({d['dst_memory_space']}): {_shape(d['shape'])} {d['dtype']}, "
-                     f"{d['bytes']:,} B{sem}{loop}  ({d['source'] or '?'})")
+                     f"{size}{sem}{loop}  ({d['source'] or '?'})")
     return lines
 
 

@@ -130,14 +130,15 @@ class MeshInfo:
 class DmaCopy:
     """A DMA the kernel body starts by hand (`make_async_copy`/`async_copy`, `sync_copy`,
     `make_async_remote_copy`). Refs are named by origin in the enclosing kernel ("args[0]",
-    "scratch[1]", "scoped[0]"); `shape` is the copied window, not the whole ref."""
+    "scratch[1]", "scoped[0]"); `shape` is the copied window, not the whole ref, None for a
+    dimension known only while the kernel runs (`x.at[pl.ds(start, n)]` with `n` a value)."""
 
     kind: DmaKind
     src: str
     dst: str
     src_memory_space: str
     dst_memory_space: str
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]
     dtype: np.dtype
     semaphore: str | None  # origin of the DMA semaphore it signals (None for sync_copy)
     source: str | None  # "file.py:LINE" of the user's call
@@ -148,8 +149,12 @@ class DmaCopy:
     device_id_type: str | None = None
 
     @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * int(np.dtype(self.dtype).itemsize)
+    def nbytes(self) -> int | None:
+        """Bytes copied; None when a dimension is dynamic."""
+        if any(s is None for s in self.shape):
+            return None
+        return math.prod(s for s in self.shape if s is not None) * int(
+            np.dtype(self.dtype).itemsize)
 
 
 @dataclasses.dataclass(frozen=True)

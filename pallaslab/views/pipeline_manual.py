@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-import numpy as np
-
 from pallaslab.analysis.pipeline import pipeline
 from pallaslab.model import Kernel
 from pallaslab.model.source_names import short_source
@@ -44,9 +42,8 @@ def manual_ops(kernel: Kernel) -> list[ManualOp]:
 
     ops: list[tuple[tuple[str, int, int], ManualOp]] = []
     for i, d in enumerate(kernel.dmas):
-        nbytes = int(np.prod(d.shape, dtype=np.int64)) * np.dtype(d.dtype).itemsize
         ops.append((_order(d.source, 0, i), ManualOp(
-            op=f"{d.kind} copy", src=ref(d.src), dst=ref(d.dst), bytes=nbytes,
+            op=f"{d.kind} copy", src=ref(d.src), dst=ref(d.dst), bytes=d.nbytes,
             semaphore=None if d.semaphore is None else ref(d.semaphore),
             source=_short(d.source), repeated=d.repeated)))
     for i, so in enumerate(kernel.semaphore_ops):
@@ -113,7 +110,9 @@ def nested_grid_text(pipe: Kernel) -> str:
 
 
 def op_text(o: ManualOp) -> str:
-    what = f"{o['src']} -> {o['dst']}, {_html.num(o['bytes'])} B" if o["src"] else ""
+    size = "size known only at run time" if o["bytes"] is None else \
+        f"{_html.num(o['bytes'])} B"
+    what = f"{o['src']} -> {o['dst']}, {size}" if o["src"] else ""
     sem = f"semaphore {o['semaphore']}" if o["semaphore"] else ""
     loop = "in a loop (once per iteration)" if o["repeated"] else ""
     return "; ".join(x for x in (o["op"], what, sem, o["source"] or "", loop) if x)
@@ -124,7 +123,8 @@ def manual_html(kernel: Kernel, chip: str) -> str:
              for n in nested_pipelines(kernel, chip)]
     ops = manual_ops(kernel)
     if ops:
-        rows = [(o["op"], o["src"] or "", o["dst"] or "", _html.num(o["bytes"]),
+        rows = [(o["op"], o["src"] or "", o["dst"] or "",
+                 "dynamic" if o["src"] and o["bytes"] is None else _html.num(o["bytes"]),
                  o["semaphore"] or "", o["source"] or "", "yes" if o["repeated"] else "")
                 for o in ops]
         parts.append('<h4>Manual DMAs and semaphores (program order)</h4>'

@@ -71,10 +71,13 @@ def _parse(lines: list[tuple[int, str]], copies: Mapping[str, DmaCopy], blocks: 
             barrier, phase = numbers.setdefault(m[1], len(numbers)), int(m[2])
             semaphores.append(SemaphoreEvent(seq, "signal", block, barrier, phase, source))
             copy = copies.get(source or "")
-            if copy is not None:  # a TMA copy whose data landed: its barrier's phase
+            # A TMA copy whose data landed: its barrier's phase. (TMA windows are static in
+            # Mosaic GPU; one the model could not size is left out of the transfers.)
+            if copy is not None and copy.nbytes is not None:
                 transfers.append(Transfer(
-                    seq, block, block, f"{copy.src} (gmem)", f"{copy.dst} (smem)", copy.shape,
-                    copy.nbytes, source, started[(block, source or "")], copy.dst, None))
+                    seq, block, block, f"{copy.src} (gmem)", f"{copy.dst} (smem)",
+                    tuple(s or 0 for s in copy.shape), copy.nbytes, source,
+                    started[(block, source or "")], copy.dst, None))
                 started[(block, source or "")] += 1
         elif m := _FINISHED.search(text):
             barrier = numbers.setdefault(m[2], len(numbers))

@@ -256,7 +256,7 @@ def _tma_copy(eqn: Any, walk: _Walk, repeated: bool) -> DmaCopy:
         kind="tma", src=_name(src, walk), dst=_name(dst, walk),
         src_memory_space=memory_space_of(_base_aval(src.aval)),
         dst_memory_space=memory_space_of(_base_aval(dst.aval)),
-        shape=tuple(int(s) for s in shape),
+        shape=tuple(_static_dim(s) for s in shape),
         dtype=element_type(smem.aval.inner_aval.dtype)[0],
         semaphore=None if barrier is None else _name(barrier, walk),
         source=call_site_of(eqn), repeated=repeated)
@@ -320,8 +320,18 @@ def _base_aval(aval: Any) -> Any:
     return aval.ref if isinstance(aval, state_types.TransformedRef) else aval
 
 
-def _window_shape(aval: Any) -> tuple[int, ...]:
-    return tuple(int(s) for s in aval.shape)
+def _window_shape(aval: Any) -> tuple[int | None, ...]:
+    """A copied window's shape; None for a dimension known only while the kernel runs (a
+    `pl.ds(start, size)` whose size is a value of the body: JAX's type holds its aval)."""
+    return tuple(_static_dim(s) for s in aval.shape)
+
+
+def _static_dim(dim: Any) -> int | None:
+    if isinstance(dim, jax_core.Literal):
+        dim = dim.val
+    if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
+        return int(dim)
+    return None  # a ShapedArray, a Var or a tracer: dynamic
 
 
 def _name(ref: Any, walk: _Walk) -> str:

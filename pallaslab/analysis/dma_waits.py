@@ -1,0 +1,78 @@
+"""Copies a kernel starts and never waits (`unwaited-dma`): a TPU `make_async_copy(...).start()`
+(or a remote copy) whose DMA semaphore no wait ever names, a Mosaic GPU TMA copy whose barrier
+no `plgpu.barrier_wait` ever names. The copy may still be writing its destination when the
+body reads it, and the kernel may end with it in flight; JAX's TPU interpreter completes the
+copy anyway, so a run shows at most a mismatch.
+
+Counted per semaphore over the whole body (every branch, loop, pipeline body and `run_scoped`),
+never per descriptor or iteration: double buffering starts copy i+1 and waits copy i on the
+same semaphore array, a wait may sit in a `pl.when` or a later program. So a copy is reported
+only when its semaphore is certainly never waited in this kernel: it is the kernel's own
+(scratch or `run_scoped`, which end with the kernel: no other kernel can wait it), the body was
+read whole (no `structure-unread`), no wait names a semaphore the walk could not trace to its
+ref, and no wait, DMA wait or read names that semaphore ref at any index. Left unsaid: a copy
+on a semaphore (array) waited for another copy only.
+"""
+
+from __future__ import annotations
+
+from pallaslab.analysis.finding import Finding
+from pallaslab.analysis.smem_order import line_label
+from pallaslab.model import Kernel
+from pallaslab.model.kernel import DmaCopy
+
+CODE = "unwaited-dma"
+
+# Operations that end a wait on (or look at) a semaphore: any of them may be the copy's wait.
+_WAITS = frozenset({"dma_wait", "wait", "read", "barrier_wait"})
+
+
+def unwaited_dma_findings(kernel: Kernel, found: tuple[Finding, ...] = ()) -> tuple[Finding, ...]:
+    """One error per copy of `kernel` whose semaphore (barrier) is never waited. `found`:
+    the kernel's other findings, so a TMA copy already reported as `unwaited-copy` (its SMEM
+    used in flight) is not reported twice."""
+    if not kernel.dmas or kernel.structure_notes:
+        return ()
+    waited = {op.semaphore for op in kernel.semaphore_ops if op.kind in _WAITS}
+    if "local" in waited:  # a wait on a semaphore the walk could not name: it may be any
+        return ()
+    said = {f.operand for f in found if f.code == "unwaited-copy"}
+    return tuple(_finding(kernel, d) for d in kernel.dmas
+                 if d.kind != "sync" and d.semaphore is not None
+                 and d.semaphore not in waited and _own(kernel, d.semaphore)
+                 and not (d.kind == "tma" and d.dst in said))
+
+
+def _own(kernel: Kernel, origin: str) -> bool:
+    """A semaphore the kernel allocates (scratch, run_scoped): none outside it can wait it."""
+    if origin.startswith("scoped["):
+        return True
+    return any(op.origin == origin and op.role == "scratch" for op in kernel.operands)
+
+
+def _finding(kernel: Kernel, dma: DmaCopy) -> Finding:
+    tma = dma.kind == "tma"
+    sem = "barrier" if tma else "semaphore"
+    at = line_label(dma.source, kernel)
+    if tma:
+        rule = ("Rule: a plgpu.copy_gmem_to_smem must be waited with plgpu.barrier_wait on its "
+                "barrier before its SMEM is used and before the kernel ends.")
+    else:
+        rule = ("Rule: every started DMA must be waited (`.wait()` on its descriptor, or on "
+                "any copy descriptor over the same semaphore) before its destination is read "
+                "and before the kernel ends. JAX's TPU interpreter completes the copy "
+                "regardless, so a run shows at most wrong values.")
+    return Finding(
+        CODE, "error",
+        f"{kernel.name}: the {'TMA copy' if tma else 'DMA'} {_ref(kernel, dma.src)} -> "
+        f"{_ref(kernel, dma.dst)} started at {at} is never waited: no wait on its {sem} "
+        f"{_ref(kernel, dma.semaphore or '')} anywhere in the body. {rule}",
+        operand=dma.dst)
+
+
+def _ref(kernel: Kernel, origin: str) -> str:
+    """"scratch[0] (x_vmem)": the origin with the parameter's name when known."""
+    for op in (*kernel.operands, *kernel.scoped):
+        if op.origin == origin and op.param:
+            return f"{origin} ({op.param})"
+    return origin
