@@ -69,6 +69,7 @@ from pallaslab.execute.pair import (
     default_rtol,
     ulp_distance,
 )
+from pallaslab.execute.precision import compute_rtol
 from pallaslab.execute.prepared import Prepared, prepare
 from pallaslab.execute.protocol import Executor, ExecutorError
 from pallaslab.execute.reference import located
@@ -364,7 +365,8 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     if on_devices := devices_note(prepared):
         notes = (*notes, on_devices)
     # How the reference ran (under jax.jit when it traces, else as written), said once here.
-    notes = (*notes, *(n for r in results if r.executor == "reference" for n in r.notes),
+    notes = (*notes, *compared.notes,
+             *(n for r in results if r.executor == "reference" for n in r.notes),
              *device_mismatches(compared), *core_mismatches(compared),
              *why_the_runs_agree(compared.static_findings))
     return dataclasses.replace(compared, notes=notes, required=required)
@@ -453,20 +455,25 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
     tilings: dict[int, Tiling | None] = {} if devices_note(prepared) else \
         {i.kernel.index: i.tiling for i in inspections}
     usable = [r for r in results if r.status == "ran"]
-    outputs = []
+    outputs, notes = [], []
     for i, info in enumerate(prepared.output_info):
         ot = _output_tiling(info, tilings)
         writers = _writers(prepared, info) if ot is not None and len(usable) >= 2 else None
-        pairs = tuple(_pair(a, b, i, ot, tilings.get(info.kernel) if info.kernel is not None
-                            else None, rtol, atol, equal_nan, writers)
-                      for a, b in itertools.combinations(usable, 2))
         shape, dtype = _shape_dtype(usable, i, prepared)
+        # The precision the kernel computes in (`pallaslab.execute.precision`), unless given.
+        own_rtol, note = compute_rtol(prepared.capture[info.kernel] if info.kernel is not None
+                                      and rtol is None else None, dtype, info.name, atol)
+        notes += [note] if note else []
+        pairs = tuple(_pair(a, b, i, ot, tilings.get(info.kernel) if info.kernel is not None
+                            else None, own_rtol if rtol is None else rtol, atol, equal_nan,
+                            writers)
+                      for a, b in itertools.combinations(usable, 2))
         outputs.append(OutputComparison(
             origin=info.name, kernel=info.kernel, shape=shape, dtype=dtype,
             block_shape=tuple(ot.extent) if ot is not None else None, pairs=pairs))
     outputs = through_wrappers(prepared, outputs, tilings)
     return Comparison(tuple(r.executor for r in results), tuple(results), tuple(outputs),
-                      tuple(prepared.capture),
+                      tuple(prepared.capture), notes=tuple(notes),
                       static_findings=unreported_errors(inspections, results))
 
 

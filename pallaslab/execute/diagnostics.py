@@ -97,6 +97,9 @@ def _race_finding(message: str, kernel: Kernel | None, program: tuple | None,
                   other: tuple | None, cores: tuple[int, int] | None = None) -> Finding:
     m = _RACE.search(message)
     origin = _buffer_origin(kernel, m["space"], int(m["buf"])) if m and kernel else None
+    # A mesh kernel's cores all run its one program: its races are named by core.
+    mesh_cores = _own_cores(m) if m is not None and cores is None and kernel is not None \
+        and kernel.kind == "mesh" else None
     programs = tuple(p for p in (program, other) if p is not None)
     remote = jax.device_count() > 1 and kernel is not None and kernel.communicates
     if m is not None:
@@ -113,8 +116,9 @@ def _race_finding(message: str, kernel: Kernel | None, program: tuple | None,
     else:
         first = second = where = ""
         what = message.splitlines()[0]
-    if cores is not None:
-        shown = f"between core {cores[0]} and core {cores[1]}"
+    if cores is not None or mesh_cores is not None:
+        a, b = cores or mesh_cores or (0, 0)
+        shown = f"between core {a} and core {b}"
     elif programs and all(p == () for p in programs):
         shown = "in the kernel's only program"
     else:
@@ -123,6 +127,9 @@ def _race_finding(message: str, kernel: Kernel | None, program: tuple | None,
     name = f"{kernel.name}: " if kernel else ""
     if "DMA" in first + second or "async copy" in first + second:
         rule = _CROSS_DEVICE_RULE if remote else _LOCAL_DMA_RULE
+    elif mesh_cores is not None:
+        rule = ("The mesh's cores run at the same time. Rule: cores must not write the same "
+                "memory (nor one read what another writes) without ordering them.")
     else:
         rule = ("TPU interpret mode ran the grid's \"parallel\" dimensions on 2 cores; on a "
                 "chip with 2 TensorCores these programs run at the same time. Rule: programs "
@@ -132,6 +139,14 @@ def _race_finding(message: str, kernel: Kernel | None, program: tuple | None,
         f"{name}{origin or 'an operand'}: data race {shown}: {what}. {rule}{where}",
         operand=origin, programs=programs,
     )
+
+
+def _own_cores(m: re.Match[str]) -> tuple[int, int] | None:
+    """The two cores of a race between two cores' own accesses (not DMAs in flight)."""
+    n = jax.device_count()
+    if int(m["dev"]) >= n or int(m["dev2"]) >= n or m["core"] == m["core2"]:
+        return None
+    return int(m["core"]), int(m["core2"])
 
 
 def _actor(m: re.Match[str], side: str, remote: bool) -> str:

@@ -78,13 +78,36 @@ class ExerciseResult:
                 "error": "❌ the kernel failed to run", "not-checked":
                 "⚠️ not checked: the comparison could not be made"}[self.verdict]
         lines = [f"{self.exercise}: {head}"]
-        lines += [f"  - {d}" for d in self.diagnosis]
-        lines += [f"  note: {n}" for n in self.notes]
-        lines += [f"  hint: {h}" for h in self.hints]
+        lines += [f"  - {_one_line(d)}" for d in self.diagnosis]
+        lines += [f"  note: {_one_line(n)}" for n in self.notes]
+        lines += [f"  hint: {_one_line(h)}" for h in self.hints]
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the verdict and a list of bullets the browser wraps at word
+        boundaries (plain text in JupyterLab breaks lines inside words)."""
+        import html
+        import re
+
+        def item(text: str) -> str:
+            escaped = html.escape(" ".join(text.split()))
+            return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+
+        text = self.text().splitlines()[0]
+        parts = [f"<div><strong>{html.escape(text)}</strong>"]
+        for label, items in (("", self.diagnosis), ("note: ", self.notes),
+                             ("hint: ", self.hints)):
+            if items:
+                parts.append("<ul>" + "".join(f"<li>{html.escape(label)}{item(i)}</li>"
+                                              for i in items) + "</ul>")
+        return "".join(parts) + "</div>"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(self.text())
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -53,7 +53,7 @@ from pallaslab.magic.line import (
     value_tracer_error,
 )
 from pallaslab.magic.options import EXTRA_OPTIONS as _EXTRA_OPTIONS
-from pallaslab.magic.options import compare_reference
+from pallaslab.magic.options import compare_reference, parse_flags
 from pallaslab.magic.options import options_from as _options
 from pallaslab.magic.user_code import (
     capture_line,
@@ -114,8 +114,8 @@ class PallasMagics(Magics):
         `interpret=True`) run under interpret mode, and one line says so.
         """
         __tracebackhide__ = True  # user exceptions show their own frames, not the magic's
-        options = _options(parse_argstring(self.pallas, line))
-        if (course := parse_argstring(self.pallas, line)).exercise is not None:  # `.exercise`
+        options = _options(parse_flags(self.pallas, line))
+        if (course := parse_flags(self.pallas, line)).exercise is not None:  # `.exercise`
             return exercise_cell(self.shell, cell, course.exercise, hint=course.hint)
         shell = self.shell
         assert shell is not None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -11,6 +12,33 @@ from IPython.core.error import UsageError
 from pallaslab import settings
 
 EXTRA_OPTIONS: list[str] = []  # argparse dests added by `pallaslab.magic.register_option`
+
+# A value to show when a flag is given without one (argparse says only "expected one argument").
+FLAG_EXAMPLES = {
+    "--compare": "--compare interpret,reference=my_ref (the executors to compare; my_ref: a "
+                 "function of the notebook computing the expected result)",
+    "--exercise": "--exercise add-vectors",
+    "--tab": "--tab grid",
+    "--chip": "--chip v5e",
+    "--target": "--target tpu-v5e",
+    "--kernel": "--kernel 0",
+    "--timeout": "--timeout 60",
+    "--devices": "--devices 4",
+}
+
+
+def parse_flags(magic: Any, line: str) -> Any:
+    """IPython's `parse_argstring`, with an example value when a flag is given without one."""
+    from IPython.core.magic_arguments import parse_argstring
+
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as err:
+        m = re.search(r"argument (--[\w-]+)(?:/[^:]*)?: expected one argument", str(err))
+        if m is None or m[1] not in FLAG_EXAMPLES:
+            raise
+        raise UsageError(f"%%pallas: {m[1]} needs a value, e.g. {FLAG_EXAMPLES[m[1]]}"
+                         ) from None
 
 
 def options_from(args: Any) -> dict[str, Any]:

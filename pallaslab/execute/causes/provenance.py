@@ -6,6 +6,11 @@ element keeps the program and source line of its last store; each load of an out
 scratch block is flagged when it reads an element no program wrote yet. Only the programs up
 to the last one that wrote a mismatched block are run, at most `MAX_PROGRAMS` (the messages
 say when the run stopped there).
+
+A read before the first write is a cause only when the value it read reaches the wrong
+elements: the programs are re-run once more with that operand filled with another value
+(`MAX_REFILLS` operands at most), and a read whose value changes none of the wrong elements
+(one a `jnp.where` discards, an accumulator set by a select on its first step) is not named.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pallaslab.model.source_names import short_source
 
 MAX_PROGRAMS = 1024  # programs re-run to record who wrote what
 MAX_LINES_NAMED = 3
+MAX_REFILLS = 4  # operands read before written whose reach is found by another re-run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +56,17 @@ class FirstRead:
     line: str | None
     program: tuple[int, ...]
     dma: bool = False  # a DMA writes it: the read came before that DMA was waited on
+    tracked: int = -1  # its position among the outputs then scratch
+    # Per output origin, the elements whose value changes with what the read found (None:
+    # not known, the read is named whatever the wrong elements are).
+    reaches: dict[str, np.ndarray] | None = dataclasses.field(default=None, repr=False)
+
+    def explains(self, origin: str, wrong: np.ndarray) -> bool:
+        """Whether the value read reaches a wrong element of the output `origin`."""
+        if self.reaches is None:
+            return True
+        reach = self.reaches.get(origin)
+        return reach is not None and reach.shape == wrong.shape and bool((reach & wrong).any())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +83,8 @@ class Recorded:
         """The first-visit causes of this output and of scratch, then the line cause of its
         wrong elements (`label`: how it names the output, the origin by default)."""
         causes = [_first_visit_cause(r) for r in self.first_reads
-                  if r.operand.origin == origin or r.operand.role == "scratch"]
+                  if (r.operand.origin == origin or r.operand.role == "scratch")
+                  and r.explains(origin, wrong)]
         line = self._line_cause(origin, wrong, label or origin)
         return tuple([*causes, *([line] if line is not None else [])])
 
@@ -129,9 +147,51 @@ def record_provenance(prepared: Prepared, kernel: Kernel, tiling: Tiling,
     if operands is None:
         return None
     try:
-        return _Replay(kernel, tiling, runner, recorder, operands).run(last_step)
+        replay = _Replay(kernel, tiling, runner, recorder, operands)
+        recorded = replay.run(last_step)
     except Exception:
         return None
+    reads = tuple(dataclasses.replace(r, reaches=_reaches(replay, r, last_step))
+                  if k < MAX_REFILLS and not r.dma else r
+                  for k, r in enumerate(recorded.first_reads))
+    return dataclasses.replace(recorded, first_reads=reads)
+
+
+def _reaches(replay: _Replay, read: FirstRead, last_step: int | None
+             ) -> dict[str, np.ndarray] | None:
+    """Per output, the written elements whose value changes when the operand `read` found
+    unwritten starts with another fill (None: it cannot be refilled, or the re-run failed)."""
+    try:
+        other = _Replay(replay.kernel, replay.tiling, replay.runner, replay.recorder,
+                        replay.operands, refill=read.tracked)
+        if not other.refilled:
+            return None
+        other.run(last_step)
+    except Exception:
+        return None
+    found = {}
+    for j, op in enumerate(replay.kernel.outputs):
+        a = replay._unpadded(replay.n_in + j, replay.arrays[replay.n_in + j])
+        b = other._unpadded(other.n_in + j, other.arrays[other.n_in + j])
+        written = replay._unpadded(replay.n_in + j, replay.shadows[j]) > 0
+        # NaN in both runs is no evidence: another operand no program wrote may be what
+        # keeps it NaN, hiding this one's value, so such an element counts as reached
+        with np.errstate(invalid="ignore"):
+            same = a == b
+        found[op.origin] = written & ~same
+    return found
+
+
+def _other_fill(dtype: np.dtype) -> Any:
+    """A second fill for memory no program wrote, unlike the interpreter's (NaN, int min,
+    False); None for other types (semaphores)."""
+    if "float" in dtype.name:
+        return 1.0
+    if np.issubdtype(dtype, np.integer):
+        return 1
+    if dtype == np.bool_:
+        return True
+    return None
 
 
 class _Replay:
@@ -139,8 +199,9 @@ class _Replay:
     shadows of the outputs and scratch."""
 
     def __init__(self, kernel: Kernel, tiling: Tiling, runner: Any, recorder: Any,
-                 operands: Sequence[Any]) -> None:
+                 operands: Sequence[Any], refill: int | None = None) -> None:
         self.kernel, self.tiling, self.runner, self.recorder = kernel, tiling, runner, recorder
+        self.operands = operands
         n_dyn = kernel.handle.num_dynamic_grid
         n_pre = len(kernel.scalar_prefetch)
         self.scalars = tuple(np.asarray(x) for x in operands[n_dyn:n_dyn + n_pre])
@@ -162,6 +223,31 @@ class _Replay:
         self.scratch_shadows = [np.zeros(s, np.int32) for s in
                                 recorder.tracked_shapes[len(kernel.outputs):]]
         self.lines = len(recorder.lines) + 1
+        self.refilled = refill is not None and self._refill(refill)
+
+    def _refill(self, tracked: int) -> bool:
+        """Start the output or scratch buffer `tracked` with `_other_fill` (False: cannot)."""
+        n_out = len(self.kernel.outputs)
+        if tracked < 0:
+            return False
+        if tracked < n_out:
+            j = self.n_in + tracked
+            fill = _other_fill(self.arrays[j].dtype)
+            if fill is None:
+                return False
+            self.arrays[j] = np.where(self.shadows[tracked] == 0,
+                                      np.asarray(fill, self.arrays[j].dtype), self.arrays[j])
+            return True
+        k = tracked - n_out
+        if k >= len(self.scratch):
+            return False
+        fill = _other_fill(self.scratch[k].dtype)
+        if fill is None:
+            return False
+        scratch = list(self.scratch)
+        scratch[k] = np.full_like(scratch[k], fill)
+        self.scratch = tuple(scratch)
+        return True
 
     def _padded(self, j: int, x: np.ndarray) -> np.ndarray:
         r = self.runner
@@ -226,7 +312,7 @@ class _Replay:
                 continue
             first_reads[j] = FirstRead(tracked[j], short_source(
                 self.recorder.read_lines[int(site)]), self.tiling.program_at(step),
-                j in self.recorder.dma_targets)
+                j in self.recorder.dma_targets, tracked=j)
 
     def _provenance(self, complete: bool) -> dict[str, Provenance]:
         lines = tuple(short_source(s) or "an unknown line" for s in self.recorder.lines)

@@ -59,6 +59,7 @@ from pallaslab.model._jax.lowering import (
     tpu_topology_devices,
 )
 from pallaslab.model._jax.param_names import kernel_arg_names
+from pallaslab.model._jax.precision import narrow_dots
 from pallaslab.model._jax.rerun import (
     jaxpr_callable,
     kernel_call_avals,
@@ -126,6 +127,7 @@ __all__ = [
     "kernel_operands",
     "line_recorder",
     "mosaic_tpu_module",
+    "narrow_dots",
     "needs_concrete_values",
     "output_sources",
     "program_equations",
