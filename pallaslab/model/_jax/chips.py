@@ -149,7 +149,7 @@ def kernel_body_dots(kernel: Kernel) -> list[tuple[int, int, int, int]]:
     size times the loop trip counts around it (`pl.when`s as taken; siblings with the same
     dots once)."""
     out: list[tuple[int, int, int, int]] = []
-    for jaxpr in _body_jaxprs(kernel):
+    for jaxpr in body_jaxprs(kernel):
         _collect_dots(jaxpr, 1, out)
     return out
 
@@ -164,7 +164,7 @@ def _collect_dots(jaxpr: Jaxpr, times: int, out: list[tuple[int, int, int, int]]
             out.append(_dot_shape(eqn, times))
             continue
         trips = int(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else 1
-        subs = _subjaxprs(eqn)
+        subs = subjaxprs(eqn)
         if eqn.primitive.name == "cond" and subs:
             branch: list[tuple[int, int, int, int]] = []
             _collect_dots(subs[-1], times, branch)  # a pl.when's taken branch is the last
@@ -176,7 +176,7 @@ def _collect_dots(jaxpr: Jaxpr, times: int, out: list[tuple[int, int, int, int]]
         out.extend(branch)
 
 
-def _subjaxprs(eqn: Any) -> list[Jaxpr]:
+def subjaxprs(eqn: Any) -> list[Jaxpr]:
     return [s for value in eqn.params.values()
             for v in (value if isinstance(value, tuple) else (value,))
             if isinstance(s := getattr(v, "jaxpr", v), Jaxpr)]
@@ -211,11 +211,11 @@ def kernel_body_vector_ops(kernel: Kernel) -> tuple[int, int]:
     unit: every array-valued op other than dots, data movement and reshapes, one op per output
     element (reductions per input element). Scalar ops run on the scalar unit and are left
     out. Loops times their trip count; sibling `pl.when`s as for `kernel_body_dots`."""
-    costs = [_vector_ops(j) for j in _body_jaxprs(kernel)]
+    costs = [_vector_ops(j) for j in body_jaxprs(kernel)]
     return sum(c[0] for c in costs), sum(c[1] for c in costs)
 
 
-def _body_jaxprs(kernel: Kernel) -> list[Jaxpr]:
+def body_jaxprs(kernel: Kernel) -> list[Jaxpr]:
     """The kernel body: a pallas_call's jaxpr, or a mesh kernel's (core_map) jaxprs."""
     eqn = kernel.handle.eqn if kernel.handle is not None else None
     if eqn is None:
@@ -229,7 +229,7 @@ def _vector_ops(jaxpr: Jaxpr) -> tuple[int, int]:
     whens: dict[tuple[tuple[int, int, int, int], ...], tuple[int, int]] = {}
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        subs = _subjaxprs(eqn)
+        subs = subjaxprs(eqn)
         if name == "cond" and subs:
             cost = max(_vector_ops(sub) for sub in subs)
             dots: list[tuple[int, int, int, int]] = []

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from pallaslab.model._jax.base import Jaxpr
+from pallaslab.model._jax.chips import body_jaxprs, subjaxprs
 from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model.kernel import Kernel
 
@@ -16,10 +17,7 @@ def narrow_dots(kernel: Kernel) -> tuple[tuple[np.dtype, str | None], ...]:
     are floats narrower than 32 bits (bfloat16, float16, float8: the products are rounded to
     that precision whatever type they accumulate in), narrowest first, each dtype once."""
     found: dict[str, tuple[np.dtype, str | None]] = {}
-    eqn = kernel.handle.eqn if kernel.handle is not None else None
-    jaxprs = [] if eqn is None else [eqn.params["jaxpr"]] if "jaxpr" in eqn.params else \
-        list(eqn.params.get("jaxprs", ()))  # a pallas_call's body, or a mesh kernel's
-    for jaxpr in (getattr(j, "jaxpr", j) for j in jaxprs):
+    for jaxpr in body_jaxprs(kernel):
         _collect(jaxpr, found)
     return tuple(sorted(found.values(), key=lambda d: d[0].itemsize))
 
@@ -32,10 +30,8 @@ def _collect(jaxpr: Jaxpr, found: dict[str, tuple[np.dtype, str | None]]) -> Non
                 narrow = min(dtypes, key=lambda d: d.itemsize)
                 found.setdefault(narrow.name, (narrow, call_site_of(eqn)))
             continue
-        for value in eqn.params.values():  # cond branches, loop bodies, nested calls
-            for v in value if isinstance(value, tuple) else (value,):
-                if isinstance(sub := getattr(v, "jaxpr", v), Jaxpr):
-                    _collect(sub, found)
+        for sub in subjaxprs(eqn):  # cond branches, loop bodies, nested calls
+            _collect(sub, found)
 
 
 def _float(var: Any) -> np.dtype | None:
