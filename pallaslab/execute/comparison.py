@@ -47,13 +47,14 @@ import numpy as np
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import inspect_kernel
 from pallaslab.analysis.tiling import OperandTiling, Tiling
+from pallaslab.execute import compare_args
 from pallaslab.execute.causes import Cause, Provenance, find_causes
 from pallaslab.execute.causes.wrapped import (
-    ElementTrace,
     Trace,
     Untraced,
-    kernel_origin,
+    trace_json,
     trace_outputs,
+    traced_pairs,
     untraced_line,
 )
 from pallaslab.execute.choice import default_executors
@@ -64,16 +65,13 @@ from pallaslab.execute.isolation import time_limit
 from pallaslab.execute.mesh_stepping import core_mismatches
 from pallaslab.execute.pair import (
     PairComparison,
-    blocks_and_programs,
     compare_arrays,
     default_rtol,
     ulp_distance,
 )
 from pallaslab.execute.precision import compute_rtol
 from pallaslab.execute.prepared import Prepared, prepare
-from pallaslab.execute.protocol import Executor, ExecutorError
-from pallaslab.execute.reference import located
-from pallaslab.execute.registry import executor_names, get_executor
+from pallaslab.execute.protocol import Executor
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
 from pallaslab.execute.static_checks import StaticFinding, unreported_errors, why_the_runs_agree
 from pallaslab.execute.unwritten import unwritten_confirmed
@@ -110,7 +108,7 @@ class OutputComparison:
         return {"origin": self.origin, "kernel": self.kernel, "shape": list(self.shape),
                 "dtype": str(self.dtype),
                 "block_shape": list(self.block_shape) if self.block_shape else None,
-                "causes": causes, "traced": _traced_json(self.traced),
+                "causes": causes, "traced": trace_json(self.traced),
                 "pairs": [{**p.to_json(), "causes": [] if p.allclose else causes}
                           for p in self.pairs]}
 
@@ -341,20 +339,20 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
             non-finite `rtol` or `atol`, or a bad `devices`.
         TimeoutValueError: `timeout` is not a positive number of seconds.
     """
-    _check_tolerance("rtol", rtol)
-    _check_tolerance("atol", atol)
+    compare_args.check_tolerance("rtol", rtol)
+    compare_args.check_tolerance("atol", atol)
     notes: tuple[str, ...] = ()
     named = None
     if executors is not None:
-        named, added = _with_reference(executors, reference)
-        named = check_executors(named)
+        named, added = compare_args.with_reference(executors, reference)
+        named = compare_args.check_executors(named)
         notes = (added,) if added else ()
-    runners = None if named is None else _runners(named, reference)
+    runners = None if named is None else compare_args.runners(named, reference)
     time_limit(timeout)  # a bad limit is an error before anything runs
     prepared = prepare(fn, args, kwargs, seed=seed, devices=devices, captured=captured)
     if runners is None:
         names, note = default_executors(prepared.capture, reference, prepared.devices)
-        runners, notes = _runners(list(names), reference), (note,)
+        runners, notes = compare_args.runners(list(names), reference), (note,)
     results = tuple(unwritten_confirmed(execute(r, prepared, timeout=timeout), prepared.capture)
                     for r in runners)
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
@@ -383,21 +381,6 @@ def with_causes(compared: Comparison, prepared: Prepared,
     return dataclasses.replace(compared, outputs=outputs)
 
 
-def _with_reference(executors: Sequence[str | Executor] | str,
-                    reference: Callable[..., Any] | None
-                    ) -> tuple[Sequence[str | Executor] | str, str | None]:
-    """The executors, with "reference" added when `reference` is given but not listed (the
-    caller gave a reference to check the kernel against), and the note saying so."""
-    listed = [e.strip() for e in executors.split(",") if e.strip()] \
-        if isinstance(executors, str) else list(executors)
-    labels = [e if isinstance(e, str) else e.name for e in listed]
-    if reference is None or "reference" in labels:
-        return executors, None
-    return [*listed, "reference"], (
-        f"reference added to the executors ({', '.join(labels) or 'none'}): a reference "
-        "function was given, so the kernel is checked against it")
-
-
 def devices_note(prepared: Prepared) -> str | None:
     """What `devices=N` means for the comparison, when this process has another count."""
     here = jax.device_count()
@@ -406,42 +389,6 @@ def devices_note(prepared: Prepared) -> str | None:
     return (f"ran on {prepared.devices} simulated CPU devices in a worker process; the "
             f"kernels shown were captured here on {here} device(s), so mismatches are not "
             "attributed to programs")
-
-
-def _runners(names: Sequence[str | Executor], reference: Callable[..., Any] | None
-             ) -> list[Executor]:
-    checked = located(reference) if reference is not None else None
-    runners = [get_executor(e, reference=checked) for e in names]
-    if reference is None and any(r.name == "reference" for r in runners):
-        raise ExecutorError("the reference executor needs a reference function: pass "
-                            "reference=my_ref (same signature as the kernel function)")
-    return runners
-
-
-def check_executors(executors: Sequence[str | Executor] | str) -> list[str | Executor]:
-    """The executors of a comparison, from names or one comma-separated string."""
-    if isinstance(executors, str):
-        executors = [e.strip() for e in executors.split(",") if e.strip()]
-    names = list(executors)
-    labels = [e if isinstance(e, str) else e.name for e in names]
-    if len(names) < 2:
-        raise ExecutorError(
-            f"a comparison needs at least two executors; got {len(names)} "
-            f"({', '.join(labels) or 'none'}). "
-            f"Choose from {', '.join(executor_names())}, e.g. executors=\"interpret,reference\"")
-    for label in labels:
-        if labels.count(label) > 1:
-            raise ExecutorError(f"executor {label!r} is listed twice in {labels}: each "
-                                "executor runs once")
-    return names
-
-
-def _check_tolerance(name: str, value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or \
-            not np.isfinite(value) or value < 0:
-        raise ExecutorError(f"{name}={value!r}: a tolerance is a finite number >= 0")
 
 
 def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
@@ -483,31 +430,11 @@ def through_wrappers(prepared: Prepared, outputs: list[OutputComparison],
     of the kernel output their wrong elements came from (and the trace, for the causes)."""
     wanted = [i for i, o in enumerate(outputs) if o.kernel is None and any(
         p.error is None and not p.allclose for p in o.pairs)]
-    traces = trace_outputs(prepared, wanted) if tilings else {}
-    for i, trace in traces.items():
-        pairs = outputs[i].pairs
-        if isinstance(trace, ElementTrace):
-            pairs = tuple(_traced_pair(p, trace, prepared, tilings) for p in pairs)
-        outputs[i] = dataclasses.replace(outputs[i], pairs=pairs, traced=trace)
+    for i, trace in (trace_outputs(prepared, wanted) if tilings else {}).items():
+        outputs[i] = dataclasses.replace(
+            outputs[i], pairs=traced_pairs(outputs[i].pairs, trace, prepared, tilings),
+            traced=trace)
     return outputs
-
-
-def _traced_pair(p: PairComparison, trace: ElementTrace, prepared: Prepared,
-                 tilings: dict[int, Tiling | None]) -> PairComparison:
-    tiling = tilings.get(trace.kernel)
-    ot = tiling.operands.get(kernel_origin(prepared, trace)) if tiling is not None else None
-    if p.allclose or p.error is not None or ot is None:
-        return p
-    blocks, programs = blocks_and_programs(trace.to_kernel(p.mismatch), ot, tiling)
-    return dataclasses.replace(p, mismatched_blocks=blocks, programs=programs)
-
-
-def _traced_json(trace: Trace | None) -> dict[str, Any] | None:
-    if isinstance(trace, ElementTrace):
-        return {"kernel": trace.kernel, "output": trace.output, "through": list(trace.through)}
-    if isinstance(trace, Untraced):
-        return {"reason": trace.reason}
-    return None
 
 
 def _shape_dtype(results: Sequence[RunResult], i: int, prepared: Prepared

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
+from pallaslab.analysis.tiling import Tiling
 from pallaslab.execute.causes.provenance import Provenance
+from pallaslab.execute.pair import PairComparison, blocks_and_programs
 from pallaslab.execute.protocol import Prepared
 from pallaslab.model import _jax
 
@@ -19,8 +22,8 @@ ElementTrace = _jax.ElementTrace
 Untraced = _jax.Untraced
 Trace = ElementTrace | Untraced
 
-__all__ = ["ElementTrace", "Trace", "Untraced", "kernel_origin", "trace_outputs", "traced_label",
-           "traced_provenance", "untraced_line"]
+__all__ = ["ElementTrace", "Trace", "Untraced", "kernel_origin", "trace_json", "trace_outputs",
+           "traced_label", "traced_pairs", "traced_provenance", "untraced_line"]
 
 
 def trace_outputs(prepared: Prepared, wanted: Sequence[int]) -> dict[int, Trace]:
@@ -58,3 +61,30 @@ def untraced_line(untraced: Untraced) -> str:
     return ("no programs or causes: its wrong elements cannot be traced back to the programs "
             f"that wrote them ({untraced.reason} after the kernel; compare the kernel's own "
             "output, before the wrapper, to locate them)")
+
+
+def traced_pairs(pairs: tuple[PairComparison, ...], trace: Trace, prepared: Prepared,
+                 tilings: dict[int, Tiling | None]) -> tuple[PairComparison, ...]:
+    """A wrapped output's mismatched pairs with the blocks and programs of the kernel output
+    their wrong elements came from."""
+    if not isinstance(trace, ElementTrace):
+        return pairs
+    tiling = tilings.get(trace.kernel)
+    ot = tiling.operands.get(kernel_origin(prepared, trace)) if tiling is not None else None
+    if tiling is None or ot is None:
+        return pairs
+    out = []
+    for p in pairs:
+        if not p.allclose and p.error is None:
+            blocks, programs = blocks_and_programs(trace.to_kernel(p.mismatch), ot, tiling)
+            p = dataclasses.replace(p, mismatched_blocks=blocks, programs=programs)
+        out.append(p)
+    return tuple(out)
+
+
+def trace_json(trace: Trace | None) -> dict[str, Any] | None:
+    if isinstance(trace, ElementTrace):
+        return {"kernel": trace.kernel, "output": trace.output, "through": list(trace.through)}
+    if isinstance(trace, Untraced):
+        return {"reason": trace.reason}
+    return None
