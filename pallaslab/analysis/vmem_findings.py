@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pallaslab.analysis.chips import DEFAULT_CHIPS, Chip
 from pallaslab.analysis.chips import chip as get_chip
@@ -17,12 +17,18 @@ from pallaslab.analysis.occupancy import (
 )
 from pallaslab.model import Kernel
 
+# The findings this module makes: the Memory view shows exactly these of a kernel's findings.
+VMEM_CODES = ("vmem-overflow", "vmem-spill-risk", "vmem-limit-above-chip", "no-sparse-core")
 
-def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple[Finding, ...]:
+
+def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS,
+                  measured: Mapping[str, int] | None = None) -> tuple[Finding, ...]:
     """A `vmem-overflow` error for every chip the kernel's buffers do not fit; a
     `vmem-limit-above-chip` note where its `vmem_limit_bytes` exceeds the chip's VMEM (the
     compiler caps it, it does not refuse it); a `vmem-spill-risk` warning where the buffers
-    fit but not with the matrix product the body materialises (`Occupancy.need_bytes`)."""
+    fit but not with the matrix product the body materialises (`Occupancy.need_bytes`).
+    `measured` (chip -> libtpu's exact need, the smallest `vmem_limit_bytes` it accepts)
+    overrides the spill-risk estimate: the compiler's figure is not a risk but the fact."""
     if not applies(kernel):
         return ()
     out = []
@@ -36,9 +42,14 @@ def vmem_findings(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> tuple
             continue
         if occ.limit > occ.effective_limit:
             out.append(limit_above_chip_finding(occ))
-        if not occ.need_fits:  # the buffers fit: what the body materialises does not
-            out.append(spill_risk_finding(occ))
+        if not occ.need_fits and not _measured_fits(occ, measured):
+            out.append(spill_risk_finding(occ))  # the buffers fit, not with the body's product
     return tuple(out)
+
+
+def _measured_fits(occ: Occupancy, measured: Mapping[str, int] | None) -> bool:
+    need = (measured or {}).get(occ.chip)
+    return need is not None and need <= occ.effective_limit
 
 
 def spill_risk_finding(occ: Occupancy) -> Finding:

@@ -23,7 +23,9 @@ from typing import Any, TypedDict
 
 from pallaslab.analysis.chips import DEFAULT_CHIPS
 from pallaslab.analysis.chips import chip as get_chip
+from pallaslab.analysis.finding import Finding
 from pallaslab.analysis.occupancy import Occupancy, OperandOccupancy, applies, occupancy
+from pallaslab.analysis.vmem_findings import VMEM_CODES, vmem_findings
 from pallaslab.analysis.whatif import (
     ChipVerdict,
     CompilerVerdict,
@@ -77,7 +79,7 @@ class ChipMemory(TypedDict):
     smem_bytes: int
     smem_capacity: int
     semaphores: int
-    spill_note: str | None
+    spill_note: str | None  # a large body value beyond the counted matrix product: a note
     operands: list[MemoryOperand]  # on-chip operands only, inputs, outputs, scratch
 
 
@@ -111,6 +113,12 @@ class WhatIfPayload(TypedDict):
     best: int | None  # index of the best fitting row
 
 
+class MemoryFinding(TypedDict):
+    code: str
+    severity: str  # as the header and `check` count it
+    message: str
+
+
 class MemoryPayload(TypedDict):
     version: int
     kernel: str
@@ -119,17 +127,21 @@ class MemoryPayload(TypedDict):
     what_if: WhatIfPayload | None
     note: str | None  # why there are no bars (a GPU kernel)
     gpu: GpuSection | None  # the Triton compile's figures per GPU, when asked for
+    findings: list[MemoryFinding]  # the kernel's VMEM findings, those the header counts
 
 
 def memory_payload(kernel: Kernel, occupancies: Sequence[Occupancy],
                    table: WhatIfTable | None = None, note: str | None = None,
-                   gpu: GpuSection | None = None) -> MemoryPayload:
-    """Everything the Memory widget draws (pure: from occupancies, a what-if table and the
-    GPU section)."""
+                   gpu: GpuSection | None = None,
+                   findings: Sequence[Finding] = ()) -> MemoryPayload:
+    """Everything the Memory widget draws (pure: from occupancies, a what-if table, the GPU
+    section and the kernel's VMEM findings)."""
     return visible_payload(MemoryPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
         chips=[chip_memory(o, memory_labels(kernel)) for o in occupancies],
-        what_if=what_if_payload(table) if table is not None else None, note=note, gpu=gpu))
+        what_if=what_if_payload(table) if table is not None else None, note=note, gpu=gpu,
+        findings=[MemoryFinding(code=f.code, severity=f.severity, message=f.message)
+                  for f in findings]))
 
 
 def memory_labels(kernel: Kernel, prefix: str = "") -> dict[str, str]:
@@ -154,7 +166,15 @@ def chip_memory(occ: Occupancy, labels: dict[str, str] | None = None) -> ChipMem
         limit_source=occ.limit_source, capacity=occ.vmem_capacity, fits=occ.fits,
         over=max(0, occ.bytes - occ.limit), smem_bytes=occ.smem_bytes,
         smem_capacity=occ.smem_capacity, semaphores=occ.semaphores,
-        spill_note=occ.spill_note, operands=[_operand(o, labels or {}) for o in ops])
+        spill_note=_spill_note(occ), operands=[_operand(o, labels or {}) for o in ops])
+
+
+def _spill_note(occ: Occupancy) -> str | None:
+    """The spill note where its value is not the matrix product the estimate already counts
+    beside the buffers (a plain matmul's dot result: the `body` row judges it)."""
+    if occ.large_values[:1] == (occ.product,):
+        return None
+    return occ.spill_note
 
 
 def _operand(o: OperandOccupancy, labels: dict[str, str]) -> MemoryOperand:
@@ -218,7 +238,9 @@ class MemoryView(View):
     also bisects each accepted candidate's true need (about 17 compiles each). `gpu=True`
     compiles the kernel with Triton for a100 and h100 (seconds; cached on disk) and shows
     shared memory, registers, spills and blocks per SM; it defaults to the workbench option
-    "gpu".
+    "gpu". Its notices are the kernel's VMEM findings the header and `check` count; a
+    `vmem-spill-risk` that libtpu's exact need contradicts is not shown (`measured`: chip ->
+    that need, or measured here when `vmem_exact=True`).
     """
 
     name = "memory"
@@ -226,8 +248,10 @@ class MemoryView(View):
 
     def __init__(self, ctx: KernelContext, chips: Sequence[str] | str | None = None,
                  what_if: WhatIf | None = None, gpu: bool | None = None,
-                 compile: bool | None = None, vmem_exact: bool = False):
+                 compile: bool | None = None, vmem_exact: bool = False,
+                 measured: dict[str, int] | None = None):
         self.ctx = ctx
+        self._measured = measured
         self.vmem_exact = vmem_exact
         self.compile = vmem_exact or (bool(ctx.options.get("compile")) if compile is None
                                       else compile)
@@ -247,6 +271,27 @@ class MemoryView(View):
         if not applies(self.ctx.kernel):
             return ()
         return tuple(occupancy(self.ctx.kernel, c) for c in self.chips)
+
+    @functools.cached_property
+    def measured(self) -> dict[str, int]:
+        """libtpu's exact scoped-VMEM need per chip: given, or bisected when `vmem_exact`."""
+        if self._measured is not None or not (self.vmem_exact and self.occupancies):
+            return dict(self._measured or {})
+        cap, k = self.ctx.capture, self.ctx.kernel
+        verdicts = {c: libtpu_verdict(cap, k.index, c, vmem_exact=True)
+                    for c in self.chips} if cap is not None else {}
+        return {c: v.need_bytes for c, v in verdicts.items()
+                if v.compiles and v.need_bytes is not None}
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The kernel's VMEM findings as the header counts them, less the spill risks the
+        compiler's measured need contradicts."""
+        found = [f for f in self.ctx.findings if f.code in VMEM_CODES]
+        if not self.measured:
+            return tuple(found)
+        kept = {f.message for f in vmem_findings(self.ctx.kernel, self.chips, self.measured)}
+        return tuple(f for f in found if f.code != "vmem-spill-risk" or f.message in kept)
 
     @functools.cached_property
     def gpu_section(self) -> GpuSection | None:
@@ -277,7 +322,7 @@ class MemoryView(View):
                "registers and blocks per SM from the Triton compile, ask for "
                "wb.memory(gpu=True)."))
         return memory_payload(self.ctx.kernel, self.occupancies, self.table, note,
-                              self.gpu_section)
+                              self.gpu_section, self.findings)
 
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
@@ -296,6 +341,7 @@ class MemoryView(View):
             lines += ["  " + line for line in str(occ).splitlines()]
             lines.append(f"    SMEM {_bytes(cm['smem_bytes'])} of {_bytes(cm['smem_capacity'])}"
                          + (f", {cm['semaphores']} semaphore(s)" if cm["semaphores"] else ""))
+        lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in p["findings"]]
         if p["gpu"] is not None:
             lines += gpu_text(p["gpu"])
         if self.table is not None:
@@ -316,9 +362,9 @@ class MemoryView(View):
         if p["chips"]:
             parts.append(static_bars(p["chips"]))
             parts.append(operand_table(p["chips"]))
-            parts += [f'<p class="pl-finding pl-warning"><span class="pl-badge">spill</span> '
-                      f'{esc(c["chip"])}: {esc(c["spill_note"])}</p>'
-                      for c in p["chips"] if c["spill_note"]]
+            parts.append(findings_html(p["findings"]))
+            parts += [f'<p class="pl-dim pl-mem-note">note · {esc(c["chip"])}: '
+                      f'{esc(c["spill_note"])}</p>' for c in p["chips"] if c["spill_note"]]
         if p["gpu"] is not None:
             parts.append(gpu_html(p["gpu"]))
         if p["what_if"] is not None:
@@ -327,6 +373,13 @@ class MemoryView(View):
 
 
 # --- static HTML ------------------------------------------------------------------------------
+
+
+def findings_html(findings: Sequence[MemoryFinding]) -> str:
+    """The VMEM findings, badged with the severity the header counts them with."""
+    return "".join(f'<p class="pl-finding pl-{esc(f["severity"])}"><span class="pl-badge">'
+                   f'{esc(f["severity"])}</span> <code>{esc(f["code"])}</code> '
+                   f'{esc(f["message"])}</p>' for f in findings)
 
 
 def _bytes(n: int) -> str:

@@ -1,9 +1,9 @@
 // @ts-check
 /**
  * The Memory view: per TPU chip, a stacked bar of every operand's scoped VMEM (buffers x padded
- * block, scratch) against the limit and the chip's capacity, overflow marked; SMEM; the spill
- * note; the what-if table of candidate block sizes (best first); for a Triton kernel compiled on
- * request, shared memory, registers, spills and blocks per SM per GPU. Hover a segment: the operand's
+ * block, scratch) against the limit and the chip's capacity, overflow marked; SMEM; the
+ * kernel's VMEM findings (those the header counts) and the spill note; the what-if table of
+ * candidate block sizes (best first); for a Triton kernel compiled on request, shared memory, registers, spills and blocks per SM per GPU. Hover a segment: the operand's
  * numbers, and the same operand lit on every chip. Plain ES module (anywidget `render`), no
  * dependencies; user-derived strings go in through textContent only.
  */
@@ -45,9 +45,11 @@ import { h, num, lifetime, onModel } from "./prelude.js";
  * @typedef {{gpus: GpuMemory[], error: string | null, title?: string,
  *   buffers?: SharedBufferEntry[], note?: string | null}} GpuSection
  */
+/** @typedef {{code: string, severity: string, message: string}} MemoryFinding */
 /**
  * @typedef {{version: number, kernel: string, index: number, chips: ChipMemory[],
- *   what_if: WhatIfPayload | null, note: string | null, gpu?: GpuSection | null}} MemoryPayload
+ *   what_if: WhatIfPayload | null, note: string | null, gpu?: GpuSection | null,
+ *   findings: MemoryFinding[]}} MemoryPayload
  */
 /**
  * @typedef {{payload: MemoryPayload, selection: Record<string, never>}} MemoryModel the model's keys
@@ -385,12 +387,14 @@ function render({ model, el }) {
       `bar = ${bytes(scale)}; the solid mark is the scoped-VMEM limit, the dashed one the chip's VMEM`);
     bars.append(legend);
     root.append(bars, info);
+    // the kernel's VMEM findings, with the severity the header and `check` count them with
+    for (const f of p.findings) {
+      const item = h("p", `pl-finding pl-${f.severity}`);
+      item.append(h("span", "pl-badge", f.severity), " ", h("code", "", f.code), ` ${f.message}`);
+      root.append(item);
+    }
     for (const c of p.chips) {
-      if (c.spill_note) {
-        const note = h("p", "pl-finding pl-warning");
-        note.append(h("span", "pl-badge", "spill"), ` ${c.chip}: ${c.spill_note}`);
-        root.append(note);
-      }
+      if (c.spill_note) root.append(h("p", "pl-dim pl-mem-note", `note · ${c.chip}: ${c.spill_note}`));
     }
     root.append(operandTable(p.chips));
   }

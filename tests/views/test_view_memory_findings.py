@@ -1,0 +1,64 @@
+"""The Memory view's notices are the kernel's VMEM findings the header and `check` count, with
+their severity; a plain bf16 matmul gets none, and libtpu's measured need overrules the
+spill-risk estimate (issue 39, item 2)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from kernels import matmul
+
+import pallaslab
+from pallaslab.analysis.vmem_findings import vmem_findings
+from pallaslab.workbench import Workbench, header_verdict
+
+MiB = 1 << 20
+BF16 = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)
+
+
+def _matmul(block: int) -> Workbench:
+    return pallaslab.inspect(functools.partial(matmul, bm=block, bk=block, bn=block), BF16, BF16)
+
+
+def _shown(wb: Workbench, **kw) -> list[tuple[str, str]]:
+    p = wb.memory(**kw).payload()
+    return [(f["code"], f["severity"]) for f in p["findings"]]
+
+
+def test_a_textbook_bf16_matmul_shows_no_notice_and_counts_none():
+    for block in (128, 256, 512):
+        wb = _matmul(block)
+        view = wb.memory()
+        p = view.payload()
+        assert p["findings"] == [] and header_verdict(wb.context(0)).findings == 0, block
+        # its f32 dot result is the product the `body` row already judges: no spill note
+        assert [c["spill_note"] for c in p["chips"]] == [None, None], block
+        html = view.to_html()
+        assert "pl-warning" not in html and "spill" not in html.lower(), block
+
+
+def test_a_spill_risk_is_shown_as_the_header_counts_it():
+    wb = _matmul(1024)  # v5e: 16 MiB of buffers + the 4 MiB f32 dot result > 16 MiB
+    counted = [(f.code, f.severity) for f in wb.context(0).findings]
+    assert ("vmem-spill-risk", "warning") in counted
+    assert _shown(wb) == [c for c in counted if c[0].startswith("vmem-")]
+    assert header_verdict(wb.context(0)).findings == len(counted)
+    html = wb.memory().to_html()
+    assert ("<p class=\"pl-finding pl-warning\"><span class=\"pl-badge\">warning</span> "
+            "<code>vmem-spill-risk</code> matmul_kernel on TPU v5e: its buffers need 16.00 MiB"
+            in html)
+    assert "warning vmem-spill-risk: matmul_kernel on TPU v5e" in wb.memory().to_text()
+
+
+def test_libtpus_measured_need_overrules_the_spill_risk():
+    wb = _matmul(1024)
+    kernel = wb.context(0).kernel
+    assert [f.code for f in vmem_findings(kernel, ["v5e"])] == ["vmem-spill-risk"]
+    # the compiler measured the kernel within the limit: no risk to warn about
+    assert vmem_findings(kernel, ["v5e"], measured={"v5e": 16 * MiB}) == ()
+    assert _shown(wb, measured={"v5e": 16 * MiB}) == []
+    # measured above the limit (libtpu needs 18.36 MiB): the warning stands
+    refused = {"v5e": int(18.36 * MiB)}
+    assert [f.code for f in vmem_findings(kernel, ["v5e"], measured=refused)] == [
+        "vmem-spill-risk"]
+    assert _shown(wb, measured=refused) == [("vmem-spill-risk", "warning")]
