@@ -39,6 +39,10 @@ class NoKernelError(PallasLabError, ValueError):
     """The function launched no Pallas kernel."""
 
 
+class ChipNeededError(PallasLabError, RuntimeError):
+    """Tracing asked for the device kind, and without a TPU only a chip named can answer."""
+
+
 class IndexMapError(PallasLabError, ValueError):
     """A BlockSpec index map returns the wrong number of values or non-integer values."""
 

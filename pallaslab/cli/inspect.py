@@ -63,6 +63,8 @@ def inspect_case(spec: str, args: argparse.Namespace) -> CaseOutcome:
     inspections = inspect_capture(cap, chips=args.chip or DEFAULT_CHIPS)
     if not args.json:
         out = console()
+        for note in cap.notes:
+            out.print(f"[dim]{safe(note)}[/]")
         for insp in inspections:
             render(insp, out)
     return CaseOutcome(EXIT_OK, capture_json(inspections))

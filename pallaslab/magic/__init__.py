@@ -129,7 +129,7 @@ class PallasMagics(Magics):
         options["reference"] = compare_reference(options["compare"], ns)
         traced = traced_line(expr, filename, flags, ns)
         holders = tracer_holders(ns, shell.user_ns_hidden)
-        cap = capture_line(traced)
+        cap = capture_line(traced, options["chips"][0] if options["chips"] else None)
         if leaked := tracer_holders(ns, shell.user_ns_hidden) - holders:
             raise leaked_tracers_error(leaked, traced.label)
         wb, comparison, device_run = _workbench(cap, traced, options)

@@ -25,15 +25,16 @@ class TracedCall(Protocol):
     def label(self) -> str: ...  # the line, as shown in messages
 
 
-def capture_line(traced: TracedCall) -> Any:
-    """Trace the line once; the user's own exception surfaces with their frames only."""
+def capture_line(traced: TracedCall, chip: str | None = None) -> Any:
+    """Trace the line once (as on `chip` where the kernel asks the TPU); the user's own
+    exception surfaces with their frames only."""
     __tracebackhide__ = True
     from pallaslab.errors import NoKernelError, PallasLabError
     from pallaslab.model import capture
 
     failure: BaseException
     try:
-        return capture(traced.fn, *traced.args, **traced.kwargs)
+        return capture(traced.fn, *traced.args, chip=chip, **traced.kwargs)
     except NoKernelError:
         raise UsageError(f"%%pallas: `{traced.label}` launched no Pallas kernel: tracing the "
                          "cell's last line found no `pallas_call`, `pl.kernel` or "

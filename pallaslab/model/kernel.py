@@ -324,6 +324,14 @@ class Capture(Sequence[Kernel]):
     def __getitem__(self, i):
         return self.kernels[i]
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """How the call was traced, where the reader must know it: as on a chip it is not
+        running on, because the kernel asked for the device kind."""
+        chip = getattr(self.handle, "traced_for_chip", None)
+        because = getattr(self.handle, "traced_for_chip_because", None)
+        return (f"traced as on TPU {chip}: {because}",) if chip and because else ()
+
     def argument_positions(self, kernel: Kernel) -> dict[str, int]:
         """Input origin -> position among the call's flat array arguments, for the kernel's
         inputs that are one of those arguments unchanged (empty when not known)."""

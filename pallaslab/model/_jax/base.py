@@ -70,6 +70,8 @@ class CaptureHandle:
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # The TPU chip ("v5e") whose abstract device the call was traced under; None: traced as is.
     traced_for_chip: str | None = None
+    # Why, where the kernel's own code asked (its device kind); None: JAX's questions or none.
+    traced_for_chip_because: str | None = None
     # The same call traced with the `emit_pipeline` primitive (None when no kernel body uses
     # emit_pipeline): read for nested pipelines only, since JAX's TPU interpreter cannot run it
     # off a TPU.

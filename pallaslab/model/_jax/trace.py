@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
-from pallaslab.errors import IndexMapError, X64Error
+from pallaslab.errors import ChipNeededError, IndexMapError, X64Error
 from pallaslab.model._jax.base import (
     CALL_ONCE,
     CONTEXT_NAMES,
@@ -24,6 +25,7 @@ from pallaslab.model._jax.base import (
     Jaxpr,
 )
 from pallaslab.model._jax.consumers import selected_after
+from pallaslab.model._jax.device_kind import reported_device_kind
 from pallaslab.model._jax.equation_fields import is_numpy_dtype
 from pallaslab.model.source_names import short_source
 
@@ -56,18 +58,14 @@ def trace(
     (the user's own) propagates unchanged.
     """
     args, kwargs = tuple(args), dict(kwargs)
+    because = None
     if chip is not None:
         abstract_tpu_name(chip)  # an unknown chip is an error now, not only if tracing asks
     if force_chip:
-        used = abstract_tpu_name(chip or DEFAULT_TRACE_CHIP)
+        used: str | None = abstract_tpu_name(chip or DEFAULT_TRACE_CHIP)
         closed = _make_jaxpr(fn, args, kwargs, used, False)
     else:
-        try:
-            closed, used = _make_jaxpr(fn, args, kwargs, None, False), None
-        except Exception as err:
-            if not asks_tpu(err) or _tpu_attached():
-                raise
-            closed, used = _trace_for_chip(fn, args, kwargs, chip, err)
+        closed, used, because = _trace_as_is(fn, args, kwargs, chip)
     flat_args = tuple(jax.tree.leaves((args, kwargs)))
     structure = None
     if any(_uses_emit_pipeline(f.eqn) for f in find_kernels(closed)):
@@ -76,7 +74,8 @@ def trace(
         except Exception:  # the structure is extra: the kernels stay captured without it
             structure = None
     return CaptureHandle(closed, flat_args, fn=fn, args=args, kwargs=kwargs,
-                         traced_for_chip=used, structure_jaxpr=structure)
+                         traced_for_chip=used, structure_jaxpr=structure,
+                         traced_for_chip_because=because)
 
 
 def _make_jaxpr(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -85,7 +84,7 @@ def _make_jaxpr(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
 
     try:
         with abstract_tpu(chip), jax_config.use_emit_pipeline_primitive(pipeline_primitive):
-            return jax.make_jaxpr(fn)(*args, **kwargs)
+            return jax.make_jaxpr(_uncached(fn))(*args, **kwargs)
     except ValueError as err:
         translated = _translate_index_map_error(str(err)) or _x64_error(str(err))
         if translated is None:
@@ -96,6 +95,54 @@ def _make_jaxpr(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
         if arity is None:
             raise
         raise arity from None
+
+
+def _trace_as_is(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 chip: str | None) -> tuple[Any, str | None, str | None]:
+    """Trace as is, then for a chip where the TPU was asked and none is attached: JAX's own
+    questions (the abstract TPU answers them), or the kernel's own read of the device kind,
+    which `chip` answers (without one, `ChipNeededError` says to pass it)."""
+    failure: Exception | None = None
+    with reported_device_kind(None) as asked:
+        try:
+            closed = _make_jaxpr(fn, args, kwargs, None, False)
+        except Exception as err:
+            failure = err
+    jax_asked = failure is not None and asks_tpu(failure)
+    if _tpu_attached() or not (jax_asked or asked.asked_kind):
+        if failure is not None:
+            raise failure
+        return closed, None, None
+    if jax_asked:
+        assert failure is not None
+        return (*_trace_for_chip(fn, args, kwargs, chip, failure), None)
+    if chip is None:
+        if failure is None:
+            return closed, None, None  # it chose by "cpu" and traced: kept, as it runs here
+        raise ChipNeededError(_chip_needed_text(fn, asked.kinds_read[0], failure)) from failure
+    used = abstract_tpu_name(chip)
+    return _make_jaxpr(fn, args, kwargs, used, False), used, ASKED_DEVICE_KIND
+
+
+ASKED_DEVICE_KIND = "the kernel asked for the device kind"
+
+
+def _uncached(fn: Callable) -> Callable:
+    """`fn` as a new function each trace: JAX's trace cache, keyed by the function, would
+    otherwise answer a second trace without running it, and so without its device questions."""
+    @functools.wraps(fn)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+    return traced
+
+
+def _chip_needed_text(fn: Callable, kind: str, err: Exception) -> str:
+    name = getattr(fn, "__name__", type(fn).__name__)
+    first = (str(err).strip().splitlines() or [""])[0].rstrip(".")
+    return (f"{name}(...) asked for the device kind while tracing and was told {kind!r} (this "
+            f"host has no TPU), then failed: {type(err).__name__}: {first}. Pass the TPU chip "
+            "to trace it as on that chip: --chip v5e (command line, %%pallas) or chip=\"v5e\" "
+            "(pallaslab.capture, pallaslab.inspect).")
 
 
 def _trace_for_chip(fn: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -171,7 +218,8 @@ def abstract_tpu(chip: str | None) -> Iterator[None]:
     kind, cores = _ABSTRACT_TPUS[chip]
     device = AbstractDevice(device_kind=kind, num_cores=cores, platform="tpu")
     mesh = AbstractMesh((1,), ("x",), (AxisType.Auto,), abstract_device=device)
-    with jax.sharding.use_abstract_mesh(mesh):
+    # `jax.devices()[0].device_kind`, read by kernels that choose by it, says the chip too.
+    with jax.sharding.use_abstract_mesh(mesh), reported_device_kind(kind):
         yield
 
 
