@@ -35,8 +35,10 @@ from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.pipeline_manual import (
+    DmaTraffic,
     ManualOp,
     NestedPipeline,
+    dma_traffic,
     format_time,
     manual_html,
     manual_note,
@@ -102,6 +104,9 @@ class PipelinePayload(TypedDict):
     # What a tpu-interpret run logged of those DMAs and semaphores, in order (None: no run).
     recorded: RunRecord | None
     recorded_note: str | None  # why there is no record
+    # What a kernel that moves its own data moves (the headline, in place of the BlockSpec
+    # model's HBM traffic and compute-bound share); None without manual DMAs.
+    dma_traffic: NotRequired[DmaTraffic | None]
     # Published device timings of this kernel's op and shapes ($PALLASLAB_PUBLISHED_TIMINGS).
     published: NotRequired[list[str]]
 
@@ -331,7 +336,7 @@ class PipelineView(InteractiveView):
                 programs=0, summary={}, stall_time=None, measured=None, tracks=[],
                 chips=self.chips, live=live, manual=manual_ops(k), manual_note=manual_note(k),
                 nested=nested_pipelines(k, self.chip), recorded=recorded,
-                recorded_note=note))
+                recorded_note=note, dma_traffic=dma_traffic(k, recorded)))
         payload = pipeline_payload(k.name, k.index, self.tiling.grid, self.model,
                                    self.measured, window=self.window if live else None,
                                    chips=self.chips, live=live)
@@ -340,6 +345,7 @@ class PipelineView(InteractiveView):
         payload["nested"] = nested_pipelines(k, self.chip)
         payload["recorded"] = recorded
         payload["recorded_note"] = note
+        payload["dma_traffic"] = dma_traffic(k, recorded)
         payload["published"] = self.published
         return visible_payload(payload)
 
@@ -365,11 +371,12 @@ class PipelineView(InteractiveView):
         s = self.model.summary
         stall = "none" if s.stall_step is None else \
             f"step {s.stall_step} (program {self.tiling.program_at(s.stall_step)})"
+        head = self.headline()
+        facts = dict(head)
         lines = [f"{s.steps:,} steps, predicted {format_time(s.predicted_time)}; compute "
-                 f"{format_time(s.compute_time)} ({100 * s.compute_bound_fraction:.0f}% "
-                 f"compute-bound); exposed copy time {format_time(s.exposed_copy_time)}",
-                 f"longest stall: {stall}; HBM traffic {_html.num(s.hbm_bytes)} B; "
-                 f"{s.flops:,.0f} flops"]
+                 f"{facts['compute']}; exposed copy time {facts['exposed copy time']}",
+                 "; ".join([f"longest stall: {stall}", *(f"{a} {b}" for a, b in head[3:]),
+                            f"{s.flops:,.0f} flops"])]
         if self.measured is not None:
             m = self.measured
             steps = m.step_durations()
@@ -377,6 +384,26 @@ class PipelineView(InteractiveView):
             lines.append(f"measured on {m.device}: {format_time(m.total_time)}, {m.steps:,} steps"
                          f"{mean}")
         return lines + self.published
+
+    def headline(self) -> list[tuple[str, str]]:
+        """(fact, value) of the model's headline: predicted, compute, exposed copy time, then
+        traffic. A kernel that moves its own data gets what its DMAs move, and no share or
+        exposed time the model cannot know (it times BlockSpec copies only)."""
+        s = self.model.summary
+        compute = format_time(s.compute_time)
+        predicted = ("predicted time", format_time(s.predicted_time))
+        moved = dma_traffic(self.ctx.kernel, self.recorded[0])
+        if moved is None:
+            return [predicted,
+                    ("compute", f"{compute} ({100 * s.compute_bound_fraction:.0f}% "
+                                "compute-bound)"),
+                    ("exposed copy time", format_time(s.exposed_copy_time)),
+                    ("HBM traffic", f"{_html.num(s.hbm_bytes)} B")]
+        blockspecs = [("HBM traffic", f"{_html.num(s.hbm_bytes)} B through BlockSpecs")] \
+            if s.hbm_bytes else []
+        return [predicted, ("compute", f"{compute} (share not estimated)"),
+                ("exposed copy time", moved["exposed"]),
+                ("moved by its DMAs", moved["text"]), *blockspecs]
 
     @property
     def published(self) -> list[str]:
@@ -389,6 +416,8 @@ class PipelineView(InteractiveView):
         lines = [head, *("  " + line for line in self.summary_lines())] \
             if self.ctx.tiling is not None else [f"Pipeline of kernel {k.index} {k.name}: "
                                                   "no BlockSpec pipeline (manual DMAs only)"]
+        if self.ctx.tiling is None and (moved := dma_traffic(k, self.recorded[0])):
+            lines.append(f"  moved by its DMAs: {moved['text']}")
         for n in nested_pipelines(k, self.chip):
             lines += [f"  {n['label']}", *(f"    {line}" for line in n["lines"])]
         ops = manual_ops(k)
@@ -409,18 +438,18 @@ class PipelineView(InteractiveView):
         extra += f'<p class="pl-dim">{esc(note)}</p>' if note else ""
         extra += record_html(recorded) if recorded is not None else ""
         if self.ctx.tiling is None:
+            moved = dma_traffic(k, recorded)
+            dl = "" if moved is None else \
+                f'<dl class="pl-facts"><dt>moved by its DMAs</dt><dd>{esc(moved["text"])}</dd></dl>'
             return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
                     f'<code>{esc(k.name)}</code> <span class="pl-dim">no BlockSpec pipeline'
-                    f"</span></h3>{extra}</div>")
+                    f"</span></h3>{dl}{extra}</div>")
         s = self.model.summary
         stall = "-" if s.stall_step is None else \
             f"step {s.stall_step}, program {self.tiling.program_at(s.stall_step)}"
-        facts = [("chip", f"TPU {self.chip}"), ("steps", f"{s.steps:,}"),
-                 ("predicted time", format_time(s.predicted_time)),
-                 ("compute", f"{format_time(s.compute_time)} "
-                             f"({100 * s.compute_bound_fraction:.0f}% compute-bound)"),
-                 ("exposed copy time", format_time(s.exposed_copy_time)),
-                 ("longest stall", stall), ("HBM traffic", f"{_html.num(s.hbm_bytes)} B"),
+        head = self.headline()
+        facts = [("chip", f"TPU {self.chip}"), ("steps", f"{s.steps:,}"), *head[:3],
+                 ("longest stall", stall), *head[3:],
                  ("flops", f"{s.flops:,.0f}")]
         svgs = [static_timeline(f"model · TPU {self.chip}", self.model.events,
                                 s.predicted_time, COMPUTE)]

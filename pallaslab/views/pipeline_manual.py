@@ -11,6 +11,7 @@ from pallaslab.model.source_names import short_source
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc
+from pallaslab.views.pipeline_record import RunRecord
 
 
 class ManualOp(TypedDict):
@@ -26,6 +27,47 @@ class ManualOp(TypedDict):
 class NestedPipeline(TypedDict):
     label: str
     lines: list[str]  # the model's summary of the inner grid
+
+
+class DmaTraffic(TypedDict):
+    """The headline of a kernel that moves its own data: what its DMAs move, where the
+    BlockSpec model (which times only BlockSpec copies) would say 0 B and 100% compute-bound."""
+    bytes: int  # what the recorded run's DMAs moved, else what the DMAs as written move once
+    dmas: int  # DMAs counted
+    lower_bound: bool  # some DMAs not counted: in a loop, of a run-time size, or cut off
+    recorded: bool  # from the recorded run (every program, every iteration)
+    text: str  # "262,144 B in 12 DMAs (recorded tpu-interpret run)"
+    exposed: str  # what the headline says of exposed copy time: not estimated
+
+
+EXPOSED_NOT_ESTIMATED = "not estimated: the model does not time the kernel's own DMAs"
+
+
+def dma_traffic(kernel: Kernel, recorded: RunRecord | None) -> DmaTraffic | None:
+    """What the kernel's manual DMAs move: the recorded run's when there is one (it counts
+    every iteration of a loop), else the DMAs as written, each once (None without DMAs)."""
+    if not kernel.dmas:
+        return None
+    copies = [o for o in recorded["ops"] if o["op"] == "dma"] if recorded else []
+    if recorded and copies:
+        moved, cut = sum(o["bytes"] or 0 for o in copies), recorded["truncated"]
+        text = (f"{'at least ' if cut else ''}{_html.num(moved)} B in {_dmas(len(copies))} "
+                f"(recorded {recorded['executor']} run)")
+        return DmaTraffic(bytes=moved, dmas=len(copies), lower_bound=cut, recorded=True,
+                          text=text, exposed=EXPOSED_NOT_ESTIMATED)
+    sizes = [d.nbytes for d in kernel.dmas]
+    loops, dynamic = sum(d.repeated for d in kernel.dmas), sizes.count(None)
+    why = ([f"{loops} in a loop counted once"] if loops else []) + \
+        ([f"{dynamic} of a size known only at run time not counted"] if dynamic else [])
+    moved = sum(n or 0 for n in sizes)
+    text = (f"{'at least ' if why else ''}{_html.num(moved)} B per program as written "
+            f"({'; '.join([_dmas(len(sizes)), *why])})")
+    return DmaTraffic(bytes=moved, dmas=len(sizes), lower_bound=bool(why), recorded=False,
+                      text=text, exposed=EXPOSED_NOT_ESTIMATED)
+
+
+def _dmas(n: int) -> str:
+    return f"{n:,} DMA{'' if n == 1 else 's'}"
 
 
 def manual_ops(kernel: Kernel) -> list[ManualOp]:

@@ -18,6 +18,7 @@ from pallaslab.views import _html
 from pallaslab.views._html import esc
 
 MAX_RECORDED = 2_000  # events carried to the widget (the summary counts them all)
+FOLDED_ROWS = 12  # events shown before a long table is unfolded (as pipeline_record.js)
 GPU_NOTE = ("Mosaic GPU interpret mode logs a barrier wait only when it had to wait, and a "
             "TMA copy only when it signals a barrier (copies to GMEM do not)")
 
@@ -194,8 +195,15 @@ def record_html(rec: RunRecord, limit: int = 200) -> str:
              semaphore_label(o), o["source"] or "",
              "" if o["iteration"] is None else str(o["iteration"] + 1))
             for o in rec["ops"][:limit]]
+    head = ("#", "event", "src → dst", "region", "bytes / count", "semaphore", "line",
+            "nth of line")
+    table = _html.table(head, rows[:FOLDED_ROWS], numeric=(0, 4))
+    if len(rows) > FOLDED_ROWS:  # the rest folded: a few hundred rows would fill the page
+        shown = f"all {len(rows):,}" if len(rows) == len(rec["ops"]) else \
+            f"the first {len(rows):,} of {len(rec['ops']):,}"
+        table += (f'<details class="pl-fold"><summary>show {shown} events'
+                  f"</summary>{_html.table(head, rows[FOLDED_ROWS:], numeric=(0, 4))}"
+                  "</details>")
     return (f"<h4>Recorded run ({esc(rec['executor'])})</h4>"
             + "".join(f'<p class="pl-dim">{esc(line)}</p>' for line in rec["lines"])
-            + (f'<p class="pl-dim">{esc(rec["note"])}</p>' if rec["note"] else "")
-            + _html.table(("#", "event", "src → dst", "region", "bytes / count", "semaphore",
-                           "line", "nth of line"), rows, numeric=(0, 4)))
+            + (f'<p class="pl-dim">{esc(rec["note"])}</p>' if rec["note"] else "") + table)

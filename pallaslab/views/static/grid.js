@@ -43,7 +43,9 @@ function gridHeader(payload) {
 
 /**
  * Mount the grid view: the kernel's own grid, and a picker for its nested `emit_pipeline`s
- * (each drawn exactly like a pallas_call grid from its own payload).
+ * (each drawn exactly like a pallas_call grid from its own payload). A kernel with nested
+ * pipelines opens on the first: the pipeline is what moves the data, the kernel's own grid
+ * only runs it. The picker sits in the shown grid's header, a control like its others.
  * @param {{model: Model, el: HTMLElement}} ctx
  * @returns {() => void} cleanup
  */
@@ -54,25 +56,24 @@ function render({ model, el }) {
   if (!nested.length) return mountGrid(model, el, payload);
   const outer = h("div", "pallaslab pl-grid-nested");
   el.appendChild(outer);
-  const bar = h("div", "pl-toolbar");
   const select = /** @type {HTMLSelectElement} */ (h("select", "pl-pipeline-select"));
   select.setAttribute("aria-label", "grid shown");
   const own = payload.programs > 0 ? `kernel grid ${payload.grid.length ? payload.grid.join(" × ") : "()"}`
     : "kernel (no grid)";
   select.append(new Option(own, "-1"), ...nested.map((n, i) => new Option(n.label, String(i))));
-  bar.append(h("span", "pl-dim", "show "), select);
-  const body = h("div", "pl-grid-body");
-  outer.append(bar, body);
-  let cleanup = mountGrid(model, body, payload);
+  select.value = "0";
+  const picker = h("label", "pl-group pl-pipeline-pick");
+  picker.append(h("span", "", "show"), select);
+  let cleanup = () => {};
   const pick = () => {
     cleanup();
     const i = Number(select.value);
     const shown = i < 0 ? payload : nested[i].payload;
-    cleanup = mountGrid(model, body, shown, i < 0 ? "" : `nested ${nested[i].label}`);
+    cleanup = mountGrid(model, outer, shown, i < 0 ? "" : `nested ${nested[i].label}`, picker);
   };
   const outerLife = lifetime(outer);
   listen(select, "change", pick, outerLife.signal);
-  if (!(payload.programs > 0)) { select.value = "0"; pick(); }
+  pick();
   onAbort(outerLife.signal, () => cleanup());
   return outerLife.cleanup;
 }
@@ -81,13 +82,16 @@ function render({ model, el }) {
  * Mount one grid (the kernel's or a nested pipeline's) into `el`.
  * @param {Model} model @param {HTMLElement} el @param {GridPayload} payload
  * @param {string} [prefix] the nested pipeline shown ("" for the kernel's own grid)
+ * @param {HTMLElement} [picker] the choice of grid, put in the header
  * @returns {() => void} cleanup
  */
-function mountGrid(model, el, payload, prefix = "") {
+function mountGrid(model, el, payload, prefix = "", picker = undefined) {
   const t = new Tiling(payload);
   const root = h("div", "pallaslab pl-grid");
   el.appendChild(root);
-  root.appendChild(gridHeader(payload));
+  const head = gridHeader(payload);
+  if (picker) head.append(picker);
+  root.appendChild(head);
   if (prefix) root.appendChild(h("div", "pl-dim pl-nested-label", prefix));
   if (payload.note) root.appendChild(h("p", "pl-dim pl-grid-note", payload.note));
   root.dataset.programs = String(t.programs);

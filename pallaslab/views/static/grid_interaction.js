@@ -300,7 +300,15 @@ function selectInPython(v, s) {
 function followOutside(v) {
   const { model, state, payload } = v;
   // theme changes (JupyterLab switches variables on <body>): re-read colours and redraw
-  watchTheme(() => { v.colors = themeColors(v.root); redraw(v); }, v.signal);
+  const retheme = () => { v.colors = themeColors(v.root); redraw(v); };
+  watchTheme(retheme, v.signal);
+  // Drawn detached (JupyterLab renders outputs before attaching them), the colours were the
+  // light fallbacks: read the theme's once the view is in the document.
+  const whenAttached = () => {
+    if (v.signal.aborted) return;
+    if (v.root.isConnected) retheme(); else requestAnimationFrame(whenAttached);
+  };
+  if (!v.root.isConnected) requestAnimationFrame(whenAttached);
 
   // Other views (Compare, Step, Pipeline) select a program by setting `selection` in Python.
   const onSelection = () => {

@@ -45,7 +45,9 @@ function render({ model, el }) {
     const title = h("div", "pl-title");
     title.append("Pipeline ", h("code", "", first.kernel), " ",
       h("span", "pl-dim", "no BlockSpec pipeline"));
-    root.append(title, manualSection(first));
+    const facts = h("dl", "pl-facts pl-pipe-facts");
+    if (first.dma_traffic) facts.append(h("dt", "", "moved by its DMAs"), h("dd", "", first.dma_traffic.text));
+    root.append(title, facts, manualSection(first));
     el.append(root);
     return () => root.remove();
   }
@@ -68,13 +70,18 @@ function local(canvas, e) {
  */
 function factRows(p) {
   const s = p.summary;
+  // A kernel that moves its own data: what its DMAs move, and no share or exposed time the
+  // model cannot know (it times BlockSpec copies only).
+  const moved = p.dma_traffic;
+  const traffic = `${s.hbm_bytes.toLocaleString("en-US")} B`;
   const rows = [
     ["steps", s.steps.toLocaleString("en-US")],
     ["predicted", fmtTime(s.predicted_time)],
-    ["compute", `${fmtTime(s.compute_time)} (${Math.round(100 * s.compute_bound_fraction)}% compute-bound)`],
-    ["exposed copy", fmtTime(s.exposed_copy_time)],
+    ["compute", `${fmtTime(s.compute_time)} (${moved ? "share not estimated" : `${Math.round(100 * s.compute_bound_fraction)}% compute-bound`})`],
+    ["exposed copy", moved ? moved.exposed : fmtTime(s.exposed_copy_time)],
     ["longest stall", s.stall_step === null ? "none" : `step ${s.stall_step} (program (${programIds(p.grid, s.stall_step).join(", ")}))`],
-    ["HBM traffic", `${s.hbm_bytes.toLocaleString("en-US")} B`],
+    ...(moved ? [["moved by its DMAs", moved.text]] : []),
+    ...(!moved ? [["HBM traffic", traffic]] : s.hbm_bytes ? [["HBM traffic", `${traffic} through BlockSpecs`]] : []),
   ];
   if (p.measured) {
     rows.push(["measured", `${fmtTime(p.measured.total_time)}, ${p.measured.steps.toLocaleString("en-US")} steps` +

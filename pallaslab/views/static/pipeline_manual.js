@@ -15,7 +15,9 @@ import { recordSection } from "./pipeline_record.js";
  * @typedef {{manual?: ManualOp[], manual_note?: string | null,
  *   nested?: NestedPipeline[],
  *   recorded?: import("./pipeline_record.js").RunRecord | null,
- *   recorded_note?: string | null}} BeyondBlockSpecs
+ *   recorded_note?: string | null, dma_traffic?: DmaTraffic | null}} BeyondBlockSpecs
+ * @typedef {{bytes: number, dmas: number, lower_bound: boolean, recorded: boolean,
+ *   text: string, exposed: string}} DmaTraffic what a kernel's own DMAs move (the headline)
  */
 
 /**

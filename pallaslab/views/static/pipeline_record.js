@@ -16,6 +16,30 @@ import { h } from "./prelude.js";
  *   note?: string | null}} RunRecord
  */
 
+/** Rows of a long table shown before it is unfolded. */
+export const FOLDED_ROWS = 12;
+
+/**
+ * Fold a long table: its first `FOLDED_ROWS` rows, and a button that shows all (a run of a
+ * few hundred events would otherwise fill the notebook). Nothing for a short table.
+ * @param {HTMLElement} table rows after its header row @param {number} count @param {string} what
+ * @returns {HTMLElement | string}
+ */
+export function foldRows(table, count, what) {
+  if (count <= FOLDED_ROWS) return "";
+  const rows = /** @type {HTMLTableRowElement[]} */ (Array.from(table.querySelectorAll("tr"))).slice(1);
+  const button = /** @type {HTMLButtonElement} */ (h("button", "pl-fold-toggle"));
+  const show = (/** @type {boolean} */ all) => {
+    rows.forEach((r, i) => { r.hidden = !all && i >= FOLDED_ROWS; });
+    button.textContent = all ? `show the first ${FOLDED_ROWS} ${what}` : `show all ${count.toLocaleString("en-US")} ${what}`;
+    button.setAttribute("aria-expanded", String(all));
+    table.dataset.folded = String(!all);
+  };
+  button.addEventListener("click", () => show(table.dataset.folded === "true"));
+  show(false);
+  return button;
+}
+
 /**
  * The recorded run's section (empty when there is neither a record nor a note).
  * @param {{recorded?: RunRecord | null, recorded_note?: string | null}} p
@@ -51,7 +75,7 @@ export function recordSection(p) {
       h("td", "num", o.iteration === null ? "" : String(o.iteration + 1)));
     table.append(tr);
   }
-  box.append(table);
+  box.append(table, foldRows(table, rec.ops.length, "events"));
   if (rec.truncated) box.append(h("p", "pl-dim", "The record stopped at its size limit."));
   return box;
 }
