@@ -35,7 +35,9 @@ def capture_line(traced: TracedCall, chip: str | None = None) -> Any:
     failure: BaseException
     try:
         return capture(traced.fn, *traced.args, chip=chip, **traced.kwargs)
-    except NoKernelError:
+    except NoKernelError as err:
+        if "not a Pallas kernel" in str(err):  # it found another kind of kernel: say which
+            raise UsageError(f"%%pallas: {err}") from None
         raise UsageError(f"%%pallas: `{traced.label}` launched no Pallas kernel: tracing the "
                          "cell's last line found no `pallas_call`, `pl.kernel` or "
                          "`plgpu.kernel`") from None

@@ -17,6 +17,7 @@ from pallaslab.errors import (
     untested_jax_errors,
 )
 from pallaslab.model import _jax
+from pallaslab.model._jax.trace import foreign_calls
 from pallaslab.model.kernel import Capture, Kernel
 
 
@@ -75,6 +76,12 @@ class RecaptureError(PallasLabError, ValueError):
 
 def _capture_from(handle: Any, name: str) -> Capture:
     found = _jax.find_kernels(handle.closed_jaxpr)
+    if not found and (foreign := foreign_calls(handle.closed_jaxpr)):
+        kind, call = foreign[0]
+        raise NoKernelError(
+            f"{name}(...) launched no Pallas kernel: found {kind} custom call `{call}`, not a "
+            "Pallas kernel: pallaslab reads `pallas_call`, `pl.kernel` and `plgpu.kernel` "
+            "kernels.")
     if not found:
         raise NoKernelError(
             f"{name}(...) launched no Pallas kernel: tracing it found no `pallas_call`, "

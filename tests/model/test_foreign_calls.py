@@ -1,0 +1,44 @@
+"""A call that launches a non-Pallas kernel: the error names what it found."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.core import Primitive
+
+import pallaslab
+from pallaslab.errors import NoKernelError
+
+# jax_triton's primitive, as `triton_call` binds it (jax_triton itself is not installed).
+triton_kernel_call = Primitive("triton_kernel_call")
+triton_kernel_call.def_abstract_eval(lambda x, **_: jax.core.ShapedArray(x.shape, x.dtype))
+
+
+def triton_add(x):
+    return triton_kernel_call.bind(x, name="add_kernel", num_warps=4)
+
+
+def ffi_add(x):
+    return jax.ffi.ffi_call("my_add", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+X = jnp.ones((8, 128), np.float32)
+
+
+@pytest.mark.parametrize(("fn", "found"), [
+    (triton_add, "a Triton custom call `add_kernel`"),
+    (ffi_add, "an FFI custom call `my_add`"),
+])
+def test_a_call_to_another_kind_of_kernel_says_what_it_found(fn, found):
+    with pytest.raises(NoKernelError) as err:
+        pallaslab.capture(fn, X)
+    assert str(err.value) == (
+        f"{fn.__name__}(...) launched no Pallas kernel: found {found}, not a Pallas kernel: "
+        "pallaslab reads `pallas_call`, `pl.kernel` and `plgpu.kernel` kernels.")
+
+
+def test_a_call_with_no_kernel_at_all_still_says_so():
+    with pytest.raises(NoKernelError, match="tracing it found no `pallas_call`"):
+        pallaslab.capture(jnp.sin, X)
