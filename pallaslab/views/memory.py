@@ -391,8 +391,14 @@ def _bytes(n: int) -> str:
 
 
 def bar_scale(chips: Sequence[ChipMemory]) -> int:
-    """Bytes the full bar width stands for: the largest limit or need over the chips."""
-    return max([max(c["limit"], c["bytes"]) for c in chips] or [1]) or 1
+    """Bytes the full bar width stands for: the chip's VMEM (or a larger limit or need), so
+    that a bar's fill is the kernel's share of VMEM."""
+    return max([max(c["capacity"], c["limit"], c["bytes"]) for c in chips] or [1]) or 1
+
+
+def _scale_name(chips: Sequence[ChipMemory], scale: int) -> str:
+    return "the chip's VMEM" if scale == max(c["capacity"] for c in chips) \
+        else "the largest limit or need"
 
 
 def _pct(n: int, scale: int) -> str:
@@ -427,7 +433,8 @@ def static_bars(chips: Sequence[ChipMemory]) -> str:
               'input <span class="pl-key pl-mem-output"></span> output '
               '<span class="pl-key pl-mem-scratch"></span> scratch '
               '<span class="pl-key pl-mem-overzone"></span> over the limit · bar = '
-              f'{esc(_bytes(scale))}; the mark is the scoped-VMEM limit</div>')
+              f"{esc(_bytes(scale))} ({_scale_name(chips, scale)}); the mark is the scoped-VMEM "
+              "limit</div>")
     return f'<div class="pl-mem-bars">{"".join(rows)}{legend}</div>'
 
 
@@ -462,9 +469,15 @@ def _us(t: float | None) -> str:
 
 
 def _row_verdict(r: WhatIfRowPayload) -> str:
+    """The row's verdict naming the chips it fails on: a block size too big for v5e may be
+    the fastest fit on v6e."""
     if r["compiles"] is not None:
-        return "libtpu compiles it" if r["compiles"] else "libtpu refuses it"
-    return "fits" if r["fits"] else "does not fit"
+        refused = [c["chip"] for c in r["chips"] if c["compiles"] is False]
+        return "libtpu refuses it on " + ", ".join(refused) if refused else "libtpu compiles it"
+    over = [c["chip"] for c in r["chips"] if not c["fits"]]
+    if not over:
+        return "fits"
+    return "fits no chip" if len(over) == len(r["chips"]) else "does not fit " + ", ".join(over)
 
 
 def _what_if_cells(c: WhatIfChip, compiled: bool) -> str:

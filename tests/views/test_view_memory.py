@@ -34,7 +34,7 @@ def test_matmul_f32_payload_by_hand():
         assert c["capacity"] == 128 * MiB and c["smem_bytes"] == 0
         assert c["target"] == f"tpu-{c['chip']}" and c["spill_note"] is None
     assert p["what_if"] is None and p["note"] is None
-    assert bar_scale(p["chips"]) == 32 * MiB
+    assert bar_scale(p["chips"]) == 128 * MiB  # the chips' VMEM: a share, not a zoom
     json.dumps(p)  # small and plain: no binary buffers needed
 
 
@@ -101,7 +101,7 @@ def test_what_if_table_best_first_and_too_large_marked():
     times = [r["chips"][0]["predicted_time"] for r in w["rows"][:2]]
     assert times == sorted(times) and all(t > 0 for t in times)
     html = view.to_html()
-    assert "What-if" in html and "does not fit" in html and "best" in html
+    assert "What-if" in html and "fits no chip" in html and "best" in html
     assert "What-if (best first" in view.to_text()
 
 

@@ -85,13 +85,13 @@ export function barScale(chips, mode) {
 }
 
 /**
- * The bar width shown first: the limits, unless every kernel need is under 5% of them (the
- * operands would be slivers); then the largest need, with the limit marked off-scale.
- * @param {ChipMemory[]} chips
+ * The bar width shown first: the chip's VMEM, so that a bar's fill is the kernel's share of it
+ * (a zoom to the largest need made 0.8% of VMEM look full); "usage" zooms in on request.
  */
-export function defaultScale(chips) {
-  return barScale(chips, "usage") * USAGE_FILL < 0.05 * barScale(chips, "limit") ? "usage" : "limit";
-}
+export const DEFAULT_SCALE = "capacity";
+
+/** What the bar's width stands for, in the legend. @type {Record<string, string>} */
+const SCALE_NAMES = { capacity: "the chip's VMEM", limit: "the largest scoped-VMEM limit", usage: "the largest need, zoomed in" };
 
 /** @param {number} n @param {number} scale */
 const pct = (n, scale) => `${Math.min(100, (100 * n) / scale)}%`;
@@ -295,10 +295,18 @@ function whatIfCells(c, compiled) {
   return cells;
 }
 
-/** @param {WhatIfRowPayload} r */
+/**
+ * The row's verdict naming the chips it fails on (a block too big for v5e may be v6e's fastest).
+ * @param {WhatIfRowPayload} r
+ */
 function rowVerdict(r) {
-  if (r.compiles !== null) return r.compiles ? "libtpu compiles it" : "libtpu refuses it";
-  return r.fits ? "fits" : "does not fit";
+  if (r.compiles !== null) {
+    const refused = r.chips.filter((c) => c.compiles === false).map((c) => c.chip);
+    return refused.length ? `libtpu refuses it on ${refused.join(", ")}` : "libtpu compiles it";
+  }
+  const over = r.chips.filter((c) => !c.fits).map((c) => c.chip);
+  if (!over.length) return "fits";
+  return over.length === r.chips.length ? "fits no chip" : `does not fit ${over.join(", ")}`;
 }
 
 /** @param {WhatIfPayload} w */
@@ -364,12 +372,12 @@ function render({ model, el }) {
     const bar = h("div", "pl-toolbar");
     const label = h("label", "pl-dim", "bar width: ");
     const select = /** @type {HTMLSelectElement} */ (h("select", "pl-mem-scale"));
-    for (const [v, t] of [["limit", "the largest limit"], ["capacity", "VMEM capacity"], ["usage", "the largest need"]]) {
+    for (const [v, t] of [["capacity", "VMEM capacity"], ["limit", "the largest limit"], ["usage", "the largest need (zoom)"]]) {
       const o = /** @type {HTMLOptionElement} */ (h("option", "", t));
       o.value = v;
       select.append(o);
     }
-    const mode = scaleMode ?? defaultScale(p.chips);
+    const mode = scaleMode ?? DEFAULT_SCALE;
     select.value = mode;
     select.addEventListener("change", () => { scaleMode = select.value; draw(); });
     label.append(select);
@@ -384,7 +392,7 @@ function render({ model, el }) {
     const legend = h("div", "pl-mem-legend pl-dim");
     for (const role of ["input", "output", "scratch"]) legend.append(h("span", `pl-key pl-mem-${role}`), ` ${role} `);
     legend.append(h("span", "pl-key pl-mem-overzone"), " over the limit · ",
-      `bar = ${bytes(scale)}; the solid mark is the scoped-VMEM limit, the dashed one the chip's VMEM`);
+      `bar = ${bytes(scale)} (${SCALE_NAMES[mode]}); the solid mark is the scoped-VMEM limit, the dashed one the chip's VMEM`);
     bars.append(legend);
     root.append(bars, info);
     // the kernel's VMEM findings, with the severity the header and `check` count them with
@@ -405,4 +413,4 @@ function render({ model, el }) {
   return cleanup;
 }
 
-export default { render, barScale, bytes, defaultScale };
+export default { render, barScale, bytes, DEFAULT_SCALE };
