@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
+from pallaslab.execute.causes.body_lines import body_lines
 from pallaslab.execute.causes.cause import Cause, CauseKind
 from pallaslab.execute.causes.dependence import index_map_causes
 from pallaslab.execute.causes.provenance import Provenance, Recorded, record_provenance
@@ -106,11 +107,28 @@ def _output_causes(prepared: Prepared, target: _Target, pair: PairComparison,
     record = recorded[kernel.index]
     if record is None:
         return OutputCauses(tuple(causes), None)
-    causes += record.causes_for(target.origin, wrong, target.label)
     provenance = record.provenance.get(target.origin)
+    causes += [_through(c, target, record, wrong, provenance) if c.kind == "line" else c
+               for c in record.causes_for(target.origin, wrong, target.label)]
     if provenance is not None and trace is not None:
         provenance = traced_provenance(provenance, trace)
     return OutputCauses(tuple(causes), provenance)
+
+
+def _through(cause: Cause, target: _Target, record: Recorded, wrong: Any,
+             provenance: Provenance | None) -> Cause:
+    """The line cause with the body lines its wrong values flow through (as it was when
+    they cannot be found: a cause is an explanation, it never stops a comparison)."""
+    if provenance is None or record.replay is None:
+        return cause
+    try:
+        found = body_lines(target.kernel, record.replay, target.origin, wrong, provenance)
+    except Exception:
+        return cause
+    if found is None:
+        return cause
+    lines, said = found
+    return dataclasses.replace(cause, through=lines, message=f"{cause.message}; {said}")
 
 
 def _blame_index_maps(prepared: Prepared, target: _Target, pair: PairComparison,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 CauseKind = Literal["index-map", "line", "first-visit"]
 
@@ -16,6 +16,7 @@ class CauseJson(TypedDict):
     line: str | None
     programs: list[list[int]]
     message: str
+    through: list[dict[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +29,10 @@ class Cause:
     line: str | None  # "file.py:N" (or "Cell In[N]:L"): the index map, store or read
     programs: tuple[tuple[int, ...], ...]  # the programs involved (at most a few)
     message: str
+    # A line cause: the body lines its wrong values flow through, ranked (`BodyLine`s)
+    through: tuple[Any, ...] = ()
 
     def to_json(self) -> CauseJson:
         return {"kind": self.kind, "operand": self.operand, "line": self.line,
-                "programs": [list(p) for p in self.programs], "message": self.message}
+                "programs": [list(p) for p in self.programs], "message": self.message,
+                "through": [b.to_json() for b in self.through]}

@@ -77,6 +77,7 @@ class Recorded:
     first_reads: tuple[FirstRead, ...]
     ran: int  # programs run
     total: int  # programs of the grid
+    replay: Any = dataclasses.field(default=None, repr=False, compare=False)  # to re-run
 
     def causes_for(self, origin: str, wrong: np.ndarray, label: str | None = None
                    ) -> tuple[Cause, ...]:
@@ -154,7 +155,7 @@ def record_provenance(prepared: Prepared, kernel: Kernel, tiling: Tiling,
     reads = tuple(dataclasses.replace(r, reaches=_reaches(replay, r, last_step))
                   if k < MAX_REFILLS and not r.dma else r
                   for k, r in enumerate(recorded.first_reads))
-    return dataclasses.replace(recorded, first_reads=reads)
+    return dataclasses.replace(recorded, first_reads=reads, replay=replay)
 
 
 def _reaches(replay: _Replay, read: FirstRead, last_step: int | None
