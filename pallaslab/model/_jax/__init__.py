@@ -31,8 +31,8 @@ warning at import, and an error reading JAX's internals there names it (`pallasl
 
 from pallaslab.model._jax.barrier_record import BarrierRecorder
 from pallaslab.model._jax.barrier_record import logging_mode as barrier_logging_mode
-from pallaslab.model._jax.body_values import BodyEvaluator
 from pallaslab.model._jax.block_accesses import RecordedAccesses, record_block_accesses
+from pallaslab.model._jax.body_values import BodyEvaluator
 from pallaslab.model._jax.checks import debug_checks_enabled, instrument_kernel
 from pallaslab.model._jax.chips import (
     constant_index_maps,
@@ -89,12 +89,12 @@ from pallaslab.model._jax.trace import (
 from pallaslab.model._jax.versions import JAX_VERSION, SUPPORTED_JAX
 
 __all__ = [
-    "BodyEvaluator",
     "JAX_VERSION",
     "MOSAIC_LOC_TAG",
     "RACE_LOGGER",
     "SUPPORTED_JAX",
     "BarrierRecorder",
+    "BodyEvaluator",
     "DeadlockWatch",
     "DeviceRecorder",
     "ElementTrace",
