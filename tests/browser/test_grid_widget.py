@@ -466,3 +466,28 @@ def test_overlay_shows_what_the_program_touches_inside_its_blocks(page, results_
     page.click("button.pl-next")
     assert page.locator(".pl-info .pl-accesses-line").inner_text() == \
         payload["accesses"]["text"][1]
+
+
+def test_untouched_cells_are_dark_in_the_dark_theme_even_drawn_detached(page):
+    """Issue 39 item 6: JupyterLab renders an output before attaching it; the grid kept the
+    light theme's fallback colours, so its untouched cells were light grey on a dark page."""
+    wb, _ = case("matmul_f32")
+    mount(page, "grid.js", wb.grid().payload(), dark=True)
+    page.evaluate("""() => {
+        const el = document.createElement("div");  // detached, as JupyterLab renders
+        window.cleanup();
+        document.getElementById("root").replaceChildren();
+        window.cleanup = window.view.default.render({model: window.model, el});
+        document.getElementById("root").append(el);
+    }""")
+    page.wait_for_timeout(100)
+    canvas = page.locator("canvas[data-role=grid]").first
+    cell = float(canvas.get_attribute("data-cell"))
+    # cell (row 2, column 1): a program not yet run at step 0, in the untouched colour
+    rgba = page.evaluate("""(cell) => {
+        const c = document.querySelector(".pl-programs canvas");  // the base layer
+        const d = window.devicePixelRatio || 1;
+        return Array.from(c.getContext("2d").getImageData(
+            1.5 * cell * d, 2.5 * cell * d, 1, 1).data); }""", cell)
+    r, g, b = rgba[:3]
+    assert rgba[3] == 255 and 0.2126 * r + 0.7152 * g + 0.0722 * b < 90, rgba  # dark

@@ -134,3 +134,24 @@ def test_live_chip_choice_is_sent_to_python(page):
     page.select_option("select.pl-chip", "v6e")
     assert page.evaluate("window.model.get('selection')") == {"chip": "v6e"}
     assert page.locator("select.pl-chip").is_disabled()  # until the new model arrives
+
+
+def test_manual_dma_headline_says_what_the_dmas_moved_and_the_event_table_is_folded(page):
+    """Issue 39 item 3: a kernel that moves its own data read "HBM traffic 0 B · exposed copy
+    0 · 100% compute-bound" above a recorded run that moved 262,144 B; its 24-event table was
+    unfolded."""
+    fn, args = CATALOG["manual_dma_double_buffer"].case()[:2]
+    view = pallaslab.inspect(fn, *args).view("pipeline")
+    mount(page, "pipeline.js", view.payload())
+    facts = page.locator(".pl-pipe-facts").inner_text()
+    assert "262,144 B in 8 DMAs (recorded tpu-interpret run)" in facts
+    assert "not estimated: the model does not time the kernel's own DMAs" in facts
+    assert "compute-bound" not in facts and "0 B" not in facts
+    rows = page.locator("table.pl-recorded-ops tr[data-op]")
+    assert rows.count() == 24
+    visible = lambda: sum(rows.nth(i).is_visible() for i in range(24))
+    assert visible() == 12
+    toggle = page.locator("button.pl-fold-toggle")
+    assert toggle.inner_text() == "show all 24 events"
+    toggle.click()
+    assert visible() == 24 and toggle.inner_text() == "show the first 12 events"

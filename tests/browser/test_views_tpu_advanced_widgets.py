@@ -20,6 +20,10 @@ def test_grid_selects_the_nested_pipeline_and_hovers_an_inner_program(page):
     pipe = wb.kernels[0].pipelines[0]
     tiling = tile(pipe)
     mount(page, "grid.js", wb.grid().payload())
+    # opens on the nested pipeline, its picker inside the view's frame (issue 39 item 3)
+    assert page.locator(".pl-grid").get_attribute("data-programs") == "8"
+    assert page.locator(".pl-grid .pl-head select.pl-pipeline-select").input_value() == "0"
+    page.select_option("select.pl-pipeline-select", "-1")
     assert page.locator(".pl-grid").get_attribute("data-programs") == "1"  # the outer grid ()
     page.select_option("select.pl-pipeline-select", "0")
     assert page.locator(".pl-grid").get_attribute("data-programs") == "8"
