@@ -59,6 +59,7 @@ class DevicesPayload(TypedDict):
     semaphores: list[SemaphoreEntry]
     events: int  # seq of the last event + 1: the time axis
     remote_bytes: int
+    summary: str  # "16 DMAs: 12 between devices (49,152 B), 4 local copies (16,384 B)"
     status: str | None  # the run's status ("ran", "failed", ...)
     error: str | None
     findings: list[dict[str, Any]]
@@ -73,7 +74,7 @@ def devices_payload(kernel_name: str, index: int, result: RunResult | None,
     transfers = [TransferEntry(seq=t.seq, src=t.src_device, dst=t.dst_device, bytes=t.nbytes,
                                step=t.step, remote=t.remote, source=short_source(t.source),
                                buffers=f"{t.src_buffer} -> {t.dst_buffer}")
-                 for t in record.transfers[:MAX_EVENTS]]
+                 for t in sorted(record.transfers, key=_ring_order)[:MAX_EVENTS]]
     semaphores = [SemaphoreEntry(seq=s.seq, kind=s.kind, device=s.device, semaphore=s.semaphore,
                                  amount=s.amount, source=short_source(s.source))
                   for s in record.semaphores[:MAX_EVENTS]]
@@ -83,9 +84,26 @@ def devices_payload(kernel_name: str, index: int, result: RunResult | None,
     return visible_payload(DevicesPayload(
         version=1, kernel=kernel_name, index=index, devices=record.num_devices,
         transfers=transfers, semaphores=semaphores, events=last + 1,
-        remote_bytes=record.remote_bytes(), status=result.status if result else None,
+        remote_bytes=record.remote_bytes(), summary=dma_summary(record),
+        status=result.status if result else None,
         error=run_error(result), findings=[f.to_json() for f in result.findings] if result else [],
         note=note))
+
+
+def _ring_order(t: Any) -> tuple[int, int]:
+    return t.step, t.seq  # ring step first: the table reads step by step
+
+
+def dma_summary(record: DeviceRecord) -> str:
+    """The DMAs counted as their bytes are: those between devices apart from the local copies
+    (a ring's own-shard copy), each with its own count and bytes."""
+    remote = [t.nbytes for t in record.transfers if t.remote]
+    local = [t.nbytes for t in record.transfers if not t.remote]
+    parts = [f"{len(remote)} between devices ({_html.num(sum(remote))} B)"]
+    if local:
+        parts.append(f"{len(local)} local {'copy' if len(local) == 1 else 'copies'} "
+                     f"({_html.num(sum(local))} B)")
+    return f"{len(record.transfers)} DMAs: " + ", ".join(parts)
 
 
 def run_error(result: RunResult | None) -> str | None:
@@ -144,14 +162,12 @@ class DevicesView(View):
     def to_text(self) -> str:
         p = self._payload()
         lines = [f"Devices of kernel {p['index']} {p['kernel']}: {p['devices']} devices, "
-                 f"{len(p['transfers'])} DMAs ({_html.num(p['remote_bytes'])} B between "
-                 "devices)"]
+                 f"{p['summary']} (in ring-step order)"]
         lines += [f"  {m}" for m in (p["note"], p["error"]) if m]
         for f in p["findings"]:
             lines.append(f"  {f['severity']} {f['code']}: {f['message']}")
         for t in p["transfers"]:
-            where = "" if t["remote"] else " (local)"
-            lines.append(f"  step {t['step']}: device {t['src']} -> device {t['dst']}{where} "
+            lines.append(f"  step {t['step']}: device {t['src']} -> device {t['dst']}{_local(t)} "
                          f"{_html.num(t['bytes'])} B  {t['buffers']}  ({t['source'] or '?'})")
         signals = sum(s["kind"] == "signal" for s in p["semaphores"])
         lines.append(f"  semaphores: {signals} signals, {len(p['semaphores']) - signals} "
@@ -161,16 +177,21 @@ class DevicesView(View):
     def to_html(self) -> str:
         p = self._payload()
         head = (f'<h3 class="pl-title">Devices <code>{esc(p["kernel"])}</code> <span '
-                f'class="pl-dim">{p["devices"]} devices, {len(p["transfers"])} DMAs</span></h3>')
+                f'class="pl-dim">{p["devices"]} devices, {esc(p["summary"])}</span></h3>')
         notes = "".join(f'<p class="pl-dim">{esc(m)}</p>' for m in (p["note"], p["error"]) if m)
         findings = "".join(f'<p class="pl-finding pl-{esc(f["severity"])}"><span '
                            f'class="pl-badge">{esc(f["code"])}</span> {esc(f["message"])}</p>'
                            for f in p["findings"])
         table = _html.table(
             ["step", "from", "to", "bytes", "buffers", "source"],
-            [[t["step"], f"device {t['src']}", f"device {t['dst']}", _html.num(t["bytes"]),
-              t["buffers"], t["source"] or "?"] for t in p["transfers"]], numeric=(0, 3))
+            [[t["step"], f"device {t['src']}", f"device {t['dst']}{_local(t)}",
+              _html.num(t["bytes"]), t["buffers"], t["source"] or "?"] for t in p["transfers"]],
+            numeric=(0, 3))
         return f'<div class="pl-devices">{head}{notes}{findings}{lanes_svg(p)}{table}</div>'
+
+
+def _local(t: TransferEntry) -> str:
+    return "" if t["remote"] else " (local)"
 
 
 def lanes_svg(p: DevicesPayload, width: int = 640, lane: int = 28) -> str:

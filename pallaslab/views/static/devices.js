@@ -17,7 +17,7 @@ import { h, num, findingsList, svg } from "./prelude.js";
  * @typedef {{seq: number, kind: string, device: number, semaphore: number, amount: number,
  *   source: string | null}} SemaphoreEntry
  * @typedef {{version: number, kernel: string, index: number, devices: number, transfers: TransferEntry[],
- *   semaphores: SemaphoreEntry[], events: number, remote_bytes: number,
+ *   semaphores: SemaphoreEntry[], events: number, remote_bytes: number, summary: string,
  *   status: string | null, error: string | null, findings: any[], note: string | null}} DevicesPayload
  */
 
@@ -67,7 +67,7 @@ function render({ model, el }) {
   const root = h("div", "pallaslab pl-devices");
   const title = h("div", "pl-title");
   title.append("Devices ", h("code", "", p.kernel), " ",
-    h("span", "pl-dim", `${p.devices} devices, ${p.transfers.length} DMAs, ${num(p.remote_bytes)} B between devices`));
+    h("span", "pl-dim", `${p.devices} devices, ${p.summary}`));
   root.append(title);
   for (const m of [p.note, p.error]) if (m) root.append(h("p", "pl-dim", m));
   if (p.findings.length) root.append(findingsList(p.findings));
@@ -79,7 +79,7 @@ function render({ model, el }) {
   for (const t of p.transfers) {
     const tr = h("tr");
     tr.dataset.step = String(t.step);
-    tr.append(h("td", "num", String(t.step)), h("td", "", `device ${t.src}`), h("td", "", `device ${t.dst}`),
+    tr.append(h("td", "num", String(t.step)), h("td", "", `device ${t.src}`), h("td", "", `device ${t.dst}${t.remote ? "" : " (local)"}`),
       h("td", "num", num(t.bytes)), h("td", "", t.buffers), h("td", "pl-dim", t.source ?? "?"));
     table.append(tr);
   }
