@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
 from pallaslab.analysis.occupancy_gpu import (
+    SMEM_ALIGNMENT,
     MosaicGpuResources,
     gpu_occupancy,
     mosaic_gpu_resources,
@@ -93,9 +94,22 @@ def mosaic_gpu_section(kernel: Kernel, gpus: Sequence[str] = MOSAIC_GPUS, *,
     real = any(r["spills"] is not None for r in rows)
     note = ("shared memory, registers and spills: the real compile (XLA's CUDA plugin, "
             "ptxas)" if real else f"registers/thread: {res.register_basis}")
+    if (padded := shared_padding(res)) is not None:
+        note = f"{padded}; {note}"
     return GpuSection(gpus=rows, error=None, buffers=buffers, note=note, title=(
         "GPU: shared memory, barriers, blocks per SM (Mosaic GPU, "
         + ("compiled)" if real else "from the capture; registers estimated)")))
+
+
+def shared_padding(res: MosaicGpuResources) -> str | None:
+    """Why the block's shared memory exceeds its buffers' sum (None: it does not)."""
+    listed = sum(b.nbytes for b in res.buffers)
+    if res.shared_bytes == listed:
+        return None
+    return (f"shared memory per block {res.shared_bytes:,} B, not the buffers' {listed:,} B: "
+            f"Mosaic GPU starts each array at a {SMEM_ALIGNMENT:,}-byte aligned offset and the "
+            f"barriers after the last array, aligned too "
+            f"({res.shared_bytes - listed:,} B of alignment padding)")
 
 
 def _mosaic_row(kernel: Kernel, gpu: str, res: MosaicGpuResources,

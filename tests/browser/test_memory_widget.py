@@ -125,7 +125,7 @@ def test_gpu_section_table_for_a_triton_kernel(page, results_dir):
     assert [rows.nth(i).get_attribute("data-gpu") for i in range(3)] == ["a100", "h100", "b200"]
     for i, g in enumerate(p["gpu"]["gpus"][:2]):
         cells = rows.nth(i).locator("td").all_inner_texts()
-        assert cells == [g["gpu"], f"{g['shared_bytes']} B", str(g["registers"]), "0 B", "4",
+        assert cells == [g["gpu"], f"{g['shared_bytes']:,} B", str(g["registers"]), "0 B", "4",
                          str(g["blocks_per_sm"]), g["limited_by"],
                          f"{round(100 * g['occupancy'])}%"]
         assert g["registers"] > 0 and g["blocks_per_sm"] >= 1

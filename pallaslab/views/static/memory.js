@@ -249,7 +249,7 @@ function gpuTable(g) {
       td.setAttribute("colspan", "7");
       tr.append(td);
     } else {
-      tr.append(h("td", "num", r.shared_bytes === null ? "-" : bytes(r.shared_bytes)),
+      tr.append(h("td", "num", r.shared_bytes === null ? "-" : `${num(r.shared_bytes)} B`),  // exact: the note explains its padding
         h("td", "num", num(r.registers)),
         h("td", `num${r.spills ? " pl-mem-over" : ""}`, r.spills === null ? "-" : bytes(r.spills)),
         h("td", "num", String(r.num_warps)),
