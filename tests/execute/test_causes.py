@@ -83,7 +83,7 @@ def test_first_visit_names_the_reading_line_and_program(no_init):
 def test_json_gives_causes_per_output_and_mismatched_pair(swapped):
     out = swapped.to_json()["outputs"][0]
     assert [c["kind"] for c in out["causes"]] == ["index-map", "line"]
-    assert set(out["causes"][0]) == {"kind", "operand", "line", "programs", "message"}
+    assert set(out["causes"][0]) == {"kind", "operand", "line", "programs", "message", "through"}
     assert out["causes"][0]["programs"][0] == [0, 0, 0]
     assert out["pairs"][0]["causes"] == out["causes"]
     assert {"mismatched_blocks", "programs", "max_abs_err"} <= set(out["pairs"][0])

@@ -292,6 +292,7 @@ class _Replay:
         outs, scratch, new_shadows, reads = self.recorder.run(
             np.asarray(ids, np.int32), stamp, self.scalars, blocks, self.scratch,
             [*shadows, *self.scratch_shadows])
+        self.recorder.spins.check(RuntimeError)  # a loop stopped by its bound: no guess
         for j, new in enumerate(outs):
             if j >= self.n_in:
                 region = regions[j]

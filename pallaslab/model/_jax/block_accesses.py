@@ -206,7 +206,9 @@ class _Program:
         def cannot(name: str) -> Exception:
             return NotRecordable(f"loads and stores inside a `{name}` cannot be followed")
 
-        return traced_control_flow.follow(eqn, invals, self.run, cannot)
+        # no `while` reaches here (refused above), so no loop is bounded
+        return traced_control_flow.follow(eqn, invals, self.run, cannot,
+                                          traced_control_flow.Spins())
 
 
 def _mark(shadow: Any, lanes: access_bounds.Lanes, on: int, off: int) -> None:

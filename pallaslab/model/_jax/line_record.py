@@ -52,6 +52,7 @@ class LineRecorder:
     dma_targets: set[int]  # tracked positions a waited DMA writes
     first_tracked: int  # body position (after scalar prefetch) of the first tracked ref
     tracked_shapes: tuple[tuple[int, ...], ...]
+    spins: traced_control_flow.Spins  # check it after a run: a loop stopped by its bound
 
 
 def line_recorder(eqn: Any) -> LineRecorder:
@@ -72,13 +73,14 @@ def line_recorder(eqn: Any) -> LineRecorder:
     read_operand: dict[int, int] = {}
     dma_targets: set[int] = set()
     kept = [d for d in range(len(grid)) if d not in gm.vmapped_dims]
+    spins = traced_control_flow.Spins()
 
     def fn(ids: Any, stamp: Any, *refs: Any) -> list[Any]:
         n = len(body.invars)
         program = _Program(ids, stamp, grid, kept, list(refs[:n]), first,
                            list(refs[n:n + len(tracked)]), refs[-1], line_id,
                            {id(e): k for k, e in enumerate(loads)}, read_operand,
-                           dma_targets)
+                           dma_targets, spins)
         program.run(body, body_consts, refs[:n])
         return []
 
@@ -106,7 +108,7 @@ def line_recorder(eqn: Any) -> LineRecorder:
     return LineRecorder(lambda ids, stamp, scalars, blocks, scratch, shadows: run(
         ids, stamp, scalars, blocks, scratch, shadows, jnp.zeros(max(1, len(loads)), jnp.int32)),
         lines, tuple(call_site_of(e) for e in loads), read_operand, dma_targets, first - n_pre,
-        tuple(tuple(a.shape) for a in tracked))
+        tuple(tuple(a.shape) for a in tracked), spins)
 
 
 def _sites(jaxpr: Any, names: Sequence[str]) -> list[Any]:
@@ -140,6 +142,7 @@ class _Program:
     load_site: dict[int, int]
     read_operand: dict[int, int]
     dma_targets: set[int]
+    spins: traced_control_flow.Spins
 
     def run(self, jaxpr: Any, consts: Any, args: Sequence[Any]) -> list[Any]:
         return eval_replacing(jaxpr, consts, args, lambda eqn: True, self.equation)
@@ -152,8 +155,8 @@ class _Program:
             return [jnp.int32(self.grid[self.kept[eqn.params["axis"]]])]
         if name in HOST_OUTPUT:
             return silenced_outputs(eqn)
-        if any(contains(sub, _instrumented)
-               for sub in traced_control_flow.subjaxprs(eqn.params)):
+        if name == "while" or any(contains(sub, _instrumented)
+                                   for sub in traced_control_flow.subjaxprs(eqn.params)):
             return self._control_flow(eqn, invals)
         if name in LOADS:
             self._check_read(eqn, invals)
@@ -248,6 +251,6 @@ class _Program:
         def cannot(name: str) -> Exception:
             return NotRecordable(f"it cannot follow loads and stores inside a `{name}`")
 
-        return traced_control_flow.follow(eqn, invals, self.run, cannot)
+        return traced_control_flow.follow(eqn, invals, self.run, cannot, self.spins)
 
 

@@ -12,8 +12,9 @@ time, their ids given as an input), and
   read-modify-writes mark nothing (programs may share elements through atomics by design;
   they are only recorded, by line); `atomic_xchg` marks its elements as written.
 
-Control flow is re-expressed with `lax.switch` / `lax.while_loop` / `lax.scan` closing over
-the refs, so an access inside `pl.when` or a loop still knows which operand it touches.
+Control flow is re-expressed (`traced_control_flow`) closing over the refs, so an access
+inside `pl.when` or a loop still knows which operand it touches; every `while` loop is
+bounded, since this runs in the caller's process on seeded operands.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from jax._src.pallas import primitives as pallas_primitives
 from jax._src.state import discharge as state_discharge
 from jax._src.state.types import AbstractRef
 
-from pallaslab.model._jax import access_bounds
+from pallaslab.model._jax import access_bounds, traced_control_flow
 from pallaslab.model._jax.access_bounds import ACCESSES
 from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model._jax.rewrite import contains, eval_replacing
@@ -138,6 +139,7 @@ def evaluate_accesses(eqn: Any, operands: Sequence[Any]) -> Accesses:
         steps = np.arange(start, start + len(marks[0]), dtype=np.int32)
         stored.add(steps, marks[:len(out_avals)])
         bounds.add(steps, marks[len(out_avals):])
+    recorder.spins.check(NotAnalysable)
     elements = tuple(dataclasses.replace(s, sources=tuple(recorder.store_sources[j]),
                                          atomic_sources=tuple(recorder.atomic_sources[j]))
                      for j, s in enumerate(stored.result()))
@@ -227,19 +229,13 @@ def _access_sites(jaxpr: Any) -> list[Any]:
     """Every load / store / atomic equation of the body, at any depth, in order."""
     found = [eqn for eqn in jaxpr.eqns if eqn.primitive.name in ACCESSES]
     for eqn in jaxpr.eqns:
-        for sub in _subjaxprs(eqn.params):
+        for sub in traced_control_flow.subjaxprs(eqn.params):
             found += _access_sites(sub)
     return list({id(eqn): eqn for eqn in found}.values())
 
 
 def _acc_size(eqn: Any) -> int:
     return 1 + 2 * len(eqn.invars[0].aval.shape)
-
-
-def _subjaxprs(params: Any) -> list[Any]:
-    return [sub for value in params.values()
-            for sub in (value if isinstance(value, tuple) else (value,))
-            if isinstance(sub, jax_core.Jaxpr)]
 
 
 def _instrumented(eqn: Any) -> bool:
@@ -254,6 +250,7 @@ class _Recorder:
     site_operand: dict[int, int]
     store_sources: list[dict[str, None]]
     atomic_sources: list[dict[str, None]]
+    spins: traced_control_flow.Spins
 
 
 def _instrumented_body(body: Any, gm: Any, grid: tuple[int, ...], sites: list[Any]
@@ -261,7 +258,8 @@ def _instrumented_body(body: Any, gm: Any, grid: tuple[int, ...], sites: list[An
     """The kernel body as a pure jaxpr `(program ids, *operand values, *shadows, *site
     accumulators) -> final values`."""
     n_out = gm.num_outputs
-    recorder = _Recorder({}, [{} for _ in range(n_out)], [{} for _ in range(n_out)])
+    recorder = _Recorder({}, [{} for _ in range(n_out)], [{} for _ in range(n_out)],
+                         traced_control_flow.Spins())
 
     def fn(pid: Any, *refs: Any) -> list[Any]:
         n_refs = len(body.invars)
@@ -317,7 +315,8 @@ class _Program:
             else:
                 self._record_site(eqn, invals[0], self.recorder.atomic_sources)
             return [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
-        if any(contains(sub, _instrumented) for sub in _subjaxprs(eqn.params)):
+        if name == "while" or any(contains(sub, _instrumented)
+                                   for sub in traced_control_flow.subjaxprs(eqn.params)):
             return self._control_flow(eqn, invals)
         outs = bind_eqn(eqn, invals, eqn.params)
         if name in STORES:
@@ -371,53 +370,12 @@ class _Program:
             eqn.primitive.bind(shadow, jnp.full(val.shape, value, SHADOW), *rest, **eqn.params)
 
     def _control_flow(self, eqn: Any, invals: list[Any]) -> list[Any]:
-        """An equation holding instrumented ones, re-expressed so that its refs stay the
-        objects this program holds (closed over, not passed)."""
-        name, p = eqn.primitive.name, eqn.params
-        if name == "cond":
-            index, *ops = invals
-            types = [v.aval for v in eqn.outvars]
-            return list(lax.switch(index, [
-                (lambda b=b: _like(self.run(b, b.consts, ops), types)) for b in p["branches"]]))
-        if name == "while":
-            return self._while(p, invals)
-        if name == "scan":
-            return self._scan(p, invals)
-        subs = _subjaxprs(p)
-        if len(subs) == 1 and len(subs[0].invars) == len(invals) and len(
-                subs[0].outvars) == len(eqn.outvars):  # a call (jit, checkpoint, ...): inline
-            return self.run(subs[0], subs[0].consts, invals)
-        raise NotAnalysable(f"it cannot follow loads and stores inside a `{name}`")
+        """An equation holding instrumented ones (or a `while`, bounded), re-expressed so
+        that its refs stay the objects this program holds (closed over, not passed)."""
+        def cannot(name: str) -> Exception:
+            return NotAnalysable(f"it cannot follow loads and stores inside a `{name}`")
 
-    def _while(self, p: Any, invals: list[Any]) -> list[Any]:
-        cn, bn = p["cond_nconsts"], p["body_nconsts"]
-        cond_consts, body_consts, carry = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
-        cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
-        types = [v.aval for v in bj.outvars]
-        return list(lax.while_loop(
-            lambda c: self.run(cj, cj.consts, [*cond_consts, *c])[0],
-            lambda c: _like(self.run(bj, bj.consts, [*body_consts, *c]), types),
-            _like(carry, types)))
-
-    def _scan(self, p: Any, invals: list[Any]) -> list[Any]:
-        consts, carry, xs = (list(part) for part in p["ft_in"].update(invals).unpack())
-        ncarry = len(carry)
-        j = p["jaxpr"]
-        types = [v.aval for v in j.outvars[:ncarry]]
-
-        def step(c: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
-            outs = self.run(j, j.consts, [*consts, *c, *x])
-            return _like(outs[:ncarry], types), outs[ncarry:]
-
-        final, ys = lax.scan(step, _like(carry, types), xs, length=p["length"],
-                             reverse=p["reverse"], unroll=p["unroll"])
-        return [*final, *ys]
-
-
-def _like(values: Sequence[Any], avals: Sequence[Any]) -> list[Any]:
-    """Loop carries and branch results with exactly the jaxpr's types (literals come in
-    weakly typed)."""
-    return [lax.convert_element_type(x, a.dtype) for x, a in zip(values, avals, strict=True)]
+        return traced_control_flow.follow(eqn, invals, self.run, cannot, self.recorder.spins)
 
 
 def sample_operands(eqn: Any, prefetch: Sequence[Any]) -> list[Any]:
