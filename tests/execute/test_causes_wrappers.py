@@ -118,3 +118,46 @@ def _store_line() -> str:
     lines = Path(__file__).read_text().splitlines()
     return f"{Path(__file__).name}:" + str(next(
         n for n, text in enumerate(lines, 1) if "o_ref[...] = x_ref[...] * 2" in text))
+
+
+# -- inputs a wrapper made before the kernel --------------------------------------------------
+
+# Each makes the kernel's (ROWS, COLS) input from the function's argument; `shape`: that
+# argument's shape.
+BEFORE = {
+    "transpose": ((COLS, ROWS), lambda a: a.T),
+    "reshape": ((4, BLOCK, COLS), lambda a: a.reshape(ROWS, COLS)),
+    "squeeze-cast": ((1, ROWS, COLS), lambda a: jnp.squeeze(a, 0).astype(jnp.float32) * 0.5),
+    "slice-pad": ((ROWS, COLS + 4), lambda a: jnp.pad(a[:, 4:], ((0, 0), (0, 0)))),
+    "concatenate": ((ROWS // 2, COLS), lambda a: jnp.concatenate([a, jnp.ones_like(a)])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_an_input_a_wrapper_made_is_judged_through_the_argument_elements_it_holds(name):
+    shape, before = BEFORE[name]
+    a = jnp.asarray(np.random.default_rng(2).standard_normal(shape), jnp.float32)
+    result = pallaslab.compare(lambda a: _wrong_input(before(a)), a,
+                               executors="vectorized,reference",
+                               reference=lambda a: 2 * before(a))
+    first = next(c for c in result.outputs[0].causes if c.kind == "index-map")
+    assert first.operand == "args[0] (x_ref)"
+    assert "the reference needs args[0] blocks (0, 0); the programs that wrote it read " \
+           "args[0] blocks (3, 0)" in first.message
+
+
+def test_a_vmapped_kernel_is_judged_through_the_batched_argument():
+    a = jnp.asarray(np.random.default_rng(3).standard_normal((2, ROWS, COLS)), jnp.float32)
+    result = pallaslab.compare(jax.vmap(_wrong_input), a, executors="vectorized,reference",
+                               reference=lambda a: 2 * a)
+    first = next(c for c in result.outputs[0].causes if c.kind == "index-map")
+    assert first.operand == "args[0] (x_ref)"
+    assert "lambda i: (3 - i, 0)" in first.message
+
+
+def test_a_right_input_map_behind_a_wrapper_is_not_blamed():
+    a = jnp.asarray(np.random.default_rng(4).standard_normal((COLS, ROWS)), jnp.float32)
+    result = pallaslab.compare(lambda a: _wrong_output(a.T), a,
+                               executors="vectorized,reference", reference=lambda a: 2 * a.T)
+    causes = [c for c in result.outputs[0].causes if c.kind == "index-map"]
+    assert causes and all(c.operand == "outputs (o_ref)" for c in causes)

@@ -36,7 +36,7 @@ from pallaslab.execute.causes.text import (
     possessive,
 )
 from pallaslab.model import Kernel, Operand
-from pallaslab.model._jax import ElementTrace
+from pallaslab.model._jax import ElementTrace, InputTrace
 from pallaslab.model.source_names import short_source
 
 MAX_BLOCKS = 4  # mismatched output blocks examined per output (one reference VJP each)
@@ -56,18 +56,22 @@ class Needs:
 def index_map_causes(kernel: Kernel, tiling: Tiling, out_origin: str,
                      mismatched: Sequence[Block], reference: Callable[..., Any],
                      args: tuple[Any, ...], kwargs: dict[str, Any], output: int,
-                     positions: dict[str, int], trace: ElementTrace | None = None
-                     ) -> tuple[Cause, ...]:
+                     positions: dict[str, int], trace: ElementTrace | None = None,
+                     traced: dict[str, InputTrace] | None = None) -> tuple[Cause, ...]:
     """The index-map causes of one output's mismatched blocks (empty when the reads agree
     with the reference's dependence, or nothing can be judged). `trace`: the function
-    output is a wrapper's view of the kernel output (the reference returns that view)."""
+    output is a wrapper's view of the kernel output (the reference returns that view);
+    `traced`: kernel inputs a wrapper made from an argument (transposed, reshaped, ...),
+    judged through the argument elements they hold."""
+    traced = {o: t for o, t in (traced or {}).items() if o not in positions}
+    positions = {**{o: t.argument for o, t in traced.items()}, **positions}
     ot = tiling.operands.get(out_origin)
     inputs = [op for op in kernel.inputs if _judged(op, tiling, positions)]
     if ot is None or not inputs or not mismatched:
         return ()
     needs = reference_needs(reference, args, kwargs, output, ot, mismatched,
                             {op.origin: (positions[op.origin], tiling.operands[op.origin])
-                             for op in inputs}, trace)
+                             for op in inputs}, trace, traced)
     if needs is None:
         return ()
     causes: list[Cause] = []
@@ -95,10 +99,12 @@ def reference_needs(reference: Callable[..., Any], args: tuple[Any, ...],
                     kwargs: dict[str, Any], output: int, ot: OperandTiling,
                     mismatched: Sequence[Block],
                     inputs: dict[str, tuple[int, OperandTiling]],
-                    trace: ElementTrace | None = None) -> Needs | None:
+                    trace: ElementTrace | None = None,
+                    traced: dict[str, InputTrace] | None = None) -> Needs | None:
     """The input blocks the reference's output blocks depend on (None: the reference cannot
     be differentiated, or its outputs do not line up with the kernel's). Through a wrapper
-    (`trace`), a kernel block's cotangent sits on the function output's elements it became."""
+    (`trace`), a kernel block's cotangent sits on the function output's elements it became;
+    an input a wrapper made (`traced`) needs the blocks holding argument elements that do."""
     leaves, tree = jax.tree.flatten((args, kwargs))
     wanted = sorted({pos for pos, _ in inputs.values()})
 
@@ -121,9 +127,15 @@ def reference_needs(reference: Callable[..., Any], args: tuple[Any, ...],
         return None
     result: dict[Block, dict[str, frozenset[Block]]] = {}
     for n, block in enumerate(examined):
-        result[block] = {origin: _nonzero_blocks(np.asarray(grads[wanted.index(pos)][n]), it)
-                         for origin, (pos, it) in inputs.items()}
+        result[block] = {origin: _nonzero_blocks(_at_input(
+            np.asarray(grads[wanted.index(pos)][n]), (traced or {}).get(origin)), it)
+            for origin, (pos, it) in inputs.items()}
     return Needs(result, max(0, len(mismatched) - MAX_BLOCKS))
+
+
+def _at_input(grad: np.ndarray, trace: InputTrace | None) -> np.ndarray:
+    """An argument's gradient at the kernel input's elements (0 where none is held)."""
+    return grad if trace is None else trace.from_argument(grad, 0)
 
 
 def _pullbacks(of_inputs: Callable[..., Any], xs: list[Any], cotangents: Any,

@@ -16,14 +16,16 @@ from pallaslab.analysis.tiling import Tiling
 from pallaslab.execute.causes.provenance import Provenance
 from pallaslab.execute.pair import PairComparison, blocks_and_programs
 from pallaslab.execute.protocol import Prepared
-from pallaslab.model import _jax
+from pallaslab.model import Kernel, _jax
 
 ElementTrace = _jax.ElementTrace
 Untraced = _jax.Untraced
 Trace = ElementTrace | Untraced
+InputTrace = _jax.InputTrace
 
-__all__ = ["ElementTrace", "Trace", "Untraced", "kernel_origin", "trace_json", "trace_outputs",
-           "traced_label", "traced_pairs", "traced_provenance", "untraced_line"]
+__all__ = ["ElementTrace", "InputTrace", "Trace", "Untraced", "kernel_origin", "trace_json",
+           "trace_kernel_inputs", "trace_outputs", "traced_label", "traced_pairs",
+           "traced_provenance", "untraced_line"]
 
 
 def trace_outputs(prepared: Prepared, wanted: Sequence[int]) -> dict[int, Trace]:
@@ -37,6 +39,19 @@ def trace_outputs(prepared: Prepared, wanted: Sequence[int]) -> dict[int, Trace]
     except Exception:  # an equation the evaluation cannot follow: no attribution, no guess
         return {}
     return {i: t for i, t in found.items() if t is not None}
+
+
+def trace_kernel_inputs(prepared: Prepared, kernel: Kernel) -> dict[str, InputTrace]:
+    """Per kernel input origin a wrapper made from one argument (transposed, reshaped,
+    batched, ...): which argument elements it holds (empty when tracing fails: no guess)."""
+    if kernel.handle is None:
+        return {}
+    try:
+        found = _jax.trace_inputs(prepared.capture.handle.closed_jaxpr, prepared.flat_args,
+                                  kernel.handle.eqn, kernel.handle.num_dynamic_grid)
+    except Exception:  # an equation the evaluation cannot follow
+        return {}
+    return {kernel.inputs[n].origin: t for n, t in found.items() if n < len(kernel.inputs)}
 
 
 def kernel_origin(prepared: Prepared, trace: ElementTrace) -> str:

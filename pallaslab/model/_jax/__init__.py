@@ -48,6 +48,7 @@ from pallaslab.model._jax.device_record import logging_mode as device_logging_mo
 from pallaslab.model._jax.element_ids import ElementTrace, Untraced, trace_elements
 from pallaslab.model._jax.fusion import fuser_sources
 from pallaslab.model._jax.index_maps import eval_index_map_once
+from pallaslab.model._jax.input_ids import InputTrace, trace_inputs
 from pallaslab.model._jax.interpret_params import gpu_interpret_params, tpu_interpret_params
 from pallaslab.model._jax.kernels import kernel_from_eqn
 from pallaslab.model._jax.line_record import LineRecorder, NotRecordable, line_recorder
@@ -99,6 +100,7 @@ __all__ = [
     "DeviceRecorder",
     "ElementTrace",
     "EquationValue",
+    "InputTrace",
     "LineRecorder",
     "NotRecordable",
     "RecordedAccesses",
@@ -144,5 +146,6 @@ __all__ = [
     "tpu_topology_devices",
     "trace",
     "trace_elements",
+    "trace_inputs",
     "uninitialized",
 ]

@@ -75,7 +75,7 @@ class Untraced:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Ids:
+class Ids:
     ids: np.ndarray  # global element ids (see `_Numbering`), -1 for none
     through: tuple[str, ...]
 
@@ -117,7 +117,7 @@ class _Numbering:
                 continue
             self.starts.append((self.next, k, j, shape))
             ids = np.arange(self.next, self.next + size, dtype=np.int32).reshape(shape)
-            found.append(_Ids(ids, ()))
+            found.append(Ids(ids, ()))
             self.next += size
         return found
 
@@ -126,22 +126,33 @@ class _Numbering:
         mapped = ids[ids >= 0]
         if not mapped.size:
             return None
-        lo, hi = int(mapped.min()), int(mapped.max())
-        for start, k, j, shape in self.starts:
-            if start <= lo and hi < start + int(np.prod(shape)):
-                return start, k, j, shape
-        return None
+        return numbered_source(self.starts, mapped)
+
+
+def numbered_source(starts: Sequence[tuple[int, int, int, tuple[int, ...]]], mapped: np.ndarray
+                    ) -> tuple[int, int, int, tuple[int, ...]] | None:
+    """The one numbered array (start, ..., shape) all of `mapped` (ids >= 0) fall in."""
+    lo, hi = int(mapped.min()), int(mapped.max())
+    for start, k, j, shape in starts:
+        if start <= lo and hi < start + int(np.prod(shape)):
+            return start, k, j, shape
+    return None
 
 
 def _evaluate(eqn: Any, ins: list[Any], numbering: _Numbering) -> list[Any]:
-    name = eqn.primitive.name
-    n_out = len(eqn.outvars)
     if eqn.primitive in KERNEL_PRIMITIVES:
         return numbering.ids_of(eqn)
+    return follow_ids(eqn, ins)
+
+
+def follow_ids(eqn: Any, ins: list[Any]) -> list[Any]:
+    """One equation that is not a kernel, on ids where its operands carry them."""
+    name = eqn.primitive.name
+    n_out = len(eqn.outvars)
     stopped = next((x for x in ins if isinstance(x, _Stopped)), None)
     if stopped is not None:
         return [stopped] * n_out
-    tracked = [n for n, x in enumerate(ins) if isinstance(x, _Ids)]
+    tracked = [n for n, x in enumerate(ins) if isinstance(x, Ids)]
     if contains_kernel(eqn.params):  # a kernel inside a loop or branch: never run here
         return [_Stopped(f"the kernel runs inside `{name}`")] * n_out
     if not tracked:
@@ -160,12 +171,12 @@ def _moved(eqn: Any, ins: list[Any], tracked: list[int]) -> list[Any]:
     if any(n in not_data for n in tracked):
         return [_Stopped(f"`{name}` picks elements by the kernel's values")] * len(eqn.outvars)
     through = next(ins[n].through for n in tracked)
-    operands = [jnp.asarray(x.ids) if isinstance(x, _Ids) else
+    operands = [jnp.asarray(x.ids) if isinstance(x, Ids) else
                 x if n in not_data or _is_index(eqn, n) else
                 jnp.full(np.shape(x), _UNMAPPED, jnp.int32)
                 for n, x in enumerate(ins)]
     outs = bind_eqn(eqn, operands, eqn.params)
-    return [_Ids(np.asarray(o), (*through, name)) for o in outs]
+    return [Ids(np.asarray(o), (*through, name)) for o in outs]
 
 
 def _is_index(eqn: Any, n: int) -> bool:
@@ -186,14 +197,14 @@ def _elementwise(eqn: Any, ins: list[Any], tracked: list[int]) -> Any:
     if eqn.primitive.name != "convert_element_type" or not through or through[-1] != "cast":
         through = (*through, "cast" if eqn.primitive.name == "convert_element_type"
                    else eqn.primitive.name)
-    return _Ids(np.array(first), through)
+    return Ids(np.array(first), through)
 
 
 def _result(value: Any, numbering: _Numbering, kernels: Sequence[Kernel]
             ) -> ElementTrace | Untraced | None:
     if isinstance(value, _Stopped):
         return Untraced(value.reason)
-    if not isinstance(value, _Ids):
+    if not isinstance(value, Ids):
         return None
     src = numbering.source(value.ids)
     if src is None:
