@@ -152,7 +152,7 @@ def test_grids_tutorial_solutions_show_the_revisit_and_the_partial_blocks():
     assert "[nan, nan, nan" in text  # half_grid's unwritten rows, as the text explains
     assert "semantics: arbitrary, parallel, parallel" in text
     assert "error output-revisit: outputs: 12 output block visit(s) are not consecutive" in text
-    assert "warning partial-block outputs programs ((5, 0), (5, 1), (5, 2), (5, 3))" in text
+    assert "info partial-block outputs programs ((5, 0), (5, 1), (5, 2), (5, 3))" in text
 
 
 def test_pallas_cells_show_the_workbench_and_keep_their_value():

@@ -199,31 +199,86 @@ def _outside(ot: OperandTiling, op: Operand) -> np.ndarray:
 
 
 def partial_blocks(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
-    """Array dims not divisible by the block: edge blocks hang over the end of the array."""
+    """Blocks that overhang the end of their array. Pallas pads an overhanging block's reads
+    and drops its writes past the edge, so only padding that can reach an output element
+    inside its array is a hazard (a warning); everything else is said as what happens (info)."""
+    edges = _output_edges(kernel, tiling)
     for ot in tiling.operands.values():
         op = kernel.operand(ot.origin)
-        uneven = [(i, d.size, s) for i, (d, s) in enumerate(zip(op.block_dims or (), op.shape,
-                                                                 strict=True))
-                  if d.kind == "blocked" and s % d.size]
+        uneven = _uneven_dims(op)
         if not uneven or not len(ot.block_indices):
             continue
-        # The last block along an uneven dim hangs over the end.
-        hangs = np.zeros(len(ot.block_indices), bool)
-        for i, b, s in uneven:
-            hangs |= ot.block_indices[:, i] == s // b
-        steps = np.flatnonzero(hangs & ~_outside(ot, op))
-        dims = ", ".join(f"dim {i}: {s} % {b} = {s % b}" for i, b, s in uneven)
-        # One block wider than the whole dim is the usual way to keep lanes aligned: note it.
-        severity: Severity = "info" if all(b > s for _, b, s in uneven) else "warning"
-        consequence = ("the elements past the edge read as unspecified values"
-                       if ot.role == "input" else "writes past the edge are dropped")
+        hangs, edge = _hanging_steps(ot, uneven)
+        inside = ~_outside(ot, op)
+        steps = np.flatnonzero(hangs & inside)
+        # An input read at its array's edge by a program that writes some output block lying
+        # inside its array: the padding can leak into elements the output keeps.
+        leaks = (np.flatnonzero(edge & inside & ~edges) if ot.role == "input"
+                 else np.zeros(0, np.int64))
+        where = (f"the last block of `{ot.origin}` overhangs its {ot.shape} array by "
+                 f"{_overhang_words(uneven, len(ot.shape))} (block {op.block_shape})")
+        if leaks.size:
+            yield Finding(
+                "partial-block", "warning",
+                f"{ot.origin}: {where}: Pallas pads its reads there with unspecified values, "
+                f"and {leaks.size} program(s) read that edge block while writing output "
+                f"blocks inside their arrays, where the padding can leak; e.g. program "
+                f"{tiling.program_at(int(leaks[0]))}. Mask the edge (e.g. with pl.program_id "
+                "and jnp.where) or pad the array.",
+                operand=ot.origin, programs=_examples(tiling, leaks), blocks=_blocks(ot, leaks))
+            continue
         yield Finding(
-            "partial-block", severity,
-            f"{ot.origin}: array {ot.shape} is not a whole number of {op.block_shape} blocks "
-            f"({dims}); {steps.size} program(s) get a partial edge block, where {consequence}. "
-            "Mask the edge (e.g. with pl.program_id and jnp.where) or pad the array.",
-            operand=ot.origin, programs=_examples(tiling, steps), blocks=_blocks(ot, steps),
-        )
+            "partial-block", "info",
+            f"{ot.origin}: {where}: Pallas pads its reads "
+            + ("and drops its writes there" if ot.role != "input"
+               else "there, and the programs that read it write only output blocks that "
+               "overhang too, whose writes past the edge are dropped" if edge.any()
+               else "there (one block wider than the whole array: the usual lane alignment)")
+            + f"; {steps.size} program(s) get that edge block.",
+            operand=ot.origin, programs=_examples(tiling, steps), blocks=_blocks(ot, steps))
+
+
+def _uneven_dims(op: Operand) -> list[tuple[int, int, int]]:
+    """(dim, block size, array size) of the blocked dims the block does not divide."""
+    return [(i, d.size, s) for i, (d, s) in enumerate(zip(op.block_dims or (), op.shape,
+                                                          strict=True))
+            if d.kind == "blocked" and s % d.size]
+
+
+def _hanging_steps(ot: OperandTiling, uneven: list[tuple[int, int, int]]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(P,) bool twice: the step's block overhangs the array; it does so at a real edge (a dim
+    with several blocks, not one block wider than the whole array, as lane alignment asks)."""
+    hangs = np.zeros(len(ot.block_indices), bool)
+    edge = np.zeros(len(ot.block_indices), bool)
+    for i, b, s in uneven:
+        last = ot.block_indices[:, i] == s // b
+        hangs |= last
+        if s > b:
+            edge |= last
+    return hangs, edge
+
+
+def _output_edges(kernel: Kernel, tiling: Tiling) -> np.ndarray:
+    """(P,) bool: every output block this step writes overhangs its array at a real edge, so
+    what it computes from padding is dropped (False everywhere: no windowed output)."""
+    outs = [ot for ot in tiling.operands.values()
+            if ot.role == "output" and ot.windowed and len(ot.block_indices)]
+    edges = np.ones(tiling.programs, bool) if outs else np.zeros(tiling.programs, bool)
+    for ot in outs:
+        edges &= _hanging_steps(ot, _uneven_dims(kernel.operand(ot.origin)))[1]
+    return edges
+
+
+def _overhang_words(uneven: list[tuple[int, int, int]], ndim: int) -> str:
+    """"127 columns", "8 rows and 56 columns": the elements past the edge, per dim."""
+    words = []
+    for i, b, s in uneven:
+        n = -(-s // b) * b - s
+        unit = ("elements" if ndim == 1 else "columns" if i == ndim - 1
+                else "rows" if i == ndim - 2 else f"elements along dim {i}")
+        words.append(f"{n} {unit}")
+    return " and ".join(words)
 
 
 def uncovered_outputs(kernel: Kernel, tiling: Tiling, rules: Rules) -> Iterator[Finding]:
