@@ -11,6 +11,7 @@ from typing import Any
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import KernelInspection, inspect_kernel
 from pallaslab.analysis.tiling import Tiling
+from pallaslab.analysis.vmem_findings import vmem_findings
 from pallaslab.model import Capture, Kernel
 
 
@@ -34,6 +35,9 @@ class KernelContext:
     traced_on_devices: KernelInspection | None = dataclasses.field(default=None,
                                                                    compare=False)
     devices_trace_error: str | None = None
+    # libtpu's exact scoped-VMEM need per chip, once measured (the Memory view's `measured=`
+    # or `vmem_exact=True`): the fact overrules the spill-risk estimate for every view.
+    vmem_measured: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def backend(self) -> str | None:
@@ -60,4 +64,14 @@ class KernelContext:
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        return self.inspection.findings
+        """The inspection's findings, less the spill risks libtpu's measured need contradicts
+        (the header, `wb.findings` and the Memory notices all read them here)."""
+        found = self.inspection.findings
+        if not self.vmem_measured:
+            return found
+        chips = tuple(self.vmem_measured)
+        contradicted = ({f.message for f in vmem_findings(self.kernel, chips)}
+                        - {f.message for f in vmem_findings(self.kernel, chips,
+                                                            self.vmem_measured)})
+        return tuple(f for f in found
+                     if f.code != "vmem-spill-risk" or f.message not in contradicted)

@@ -25,7 +25,7 @@ from pallaslab.analysis.chips import DEFAULT_CHIPS
 from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.finding import Finding
 from pallaslab.analysis.occupancy import Occupancy, OperandOccupancy, applies, occupancy
-from pallaslab.analysis.vmem_findings import VMEM_CODES, vmem_findings
+from pallaslab.analysis.vmem_findings import VMEM_CODES
 from pallaslab.analysis.whatif import (
     ChipVerdict,
     CompilerVerdict,
@@ -252,6 +252,7 @@ class MemoryView(View):
                  measured: dict[str, int] | None = None):
         self.ctx = ctx
         self._measured = measured
+        ctx.vmem_measured.update(measured or {})
         self.vmem_exact = vmem_exact
         self.compile = vmem_exact or (bool(ctx.options.get("compile")) if compile is None
                                       else compile)
@@ -280,18 +281,17 @@ class MemoryView(View):
         cap, k = self.ctx.capture, self.ctx.kernel
         verdicts = {c: libtpu_verdict(cap, k.index, c, vmem_exact=True)
                     for c in self.chips} if cap is not None else {}
-        return {c: v.need_bytes for c, v in verdicts.items()
+        need = {c: v.need_bytes for c, v in verdicts.items()
                 if v.compiles and v.need_bytes is not None}
+        self.ctx.vmem_measured.update(need)  # the header counts what this view shows
+        return need
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        """The kernel's VMEM findings as the header counts them, less the spill risks the
-        compiler's measured need contradicts."""
-        found = [f for f in self.ctx.findings if f.code in VMEM_CODES]
-        if not self.measured:
-            return tuple(found)
-        kept = {f.message for f in vmem_findings(self.ctx.kernel, self.chips, self.measured)}
-        return tuple(f for f in found if f.code != "vmem-spill-risk" or f.message in kept)
+        """The kernel's VMEM findings as the header counts them (the context drops the spill
+        risks the compiler's measured need contradicts)."""
+        _ = self.measured  # measured on first use, when asked for, into the context
+        return tuple(f for f in self.ctx.findings if f.code in VMEM_CODES)
 
     @functools.cached_property
     def gpu_section(self) -> GpuSection | None:

@@ -62,3 +62,19 @@ def test_libtpus_measured_need_overrules_the_spill_risk():
     assert [f.code for f in vmem_findings(kernel, ["v5e"], measured=refused)] == [
         "vmem-spill-risk"]
     assert _shown(wb, measured=refused) == [("vmem-spill-risk", "warning")]
+
+
+def test_the_header_counts_the_notices_the_measured_memory_view_shows():
+    wb = _matmul(1024)
+    ctx = wb.context(0)
+    before = header_verdict(ctx).findings
+    assert "vmem-spill-risk" in [f.code for f in wb.findings]
+    # libtpu measured the kernel within v5e's limit: the view drops the notice, and so do the
+    # header, `wb.findings` and every later view of the same kernel
+    assert _shown(wb, measured={"v5e": 16 * MiB}) == []
+    assert header_verdict(ctx).findings == before - 1
+    assert "vmem-spill-risk" not in [f.code for f in wb.findings]
+    assert "vmem-spill-risk" not in wb.memory().to_text()
+    # a later measurement above the limit brings it back everywhere
+    assert _shown(wb, measured={"v5e": int(18.36 * MiB)}) == [("vmem-spill-risk", "warning")]
+    assert header_verdict(ctx).findings == before
