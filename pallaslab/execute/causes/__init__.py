@@ -20,8 +20,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
+import numpy as np
+
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
-from pallaslab.execute.causes.body_lines import body_lines
+from pallaslab.execute.causes.body_lines import Expected, body_lines
 from pallaslab.execute.causes.cause import Cause, CauseKind
 from pallaslab.execute.causes.dependence import index_map_causes
 from pallaslab.execute.causes.provenance import Provenance, Recorded, record_provenance
@@ -29,6 +32,7 @@ from pallaslab.execute.causes.wrapped import (
     ElementTrace,
     Trace,
     kernel_origin,
+    trace_kernel_inputs,
     traced_label,
     traced_provenance,
 )
@@ -108,21 +112,35 @@ def _output_causes(prepared: Prepared, target: _Target, pair: PairComparison,
     if record is None:
         return OutputCauses(tuple(causes), None)
     provenance = record.provenance.get(target.origin)
-    causes += [_through(c, target, record, wrong, provenance) if c.kind == "line" else c
-               for c in record.causes_for(target.origin, wrong, target.label)]
+    expected = _expected(prepared, pair, reference, i) if trace is None else None
+    causes += [_through(c, target, record, wrong, provenance, expected) if c.kind == "line"
+               else c for c in record.causes_for(target.origin, wrong, target.label)]
     if provenance is not None and trace is not None:
         provenance = traced_provenance(provenance, trace)
     return OutputCauses(tuple(causes), provenance)
 
 
+def _expected(prepared: Prepared, pair: PairComparison, reference: Callable[..., Any] | None,
+              output: int) -> Callable[[], Expected | None]:
+    """The reference's values of output `output`, computed only when asked for."""
+    def values() -> Expected | None:
+        if reference is None or "reference" not in (pair.a, pair.b):
+            return None
+        out = jax.tree.leaves(reference(*prepared.args, **prepared.kwargs))[output]
+        return Expected(np.asarray(out), pair.rtol, pair.atol)
+    return values
+
+
 def _through(cause: Cause, target: _Target, record: Recorded, wrong: Any,
-             provenance: Provenance | None) -> Cause:
+             provenance: Provenance | None,
+             expected: Callable[[], Expected | None] | None = None) -> Cause:
     """The line cause with the body lines its wrong values flow through (as it was when
     they cannot be found: a cause is an explanation, it never stops a comparison)."""
     if provenance is None or record.replay is None:
         return cause
     try:
-        found = body_lines(target.kernel, record.replay, target.origin, wrong, provenance)
+        found = body_lines(target.kernel, record.replay, target.origin, wrong, provenance,
+                           expected() if expected is not None else None)
     except Exception:
         return cause
     if found is None:
@@ -140,7 +158,7 @@ def _blame_index_maps(prepared: Prepared, target: _Target, pair: PairComparison,
                                 pair.mismatched_blocks, reference, prepared.args,
                                 prepared.kwargs, output,
                                 prepared.capture.argument_positions(target.kernel),
-                                target.trace)
+                                target.trace, trace_kernel_inputs(prepared, target.kernel))
     except Exception:
         return ()
 

@@ -4,7 +4,10 @@ value, and for every equation the equations its value flows from (a backward sli
 
 The body's state is discharged once (refs become values in and out), then each program is
 evaluated equation by equation on concrete arrays: `pl.when` runs only its taken branch (so
-its equations are seen), loops are bound whole (their insides are not told apart).
+its equations are seen), loops are bound whole (their insides are not told apart), a `while`
+loop bounded at `traced_control_flow.MAX_TRIPS` iterations (this process cannot be stopped
+inside XLA). A `Flip` re-runs a program with one mask or select taking its other value at
+chosen elements: whether that repairs the wrong elements is what names a line as the cause.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 from jax._src import core as jax_core
 from jax._src.state import discharge as state_discharge
 
+from pallaslab.model._jax import traced_control_flow
 from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model._jax.trace import bind_eqn
 
@@ -34,15 +38,29 @@ class Site:
     line: str | None  # "path.py:N"
 
 
+class BodyNotEvaluated(Exception):
+    """The body cannot be evaluated here; the message says why, in the user's words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Flip:
+    """A counterfactual: `site` (a boolean mask, or a two-way select's predicate) takes its
+    other value where `where` is True (`where` has the site's shape)."""
+
+    site: int
+    where: np.ndarray
+
+
 @dataclasses.dataclass(frozen=True)
 class ProgramValues:
     """One program's evaluation: per mask or choice site, what it gave (a choice: which
-    operand it took); per body output (ref values out), the sites it flows from; per
-    arithmetic site, the sites each operand flows from (body input k is -1 - k)."""
+    operand it took); per body output (ref values out), its values and the sites it flows
+    from; per arithmetic site, the sites each operand flows from (body input k is -1 - k)."""
 
     features: dict[int, np.ndarray]
     out_deps: tuple[frozenset[int], ...]
     operand_deps: dict[int, tuple[frozenset[int], ...]]
+    outputs: tuple[np.ndarray, ...] = ()
 
 
 class BodyEvaluator:
@@ -62,13 +80,17 @@ class BodyEvaluator:
         self.sites: list[Site] = []
         self._site_of: dict[int, int] = {}
 
-    def run(self, ids: Sequence[int], refs: Sequence[Any]) -> ProgramValues:
-        """`refs`: the body's ref values in order (scalars, blocks, outputs, scratch)."""
-        state = _State({}, {})
+    def run(self, ids: Sequence[int], refs: Sequence[Any], flip: Flip | None = None
+            ) -> ProgramValues:
+        """`refs`: the body's ref values in order (scalars, blocks, outputs, scratch).
+        Raises `BodyNotEvaluated` when a `while` loop reached its bound."""
+        state = _State({}, {}, flip, traced_control_flow.Spins())
         deps = [frozenset({-1 - k}) for k in range(len(refs))]
         with self.gm.trace_env():
-            _, out_deps = self._eval(self.body, list(refs), deps, tuple(ids), state)
-        return ProgramValues(state.features, tuple(out_deps), state.operand_deps)
+            outs, out_deps = self._eval(self.body, list(refs), deps, tuple(ids), state)
+        state.spins.check(BodyNotEvaluated)
+        return ProgramValues(state.features, tuple(out_deps), state.operand_deps,
+                             tuple(np.asarray(x) for x in outs))
 
     def _site(self, eqn: Any) -> int:
         k = self._site_of.get(id(eqn))
@@ -117,7 +139,16 @@ class BodyEvaluator:
         if name in ("pjit", "closed_call") and "jaxpr" in eqn.params:
             sub = eqn.params["jaxpr"]
             return self._eval(getattr(sub, "jaxpr", sub), invals, in_deps, ids, state)
-        outs = bind_eqn(eqn, invals, eqn.params)
+        if state.flip is not None and state.flip.site == site:
+            invals = _flipped_select(name, invals, state.flip.where)
+        if name == "while":  # bounded: a loop that spins on these values must not hang
+            outs = traced_control_flow.follow(eqn, invals, _evaluate, BodyNotEvaluated,
+                                              state.spins)
+        else:
+            outs = bind_eqn(eqn, invals, eqn.params)
+        if state.flip is not None and state.flip.site == site and name in MASKS:
+            out = np.asarray(outs[0])
+            outs = [np.where(state.flip.where, ~out, out) if out.dtype == bool else out]
         state.operand_deps[site] = tuple(in_deps)
         if name in MASKS:
             state.features[site] = np.asarray(outs[0])
@@ -129,7 +160,23 @@ class BodyEvaluator:
         return list(outs), [joined] * len(outs)
 
 
+def _flipped_select(name: str, invals: list[Any], where: np.ndarray) -> list[Any]:
+    """A two-way select's operands with its predicate taking its other value at `where`."""
+    if name != "select_n" or len(invals) != 3:
+        return invals
+    pred = np.asarray(invals[0])
+    other = ~pred if pred.dtype == bool else (1 - pred).astype(pred.dtype)
+    return [np.where(where, other, pred), *invals[1:]]
+
+
+def _evaluate(jaxpr: Any, consts: Any, args: Sequence[Any]) -> list[Any]:
+    inner = getattr(jaxpr, "jaxpr", jaxpr)
+    return list(jax_core.eval_jaxpr(inner, list(consts), *args))
+
+
 @dataclasses.dataclass
 class _State:
     features: dict[int, np.ndarray]
     operand_deps: dict[int, tuple[frozenset[int], ...]]
+    flip: Flip | None
+    spins: traced_control_flow.Spins
