@@ -125,6 +125,13 @@ class Occupancy:
                 "here (measured with libtpu: up to about twice the largest such value)")
 
     @property
+    def shown_spill_note(self) -> str | None:
+        """The spill note where its value is not the matrix product already counted beside
+        the buffers (a plain matmul's dot result: the `body` row judges it), as the Memory
+        view, its text and `pallaslab inspect` show it."""
+        return None if self.large_values[:1] == (self.product,) else self.spill_note
+
+    @property
     def effective_limit(self) -> int:
         """The limit the compiler applies: libtpu 0.0.52 caps a `vmem_limit_bytes` above the
         chip's VMEM at the VMEM it lets kernels use (`Chip.vmem_usable`: v5e 128 MiB, v6e
@@ -179,8 +186,8 @@ class Occupancy:
             lines.append(f"  {'body':<12} {'vmem':<9} {dtype}{list(shape)} matrix product "
                          f"{kib(size):>12}: {kib(self.need_bytes)} with the buffers -- "
                          f"{'fits' if self.need_fits else 'DOES NOT FIT'}")
-        if self.spill_note:
-            lines.append(f"  note: {self.spill_note}")
+        if self.shown_spill_note:
+            lines.append(f"  note: {self.shown_spill_note}")
         return "\n".join(lines)
 
 
@@ -456,6 +463,7 @@ def vmem_section(kernel: Kernel, chips: Iterable[str] = DEFAULT_CHIPS) -> dict[s
 
 
 def spill_note(kernel: Kernel) -> str | None:
-    """What the kernel body computes that the compiler may spill (None: nothing that large);
+    """What the kernel body computes that the compiler may spill (None: nothing that large,
+    or only the matrix product the `body` row judges);
     the same on every chip (a value's size is the chip's layout-independent one)."""
-    return occupancy(kernel, DEFAULT_CHIPS[0]).spill_note if applies(kernel) else None
+    return occupancy(kernel, DEFAULT_CHIPS[0]).shown_spill_note if applies(kernel) else None

@@ -166,15 +166,7 @@ def chip_memory(occ: Occupancy, labels: dict[str, str] | None = None) -> ChipMem
         limit_source=occ.limit_source, capacity=occ.vmem_capacity, fits=occ.fits,
         over=max(0, occ.bytes - occ.limit), smem_bytes=occ.smem_bytes,
         smem_capacity=occ.smem_capacity, semaphores=occ.semaphores,
-        spill_note=_spill_note(occ), operands=[_operand(o, labels or {}) for o in ops])
-
-
-def _spill_note(occ: Occupancy) -> str | None:
-    """The spill note where its value is not the matrix product the estimate already counts
-    beside the buffers (a plain matmul's dot result: the `body` row judges it)."""
-    if occ.large_values[:1] == (occ.product,):
-        return None
-    return occ.spill_note
+        spill_note=occ.shown_spill_note, operands=[_operand(o, labels or {}) for o in ops])
 
 
 def _operand(o: OperandOccupancy, labels: dict[str, str]) -> MemoryOperand:

@@ -6,10 +6,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from kernels import matmul
+from kernels import CATALOG, matmul
 
 import pallaslab
 from pallaslab.analysis.vmem_findings import vmem_findings
+from pallaslab.cli import main
 from pallaslab.workbench import Workbench, header_verdict
 
 MiB = 1 << 20
@@ -78,3 +79,30 @@ def test_the_header_counts_the_notices_the_measured_memory_view_shows():
     # a later measurement above the limit brings it back everywhere
     assert _shown(wb, measured={"v5e": int(18.36 * MiB)}) == [("vmem-spill-risk", "warning")]
     assert header_verdict(ctx).findings == before
+
+
+def textbook_matmul():
+    """A case for `pallaslab inspect`: the bf16 matmul with 512 blocks."""
+    return functools.partial(matmul, bm=512, bk=512, bn=512), (
+        jnp.ones((2048, 2048), jnp.bfloat16), jnp.ones((2048, 2048), jnp.bfloat16))
+
+
+def _inspect_text(capsys, spec: str) -> str:
+    assert main(["inspect", spec]) == 0
+    return " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+
+
+def test_the_text_and_the_cli_show_the_spill_note_where_the_view_does(capsys):
+    # the dot result is the product the `body` row judges: no note anywhere
+    view = _matmul(512).memory()
+    assert [c["spill_note"] for c in view.payload()["chips"]] == [None, None]
+    assert "note:" not in view.to_text()
+    assert "note:" not in _inspect_text(capsys, f"{__file__}:textbook_matmul")
+    # a large value that is no matrix product: the same note in the view, its text and the CLI
+    fn, args = CATALOG["vmem_overflow"].case()[:2]
+    view = pallaslab.inspect(fn, *args).memory()
+    notes = [c["spill_note"] for c in view.payload()["chips"]]
+    assert notes[0] == notes[1] and notes[0].startswith(
+        "the kernel body computes a float32[1024, 2048] value (8.00 MiB)")
+    assert view.to_text().count(f"note: {notes[0]}") == 2  # once per chip, as the view
+    assert f"note: {notes[0]}" in _inspect_text(capsys, "tests/kernels.py:vmem_overflow")
