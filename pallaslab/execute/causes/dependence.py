@@ -196,12 +196,13 @@ def _block_causes(kernel: Kernel, tiling: Tiling, ot: OperandTiling, block: Bloc
                   needs: dict[str, frozenset[Block]], inputs: Sequence[Operand]
                   ) -> list[Cause]:
     writers = ot.steps_with_block(block)
+    fed = _feeding_steps(kernel, tiling, writers)
     blamed = []
     for op in inputs:
         it = tiling.operands[op.origin]
         read = frozenset(tuple(int(v) for v in row)
-                         for row in np.unique(it.block_indices[writers], axis=0)) \
-            if len(writers) else frozenset()
+                         for row in np.unique(it.block_indices[fed], axis=0)) \
+            if len(fed) else frozenset()
         need = needs[op.origin]
         if need and not need <= read:
             blamed.append((op, it, read, need))
@@ -224,6 +225,22 @@ def _block_causes(kernel: Kernel, tiling: Tiling, ot: OperandTiling, block: Bloc
     return [_input_cause(kernel, ot, block, op, it, read, need, programs, either,
                          right=None if either or moved is None else _operand(kernel, ot.origin))
             for op, it, read, need in blamed]
+
+
+def _feeding_steps(kernel: Kernel, tiling: Tiling, writers: np.ndarray) -> np.ndarray:
+    """The programs whose reads can reach a block: its writers and, where scratch carries
+    values between programs (an online softmax's running max), every program before the
+    last writer on the same parallel coordinates. A value bug in such a body is no index
+    map's fault when those programs read what the block needs."""
+    if not kernel.scratch or not len(writers):
+        return writers
+    ids = tiling.program_ids()
+    semantics = kernel.dimension_semantics or ()
+    parallel = [a for a, sem in enumerate(semantics) if "parallel" in str(sem).lower()]
+    before = np.arange(len(ids)) <= int(np.max(writers))
+    lanes = {tuple(r) for r in ids[writers][:, parallel].tolist()}
+    same = np.array([tuple(r) in lanes for r in ids[:, parallel].tolist()], bool)
+    return np.union1d(writers, np.flatnonzero(before & same))
 
 
 def in_grid_order(tiling: Tiling, it: OperandTiling) -> bool:
