@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "mutants"))
 
-import dma_mutants  # noqa: F401  (each registers its mutants)
+import body_mutants  # noqa: F401  (each registers its mutants)
+import dma_mutants  # noqa: F401
 import gpu_mutants  # noqa: F401
 import tpu_mutants  # noqa: F401
 from mutant_registry import MUTANTS, caught_and_explained

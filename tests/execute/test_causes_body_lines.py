@@ -1,5 +1,6 @@
 """The line a value bug is on: compare names the mask or running sum above the final store."""
 
+import functools
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from jax.experimental import pallas as pl
 from mutant_registry import MUTANTS, caught_and_explained, line_of
 
 import pallaslab
+from pallaslab.execute.causes.body_lines import _accumulators
 from pallaslab.model import _jax
 from pallaslab.model._jax.body_values import BodyNotEvaluated
 from pallaslab.model._jax.traced_control_flow import MAX_TRIPS
@@ -84,3 +86,16 @@ def test_a_while_loop_that_never_ends_is_stopped_and_said():
     ev = _jax.BodyEvaluator(kernel.handle.eqn)
     with pytest.raises(BodyNotEvaluated, match=f"ran {MAX_TRIPS:,} iterations without ending"):
         ev.run((), [np.zeros((8, 128), np.float32), np.zeros((8, 128), np.float32)])
+
+
+@pytest.mark.parametrize("rescale", [True, False])
+def test_only_a_running_sum_never_rescaled_is_suspected(rescale):
+    (x,) = body_mutants._softmax_args()
+    fn = functools.partial(body_mutants._online_softmax, rescale=rescale)
+    (kernel,) = pallaslab.capture(fn, x).kernels
+    ev = _jax.BodyEvaluator(kernel.handle.eqn)
+    block, row = np.ones((8, 128), np.float32), np.zeros((8, 1), np.float32)
+    values = ev.run((0, 0, 1), [block, block, row, row])
+    found = [ev.sites[s].line for s, _, _ in _accumulators(ev, [(0, values)])]
+    n = line_of(body_mutants.__file__, "l_ref[...] + p").rpartition(":")[2]
+    assert found == ([] if rescale else [f"{body_mutants.__file__}:{n}"])
