@@ -19,6 +19,7 @@ from pallaslab.analysis.tiling import Tiling
 from pallaslab.model import Kernel
 from pallaslab.model._jax import block_accesses as recording
 from pallaslab.model.source_names import short_source
+from pallaslab.util.names import body_name
 
 MAX_PROGRAMS = 64  # programs recorded (the first, in execution order)
 BYTE_BUDGET = 4 << 20  # bytes of flags kept per kernel (one per element, operand, program)
@@ -106,8 +107,8 @@ def _record(kernel: Kernel, tiling: Tiling | None, eqn: Any) -> BlockAccesses:
                                  "mesh (axis_index), which has no value outside shard_map")
         return BlockAccesses((), (), (), total, f"{type(err).__name__}: {line}")
     operands = tuple(
-        OperandAccesses(op.origin, op.param or op.origin, tuple(f.shape[1:]), _ref_dims(op),
-                        f, tuple(short_source(s) or s for s in rec.lines[i]),
+        OperandAccesses(op.origin, body_name(op.param or op.origin), tuple(f.shape[1:]),
+                        _ref_dims(op), f, tuple(short_source(s) or s for s in rec.lines[i]),
                         i not in rec.not_followed)
         for i, (op, f) in enumerate(zip(kernel.operands, rec.flags, strict=False)))
     return BlockAccesses(rec.steps, tuple(tiling.program_at(s) for s in rec.steps),

@@ -19,6 +19,7 @@ from pallaslab.analysis.tiling import Tiling, tile
 from pallaslab.analysis.vmem_findings import vmem_findings
 from pallaslab.model import Capture, DmaCopy, Kernel, MeshInfo
 from pallaslab.model.source_names import short_source
+from pallaslab.util.names import ref_name
 
 SCHEMA_VERSION = 1
 
@@ -227,7 +228,7 @@ def operand_labels(kernel: Kernel, callers: Mapping[str, str] | None = None) -> 
     out = {}
     for op in kernel.operands:
         inner = f"{op.origin} = {callers[op.origin]}" if op.origin in callers else op.origin
-        out[op.origin] = f"{op.param} ({inner})" if op.param else (
+        out[op.origin] = ref_name(op.param, inner) if op.param else (
             f"{op.origin} ({callers[op.origin]})" if op.origin in callers else op.origin)
     return out
 

@@ -296,8 +296,10 @@ def _causes_html(out: OutputComparison, writers: Sequence[str]) -> str:
                     f'<span class="pl-badge">{esc(x.kind)}</span> {esc(x.message)}</li>'
                     for x in getattr(out, "causes", ()))
     items += "".join(f'<li class="pl-cmp-writer">{esc(w)}</li>' for w in writers)
-    return (f'<div class="pl-cmp-causes"><h4 class="pl-cmp-h">Why {esc(out.origin)} is wrong'
-            f'</h4><ul class="pl-findings">{items}</ul></div>')
+    # "output" before the name: it reads right whatever the output is called ("outputs")
+    return (f'<div class="pl-cmp-causes"><h4 class="pl-cmp-h">Why output '
+            f'<code>{esc(out.origin)}</code> is wrong</h4><ul class="pl-findings">{items}</ul>'
+            '</div>')
 
 
 def _incomplete_line(c: Comparison) -> str | None:

@@ -16,13 +16,14 @@ import functools
 from typing import Any, TypedDict
 
 from pallaslab.execute.result import RunResult
+from pallaslab.model import Kernel
 from pallaslab.model.devices import DeviceRecord
-from pallaslab.model.source_names import short_source
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
+from pallaslab.views.names import semaphore_name, source_name
 from pallaslab.views.registry import register_tab
 from pallaslab.views.session import session
 
@@ -46,6 +47,7 @@ class SemaphoreEntry(TypedDict):
     kind: str  # "signal" | "wait"
     device: int
     semaphore: int
+    name: str  # the body's name for it, "local_sem (scratch[0])" ("#2000" when it has none)
     amount: int
     source: str | None
 
@@ -67,16 +69,17 @@ class DevicesPayload(TypedDict):
 
 
 def devices_payload(kernel_name: str, index: int, result: RunResult | None,
-                    note: str | None = None) -> DevicesPayload:
+                    note: str | None = None, kernel: Kernel | None = None) -> DevicesPayload:
     record = result.device_record if result is not None else None
     if record is None:
         record = DeviceRecord(0, (), ())
     transfers = [TransferEntry(seq=t.seq, src=t.src_device, dst=t.dst_device, bytes=t.nbytes,
-                               step=t.step, remote=t.remote, source=short_source(t.source),
+                               step=t.step, remote=t.remote, source=source_name(t.source, kernel),
                                buffers=f"{t.src_buffer} -> {t.dst_buffer}")
                  for t in sorted(record.transfers, key=_ring_order)[:MAX_EVENTS]]
     semaphores = [SemaphoreEntry(seq=s.seq, kind=s.kind, device=s.device, semaphore=s.semaphore,
-                                 amount=s.amount, source=short_source(s.source))
+                                 name=semaphore_name(kernel, s.semaphore) or f"#{s.semaphore}",
+                                 amount=s.amount, source=source_name(s.source, kernel))
                   for s in record.semaphores[:MAX_EVENTS]]
     last = max([t["seq"] for t in transfers] + [s["seq"] for s in semaphores], default=-1)
     if record.truncated:
@@ -154,7 +157,7 @@ class DevicesView(View):
             "no run on several devices yet: run the kernel there, e.g. "
             f"wb.view(\"devices\", result=pallaslab.run(fn, *args, devices={self.devices})), "
             f"or %%pallas --devices {self.devices}")
-        return devices_payload(k.name, k.index, self.run, note)
+        return devices_payload(k.name, k.index, self.run, note, kernel=k)
 
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
@@ -212,7 +215,7 @@ def lanes_svg(p: DevicesPayload, width: int = 640, lane: int = 28) -> str:
         y = lane * s["device"] + lane / 2 + 4
         parts.append(f'<line x1="{x(s["seq"]):.1f}" x2="{x(s["seq"]):.1f}" y1="{y - 5}" '
                      f'y2="{y + 5}" class="pl-dev-{s["kind"]}" stroke="currentColor"><title>'
-                     f'{esc(s["kind"])} semaphore #{s["semaphore"]} ({s["amount"]}) '
+                     f'{esc(s["kind"])} semaphore {esc(s["name"])} ({s["amount"]}) '
                      f'{esc(s["source"] or "")}</title></line>')
     for t in p["transfers"]:
         y1, y2 = (lane * d + lane / 2 + 4 for d in (t["src"], t["dst"]))

@@ -35,6 +35,7 @@ from pallaslab.analysis.whatif import (
     what_if,
 )
 from pallaslab.model import Capture, Kernel
+from pallaslab.util.names import ref_name
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -151,7 +152,7 @@ def memory_labels(kernel: Kernel, prefix: str = "") -> dict[str, str]:
     for op in (*kernel.operands, *kernel.scoped):
         origin = prefix + op.origin
         where = f"{origin}, window of {op.outer}" if op.outer else origin
-        out[origin] = f"{op.param} ({where})" if op.param else (
+        out[origin] = ref_name(op.param, where) if op.param else (
             f"{origin} (window of {op.outer})" if op.outer else origin)
     for i, pipe in enumerate(kernel.pipelines):
         out.update(memory_labels(pipe, f"{prefix}pipelines[{i}]."))

@@ -7,10 +7,11 @@ from typing import TypedDict
 
 from pallaslab.analysis.pipeline import pipeline
 from pallaslab.model import Kernel
-from pallaslab.model.source_names import short_source
+from pallaslab.util.names import ref_name
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc
+from pallaslab.views.names import semaphore_name, source_name
 from pallaslab.views.pipeline_record import RunRecord
 
 
@@ -79,20 +80,19 @@ def manual_ops(kernel: Kernel) -> list[ManualOp]:
         op = refs.get(origin)
         if op is None:
             return origin
-        name = f"{op.param} ({origin}" if op.param else f"{origin} ("
-        return f"{name}{', ' if op.param else ''}{op.memory_space})"
+        return ref_name(op.param, origin, op.memory_space)
 
     ops: list[tuple[tuple[str, int, int], ManualOp]] = []
     for i, d in enumerate(kernel.dmas):
         ops.append((_order(d.source, 0, i), ManualOp(
             op=f"{d.kind} copy", src=ref(d.src), dst=ref(d.dst), bytes=d.nbytes,
-            semaphore=None if d.semaphore is None else ref(d.semaphore),
-            source=_short(d.source), repeated=d.repeated)))
+            semaphore=semaphore_name(kernel, d.semaphore),
+            source=source_name(d.source, kernel), repeated=d.repeated)))
     for i, so in enumerate(kernel.semaphore_ops):
         ops.append((_order(so.source, 1, i), ManualOp(
             op=so.kind.replace("_", " ") + (" (another core/device)" if so.device else ""),
-            src=None, dst=None, bytes=None, semaphore=ref(so.semaphore),
-            source=_short(so.source), repeated=False)))
+            src=None, dst=None, bytes=None, semaphore=semaphore_name(kernel, so.semaphore),
+            source=source_name(so.source, kernel), repeated=False)))
     return [op for _, op in sorted(ops, key=lambda t: t[0])]
 
 
@@ -113,10 +113,6 @@ def manual_note(kernel: Kernel) -> str | None:
 def _order(source: str | None, kind: int, i: int) -> tuple[str, int, int]:
     path, _, line = (source or "").rpartition(":")
     return (path, int(line) if line.isdigit() else 1 << 30, kind * 1_000_000 + i)
-
-
-def _short(source: str | None) -> str | None:
-    return short_source(source)
 
 
 def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:

@@ -11,11 +11,10 @@ from collections.abc import Iterable
 from typing import TypedDict
 
 from pallaslab.model import Kernel
-from pallaslab.model._jax.deadlock import semaphore_names
 from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
-from pallaslab.model.source_names import short_source
 from pallaslab.views import _html
 from pallaslab.views._html import esc
+from pallaslab.views.names import semaphore_name, source_name
 
 MAX_RECORDED = 2_000  # events carried to the widget (the summary counts them all)
 FOLDED_ROWS = 12  # events shown before a long table is unfolded (as pipeline_record.js)
@@ -50,18 +49,20 @@ def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interp
     transfers = [_attributed(t, kernel) for t in record.transfers]
     transfers = [t for t in transfers if _belongs(t.source, kernel)]
     # TPU interpret mode's ids of the kernel's semaphore operands (a sync_copy's own has none)
-    names = semaphore_names(kernel.operands) if executor == "tpu-interpret" else {}
+    tpu = executor == "tpu-interpret"
     started: Counter[tuple[int, str | None]] = Counter()  # the lines as attributed here
     ops = []
     for t in transfers:
         ops.append(RecordedOp(seq=t.seq, op="dma", src=t.src_buffer, dst=t.dst_buffer,
                               region=_region_text(t.dst_region), bytes=t.nbytes,
-                              semaphore=None, semaphore_name=None, source=_short(t.source),
+                              semaphore=None, semaphore_name=None,
+                              source=source_name(t.source, kernel),
                               iteration=started[(t.src_device, t.source)]))
         started[(t.src_device, t.source)] += 1
     ops += [RecordedOp(seq=s.seq, op=s.kind, src=None, dst=None, region=None, bytes=s.amount,
-                       semaphore=s.semaphore, semaphore_name=names.get(s.semaphore),
-                       source=_short(source), iteration=None)
+                       semaphore=s.semaphore,
+                       semaphore_name=semaphore_name(kernel, s.semaphore) if tpu else None,
+                       source=source_name(source, kernel), iteration=None)
             for s, source in _semaphore_sources(record, transfers) if _belongs(source, kernel)]
     ops.sort(key=lambda o: (o["seq"], o["op"] != "dma"))
     return RunRecord(executor=executor, ops=ops[:MAX_RECORDED],
@@ -145,10 +146,6 @@ def _region_text(region: tuple[tuple[int, int], ...] | None) -> str | None:
     if region is None:
         return None
     return "[" + ", ".join(str(a) if b == a + 1 else f"{a}:{b}" for a, b in region) + "]"
-
-
-def _short(source: str | None) -> str | None:
-    return short_source(source)
 
 
 # --- static forms ---------------------------------------------------------------------------

@@ -35,12 +35,13 @@ from pallaslab.views.devices import (
     TransferEntry,
     lanes_svg,
     run_error,
-    short_source,
 )
+from pallaslab.views.names import semaphore_name, source_name
 from pallaslab.views.session import Call, session
 
 if TYPE_CHECKING:
     from pallaslab.execute.device_stepper import DeviceStepper, DeviceStepSnapshot
+    from pallaslab.model import Kernel
     from pallaslab.model.devices import Transfer
 
 PAYLOAD_VERSION = 1
@@ -90,9 +91,9 @@ class StepDevicesPayload(TypedDict):
     revision: int
 
 
-def _transfer(t: Transfer) -> TransferEntry:
+def _transfer(t: Transfer, kernel: Kernel | None) -> TransferEntry:
     return TransferEntry(seq=t.seq, src=t.src_device, dst=t.dst_device, bytes=t.nbytes,
-                         step=t.step, remote=t.remote, source=short_source(t.source),
+                         step=t.step, remote=t.remote, source=source_name(t.source, kernel),
                          buffers=f"{t.src_buffer} -> {t.dst_buffer}")
 
 
@@ -149,10 +150,11 @@ def device_rows(snap: DeviceStepSnapshot | None, devices: int) -> list[DeviceRow
 def step_devices_payload(kernel_name: str, index: int, devices: int,
                          snap: DeviceStepSnapshot | None, *, landed_before: int = 0,
                          last: str | None = None, interactive: bool = False, revision: int = 0,
-                         error: str | None = None, notes: Sequence[str] = ()
-                         ) -> StepDevicesPayload:
+                         error: str | None = None, notes: Sequence[str] = (),
+                         kernel: Kernel | None = None) -> StepDevicesPayload:
     """Everything the widget shows of a stepped run (pure). `landed_before`: transfers landed
-    before the last step (those after it are new)."""
+    before the last step (those after it are new); `kernel` names its lines and semaphores as
+    the Devices and Pipeline tabs do."""
     transfers = snap.transfers if snap is not None else ()
     semaphores = snap.semaphores if snap is not None else ()
     in_flight = snap.in_flight if snap is not None else ()
@@ -164,12 +166,13 @@ def step_devices_payload(kernel_name: str, index: int, devices: int,
         version=PAYLOAD_VERSION, kind="devices", kernel=kernel_name, index=index,
         devices=devices, started=snap is not None, position=snap.position if snap else 0,
         done=bool(snap and snap.done), last=last, rows=device_rows(snap, devices),
-        in_flight=[_transfer(t) for t in in_flight[:MAX_IN_FLIGHT]],
-        transfers=[_transfer(t) for t in shown], transfers_total=len(transfers),
+        in_flight=[_transfer(t, kernel) for t in in_flight[:MAX_IN_FLIGHT]],
+        transfers=[_transfer(t, kernel) for t in shown], transfers_total=len(transfers),
         new_transfers=min(len(shown), max(0, len(transfers) - landed_before)),
         semaphores=[SemaphoreEntry(seq=s.seq, kind=s.kind, device=s.device,
-                                   semaphore=s.semaphore, amount=s.amount,
-                                   source=short_source(s.source))
+                                   semaphore=s.semaphore,
+                                   name=semaphore_name(kernel, s.semaphore) or f"#{s.semaphore}",
+                                   amount=s.amount, source=source_name(s.source, kernel))
                     for s in semaphores[-MAX_STEP_EVENTS:]],
         semaphores_total=len(semaphores), events=max(seqs, default=-1) + 1,
         start=min(seqs, default=0),
@@ -318,7 +321,7 @@ class DeviceStepView(InteractiveView):
         return step_devices_payload(
             k.name, k.index, self.devices, self.snapshot(), landed_before=self._landed_before,
             last=self.last, interactive=live, revision=self._revision, error=self.error,
-            notes=self._notes(live))
+            notes=self._notes(live), kernel=k)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
         if (sel := self._new_action(change)) is not None:

@@ -52,7 +52,7 @@ def test_pipeline_lists_the_manual_dmas_of_manual_dma_double_buffer(page):
     assert rows.count() == 4
     cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(4)]
     assert cells[0][:5] == ["async copy", "x_hbm (args[0], any) → buf (scratch[0], vmem)",
-                            "32,768", "sems (scratch[2], semaphore_mem)", "kernels_tpu.py:129"]
+                            "32,768", "sems (scratch[2])", "kernels_tpu.py:129"]
     assert [c[0] for c in cells] == ["async copy", "async copy", "dma wait", "sync copy"]
     assert cells[1][5] == "in a loop: once per iteration"
     assert "how many iterations is not known" in page.locator(".pl-manual-note").inner_text()

@@ -65,7 +65,8 @@ def test_causes_are_said_in_text_and_html(explained_):
               "x_ref[")
     assert f"    {writer}" in text
     html = view.to_html()
-    assert "Why outputs is wrong" in html and said in html and 'data-kind="line"' in html
+    assert "Why output <code>outputs</code> is wrong" in html and said in html
+    assert 'data-kind="line"' in html
     assert writer in html
 
 

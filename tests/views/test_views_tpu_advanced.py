@@ -154,7 +154,7 @@ def test_pipeline_lists_manual_dmas_and_waits_in_program_order():
         ("dma wait", "kernels_tpu.py:138", False), ("sync copy", "kernels_tpu.py:140", True)]
     first = manual[0]
     assert first["src"] == "x_hbm (args[0], any)" and first["dst"] == "buf (scratch[0], vmem)"
-    assert first["bytes"] == 32_768 and first["semaphore"] == "sems (scratch[2], semaphore_mem)"
+    assert first["bytes"] == 32_768 and first["semaphore"] == "sems (scratch[2])"
     text = view.to_text()
     assert "2 of them sit in a loop of the body" in text
     assert "x_hbm (args[0], any) -> buf (scratch[0], vmem), 32,768 B" in text
@@ -185,10 +185,11 @@ def test_pipeline_shows_the_recorded_run_of_the_manual_dmas():
     assert dmas[1]["src"] == "scratch[1] (vmem #103)" and dmas[1]["dst"] == "outputs (hbm #101)"
     # semaphores as the kernel names them (sems = scratch[2]); a sync_copy's own has no name
     signals = [(o["source"], o["semaphore_name"]) for o in recorded["ops"] if o["op"] == "signal"]
-    assert signals[:3] == [("kernels_tpu.py:129", "scratch[2][0]"), ("kernels_tpu.py:140", None),
-                           ("kernels_tpu.py:136", "scratch[2][1]")]
+    assert signals[:3] == [("kernels_tpu.py:129", "sems[0] (scratch[2][0])"),
+                           ("kernels_tpu.py:140", None),
+                           ("kernels_tpu.py:136", "sems[1] (scratch[2][1])")]
     text = view.to_text()
-    assert "signal semaphore scratch[2][0] (+32768) at kernels_tpu.py:129" in text
+    assert "signal semaphore sems[0] (scratch[2][0]) (+32768) at kernels_tpu.py:129" in text
     assert "recorded run (tpu-interpret), per line:" in text
     assert "DMA scratch[1] (vmem #103) -> outputs (hbm #101) [64:128, 0:128], 32,768 B at " \
         "kernels_tpu.py:140 (#2 of its line)" in text

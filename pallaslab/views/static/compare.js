@@ -418,7 +418,10 @@ function causesList(p) {
   if (!withCauses.length) return null;
   const box = h("div", "pl-cmp-causes");
   for (const out of withCauses) {
-    box.append(h("h4", "pl-cmp-h", `Why ${out.origin} is wrong`));
+    // "output" before the name: it reads right whatever the output is called ("outputs")
+    const heading = h("h4", "pl-cmp-h", "Why output ");
+    heading.append(h("code", "", out.origin), " is wrong");
+    box.append(heading);
     const list = h("ul", "pl-findings");
     for (const c of out.causes || []) {
       const li = h("li", "pl-finding pl-error pl-cmp-cause");

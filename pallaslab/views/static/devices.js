@@ -14,7 +14,7 @@ import { h, num, findingsList, svg } from "./prelude.js";
 /**
  * @typedef {{seq: number, src: number, dst: number, bytes: number, step: number,
  *   remote: boolean, source: string | null, buffers: string}} TransferEntry
- * @typedef {{seq: number, kind: string, device: number, semaphore: number, amount: number,
+ * @typedef {{seq: number, kind: string, device: number, semaphore: number, name: string, amount: number,
  *   source: string | null}} SemaphoreEntry
  * @typedef {{version: number, kernel: string, index: number, devices: number, transfers: TransferEntry[],
  *   semaphores: SemaphoreEntry[], events: number, remote_bytes: number, summary: string,
@@ -45,7 +45,7 @@ function lanes(p) {
   for (const s of p.semaphores) {
     root.append(svg("line", { x1: x(s.seq), x2: x(s.seq), y1: y(s.device) - 5, y2: y(s.device) + 5,
       stroke: "currentColor", class: `pl-dev-${s.kind}` },
-    `${s.kind} semaphore #${s.semaphore} (${s.amount}) ${s.source ?? ""}`));
+    `${s.kind} semaphore ${s.name} (${s.amount}) ${s.source ?? ""}`));
   }
   for (const t of p.transfers) {
     const line = svg("line", { x1: x(t.seq) - 6, y1: y(t.src), x2: x(t.seq), y2: y(t.dst),

@@ -15,7 +15,7 @@ import { h, num, findingsList, svg, lifetime, onModel } from "./prelude.js";
 /**
  * @typedef {{seq: number, src: number, dst: number, bytes: number, step: number,
  *   remote: boolean, source: string | null, buffers: string}} TransferEntry
- * @typedef {{seq: number, kind: string, device: number, semaphore: number, amount: number,
+ * @typedef {{seq: number, kind: string, device: number, semaphore: number, name: string, amount: number,
  *   source: string | null}} SemaphoreEntry
  * @typedef {{device: number, programs: number, total: number | null, status: string,
  *   detail: string, sent: number, received: number, in_flight: number, signals: number,
@@ -60,7 +60,7 @@ export function stepLanes(p) {
   }
   for (const s of p.semaphores) {
     root.append(svg("line", { x1: x(s.seq), x2: x(s.seq), y1: y(s.device) - 5, y2: y(s.device) + 5, stroke: "currentColor", class: `pl-dev-${s.kind}` },
-      `${s.kind} semaphore #${s.semaphore} (${s.amount}) ${s.source ?? ""}`));
+      `${s.kind} semaphore ${s.name} (${s.amount}) ${s.source ?? ""}`));
   }
   const fresh = p.transfers.length - p.new_transfers;
   p.transfers.forEach((t, i) => {
@@ -140,7 +140,7 @@ function dmaTables(p, root) {
     box.append(h("summary", "pl-step-h", `Semaphore events: ${num(p.semaphores_total)}${shown}`),
       table("pl-sd-semaphores", ["#", "device", "event", "semaphore", "amount", "source"], [0, 4],
         p.semaphores.map((s) => ({ data: { device: String(s.device), kind: s.kind },
-          cells: [String(s.seq), `device ${s.device}`, s.kind === "wait" ? "wait (completed)" : "signal", `#${s.semaphore}`, String(s.amount), s.source ?? "?"] }))));
+          cells: [String(s.seq), `device ${s.device}`, s.kind === "wait" ? "wait (completed)" : "signal", s.name, String(s.amount), s.source ?? "?"] }))));
     root.append(box);
   }
 }

@@ -1,0 +1,100 @@
+"""One name for one thing across the tabs (issue 39 item 4): a source line and a semaphore
+read the same in Step, Devices and Pipeline; an output's heading in Compare reads right for any
+output name; a `*args` body's refs are named as its code names them."""
+
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import jax
+import jax.numpy as jnp
+import kernels_multi
+import pytest
+from catalog import rand
+from helpers import line_ref
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from kernels_multi import ANY, SHARD, _on_devices
+
+import pallaslab
+from pallaslab.util.names import ref_name
+from pallaslab.views.step_devices import DeviceStepView
+from pallaslab.workbench import Workbench
+
+DEVICES = 4
+
+
+def gather(x):
+    """The ring all-gather with its body's own parameter names (local_sem, send_sem, ...)."""
+    n = jax.device_count()
+
+    def kernel(shard):
+        return pl.pallas_call(
+            kernels_multi._all_gather_body,
+            out_shape=jax.ShapeDtypeStruct((n, *shard.shape), shard.dtype),
+            grid=(n - 1,), in_specs=[ANY], out_specs=ANY,
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
+                            pltpu.SemaphoreType.DMA((n - 1,))])(shard)
+
+    return _on_devices(kernel)(x)
+
+
+@pytest.fixture(scope="module")
+def tabs():
+    # Sent to the worker by value, as a notebook's kernel is: its lines come back as
+    # "<dynamic-code>:N" there, and every tab must still name them as the user's file does.
+    for module in (kernels_multi, sys.modules[__name__]):
+        cloudpickle.register_pickle_by_value(module)
+    args = (rand((DEVICES * SHARD[0], SHARD[1])),)
+    wb = Workbench(pallaslab.capture(gather, *args), options={"devices": DEVICES})
+    step = wb.step()
+    assert isinstance(step, DeviceStepView)
+    try:
+        result = pallaslab.run(gather, *args, devices=DEVICES)
+        step.run()
+        yield (step._payload(live=True), wb.view("devices", result=result).payload(),
+               wb.view("pipeline", result=result).payload(), step.to_text())
+    finally:
+        step.close()
+        for module in (kernels_multi, sys.modules[__name__]):
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def test_step_devices_and_pipeline_name_a_line_as_the_users_file(tabs):
+    step, devices, pipeline, text = tabs
+    local = line_ref("local.start()", kernels_multi.__file__)
+    assert {s["source"] for s in step["semaphores"]} == \
+        {s["source"] for s in devices["semaphores"]} >= {local}
+    assert {t["source"] for t in step["transfers"]} == {t["source"] for t in devices["transfers"]}
+    assert {o["source"] for o in pipeline["recorded"]["ops"]} >= {local}
+    assert "<dynamic-code>" not in text and f"({local})" in text
+
+
+def test_step_devices_and_pipeline_name_a_semaphore_by_the_bodys_parameter(tabs):
+    step, devices, pipeline, _ = tabs
+    named = {"local_sem (scratch[0])", "send_sem (scratch[1])", "recv_sems[0] (scratch[2][0])"}
+    assert {s["name"] for s in step["semaphores"]} == {s["name"] for s in devices["semaphores"]}
+    assert {s["name"] for s in devices["semaphores"]} >= named
+    recorded = {o["semaphore_name"] for o in pipeline["recorded"]["ops"]} - {None}
+    assert recorded >= named
+    assert {o["semaphore"] for o in pipeline["manual"]} == {
+        "local_sem (scratch[0])", "send_sem (scratch[1])", "recv_sems (scratch[2])"}
+
+
+def test_a_star_args_body_names_its_refs_as_its_code_does():
+    assert ref_name("*args[0]", "args[1]") == "args[0]"
+    assert ref_name("*args[0]", "args[1] = x") == "args[0]"
+    assert ref_name("*refs[2]", "scratch[0]") == "refs[2] (scratch[0])"
+    assert ref_name("x_ref", "args[0]", "any") == "x_ref (args[0], any)"
+
+    def body(*args):
+        args[1][...] = args[0][...] * 2.0
+
+    x = jnp.ones((16, 128), jnp.float32)
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    cap = pallaslab.capture(lambda a: pl.pallas_call(
+        body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,), in_specs=[spec],
+        out_specs=spec, interpret=True)(a), x)
+    text = Workbench(cap).to_text()
+    assert "*args" not in text and "args[0]" in text
