@@ -4,7 +4,9 @@ output name; a `*args` body's refs are named as its code names them."""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import cloudpickle
 import jax
@@ -98,3 +100,16 @@ def test_a_star_args_body_names_its_refs_as_its_code_does():
         out_specs=spec, interpret=True)(a), x)
     text = Workbench(cap).to_text()
     assert "*args" not in text and "args[0]" in text
+
+
+def test_tutorial_01_calls_an_output_block_kept_in_vmem_by_the_grids_word():
+    """The prose names the Grid's copy badge as the badge reads: "in VMEM" for an output block
+    the reduction keeps, "revisit" for an input's."""
+    tests = Path(__file__).resolve().parents[1]
+    badges = (tests.parent / "pallaslab/views/static/grid_overlays.js").read_text()
+    assert 'output ? "in VMEM" : "revisit"' in badges
+    cells = json.loads((tests.parent / "notebooks/01_grids_and_blockspecs.ipynb").read_text())
+    prose = " ".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "markdown")
+    prose = " ".join(prose.split())
+    assert "the output's block shows *in VMEM* while `kk` advances" in prose
+    assert "output shows *revisit*" not in prose
