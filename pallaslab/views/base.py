@@ -112,7 +112,11 @@ SAVED_COPY_CSS = (
     f".jp-OutputArea-child:has(.{LIVE_CLASS}) + .jp-OutputArea-child:has(.{SAVED_CLASS})"
     " { display: none; }\n"
     f".jp-OutputArea-child:has(+ .jp-OutputArea-child .{SAVED_CLASS}) > "
-    ".jp-OutputArea-output:not(:has(*)) { display: none; }\n")
+    ".jp-OutputArea-output:not(:has(*)) { display: none; }\n"
+    # Notebook 7 scrolls a reopened notebook's tall outputs in a 24em (~280 px) box: the copy
+    # takes its natural height instead, as the live widget did
+    f".jp-CodeCell.jp-mod-outputsScrolled .jp-Cell-outputArea:has(.{SAVED_CLASS})"
+    " { max-height: none; }\n")
 LIVE_PLACEHOLDER = f'<div class="pallaslab pl-live-placeholder" data-copy="{SAVED_CLASS}"></div>'
 
 

@@ -251,6 +251,9 @@ class CompareView(InteractiveView):
                    f'data-outcome="{kind}">{esc(c.verdict())}</span>')
         parts = [f'<h3 class="pl-title">Compare <code>{esc(k.name)}</code> '
                  f'<span class="pl-dim">{esc(", ".join(c.executors))}</span> {verdict}</h3>']
+        # the diagnosis first: a saved copy is read top down, the verdict then why
+        parts += [_causes_html(out, writer_lines(c, out, self._tiling_of(out)))
+                  for out in c.outputs if getattr(out, "causes", ())]
         parts.append(_html.table(
             ("executor", "status", "time (s)", "reason / notes"),
             [(r.executor, r.status, f"{r.wall_time:.3g}" if r.status == "ran" else "-",
@@ -280,8 +283,6 @@ class CompareView(InteractiveView):
         parts.append(_html.table(("output", "pair", "max abs err", "max rel err", "ULP",
                                   "mismatched", "allclose", "NaN (a / b)"), rows,
                                  numeric=(2, 3, 4, 5, 7)))
-        parts += [_causes_html(out, writer_lines(c, out, self._tiling_of(out)))
-                  for out in c.outputs if getattr(out, "causes", ())]
         if blocks:
             parts.append('<h4 class="pl-cmp-h">Mismatched blocks and the programs that wrote '
                          "them</h4>")

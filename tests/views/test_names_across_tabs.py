@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import kernels_multi
 import pytest
 from catalog import rand
+from compared import explained, wrong_comparison
 from helpers import line_ref
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -21,6 +22,8 @@ from kernels_multi import ANY, SHARD, _on_devices
 
 import pallaslab
 from pallaslab.util.names import ref_name
+from pallaslab.views.base import SAVED_CLASS, saved_fragment
+from pallaslab.views.compare import CompareView
 from pallaslab.views.step_devices import DeviceStepView
 from pallaslab.workbench import Workbench
 
@@ -113,3 +116,18 @@ def test_tutorial_01_calls_an_output_block_kept_in_vmem_by_the_grids_word():
     prose = " ".join(prose.split())
     assert "the output's block shows *in VMEM* while `kk` advances" in prose
     assert "output shows *revisit*" not in prose
+
+
+def test_a_static_compare_says_the_verdict_then_why_before_its_tables():
+    """A saved notebook's copy is read top down: the diagnosis opens it, headed by the output's
+    name as code (an output called `outputs` reads "Why output `outputs` is wrong")."""
+    wb, view, _ = wrong_comparison()
+    html = CompareView(wb.context(0), explained(view.comparison)).to_html()
+    why = html.index('<h4 class="pl-cmp-h">Why output <code>outputs</code> is wrong</h4>')
+    assert html.index("pl-cmp-verdict") < why < html.index('class="pl-table pl-cmp-runs"')
+    assert why < html.index(">max abs err</th>")
+
+
+def test_the_saved_copy_is_not_scrolled_into_notebook_7s_short_box():
+    assert (f".jp-CodeCell.jp-mod-outputsScrolled .jp-Cell-outputArea:has(.{SAVED_CLASS})"
+            " { max-height: none; }") in saved_fragment("<p>copy</p>")
