@@ -161,3 +161,26 @@ def test_a_right_input_map_behind_a_wrapper_is_not_blamed():
                                executors="vectorized,reference", reference=lambda a: 2 * a.T)
     causes = [c for c in result.outputs[0].causes if c.kind == "index-map"]
     assert causes and all(c.operand == "outputs (o_ref)" for c in causes)
+
+
+def _add_row(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + y_ref[...]
+
+
+def test_a_reversed_output_map_is_blamed_when_only_one_of_two_inputs_disagrees():
+    # y is read whole by every program, so only x disagrees with the reference: x's map
+    # walks its blocks in order, the output's goes back, so the output's is blamed.
+    x = _x()
+    y = jnp.asarray(np.random.default_rng(5).standard_normal((1, COLS)), jnp.float32)
+    kernel = pl.pallas_call(
+        _add_row, grid=(ROWS // BLOCK,),
+        in_specs=[pl.BlockSpec((BLOCK, COLS), lambda i: (i, 0)),
+                  pl.BlockSpec((1, COLS), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((BLOCK, COLS), lambda i: (3 - i, 0)),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)
+    result = pallaslab.compare(kernel, x, y, executors="vectorized,reference",
+                               reference=lambda x, y: x + y)
+    first = next(c for c in result.outputs[0].causes if c.kind == "index-map")
+    assert first.operand == "outputs (o_ref)"
+    assert "args[0]'s index map `lambda i: (i, 0)`" in first.message
+    assert "is right: it follows the grid's order and the output's does not" in first.message

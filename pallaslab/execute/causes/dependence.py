@@ -19,6 +19,7 @@ that does not follow the grid's order (`in_grid_order`: `(3 - i, 0)`, `(j, i)`) 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -209,6 +210,12 @@ def _block_causes(kernel: Kernel, tiling: Tiling, ot: OperandTiling, block: Bloc
     if not blamed:
         return []
     programs = tuple(tiling.programs_at(writers, MAX_PROGRAMS_NAMED))
+    if len(blamed) == 1 < len(inputs):  # one input: its map, or the output's moved the result
+        op = blamed[0][0]
+        moved = _output_blame(kernel, tiling, ot, block, needs, inputs)
+        if moved is not None and _follows_order(tiling, tiling.operands[op.origin]) \
+                and not _follows_order(tiling, ot):
+            return [_with_inputs_right(moved, [op], False)]
     if len(blamed) < len(inputs):  # the other inputs read right: the output's map is too
         return [_input_cause(kernel, ot, block, op, it, read, need, programs)
                 for op, it, read, need in blamed]
@@ -257,6 +264,13 @@ def in_grid_order(tiling: Tiling, it: OperandTiling) -> bool:
             return False
         axes.append(axis)
     return axes == sorted(set(axes))
+
+
+def _follows_order(tiling: Tiling, it: OperandTiling) -> bool:
+    """In the grid's order, or its blocks never going back (in row-major order) as programs
+    run (a library's `(h, grid_idx // kv_steps, 0)`): what a map reversing its blocks is not."""
+    rows = [tuple(int(v) for v in r) for r in np.asarray(it.block_indices)]
+    return in_grid_order(tiling, it) or all(a <= b for a, b in itertools.pairwise(rows))
 
 
 def _with_inputs_right(moved: Cause, inputs: Sequence[Operand], agree: bool) -> Cause:
