@@ -5,24 +5,31 @@ file reproduces its verdict through pallaslab's case loader."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
-from fuzz.campaign import run_campaign
 from fuzz.casefile import write_case
 from fuzz.grammar import FAMILIES, generate
 from fuzz.mutate import MUTATIONS
-from fuzz.runner import DISAGREEMENT, FALSE_ERROR, INTERNAL_ERROR, MUTANT_MISSED
+from fuzz.runner import (
+    DISAGREEMENT,
+    FALSE_ERROR,
+    INTERNAL_ERROR,
+    MUTANT_CAUGHT,
+    MUTANT_MISSED,
+    PASSED,
+    judge,
+    judge_many,
+)
+from fuzz.suite import KERNELS, SHARDS, failures, shard_campaign
 
 import pallaslab
 from pallaslab.cases import load_case, load_function
 
-SEED = 20240601
-KERNELS = 16  # about 2 s each (four executors and the check) on a 2-core machine
-
 
 @pytest.fixture(scope="module")
 def tally():
-    return run_campaign(SEED, seconds=float("inf"), max_kernels=KERNELS)
+    return shard_campaign(0)  # the other shard: tests/test_fuzz_shard2.py
 
 
 def test_generator_is_deterministic_per_seed_and_index():
@@ -39,17 +46,32 @@ def test_grammar_reaches_every_family_and_mutation():
     for feature in ("grid-rank:1", "grid-rank:3", "squeezed", "transposed", "partial-edge",
                     "scalar-prefetch", "pl.ds-chunks", "body:reduce", "body:dot",
                     "map:reversed", "map:broadcast", "map:strided", "copy:async",
-                    "copy:sync", "layout:rows"):
+                    "copy:sync", "layout:rows", "tpu-pipeline", "outer-grid",
+                    "pipeline-map:reversed", "pipeline-map:rotated"):
         assert features[feature], feature
 
 
 def test_fixed_seed_kernels_get_right_verdicts(tally):
-    failed = [f"{v.outcome} {v.generated.name}: {v.detail}" for v in tally.failures]
-    assert not failed, "\n".join(failed)
+    assert not failures(tally), "\n".join(failures(tally))
     for outcome in (INTERNAL_ERROR, FALSE_ERROR, DISAGREEMENT, MUTANT_MISSED):
         assert tally.count(outcome) == 0
-    assert tally.summary_line().startswith(f"fuzz: {KERNELS} kernels, internal errors 0, "
-                                           "false errors 0, disagreements 0, mutants caught ")
+    assert tally.summary_line().startswith(f"fuzz: {KERNELS // SHARDS} kernels, internal "
+                                           "errors 0, false errors 0, disagreements 0, "
+                                           "mutants caught ")
+    assert {v.generated.kernel.family for v in tally.verdicts} == set(FAMILIES)
+
+
+def test_a_wrong_kernel_judged_among_right_ones_gets_its_own_verdict():
+    """judge_many compares a batch at once: a pass only where every kernel passes, a caught
+    mutant only where its own output mismatched; else the batch is judged again in halves.
+    A wrong kernel passed off as correct is the one disagreement, its batch-mates pass."""
+    drawn = [generate(9, i, families=("tpu-pipeline",), mutant_rate=0.5) for i in range(12)]
+    right = [g for g in drawn if not g.mutation][:3]
+    mutant = next(g for g in drawn if g.mutation)
+    disguised = dataclasses.replace(mutant, mutation=None)  # judged as a correct kernel
+    verdicts = judge_many([right[0], disguised, *right[1:], mutant])
+    assert [v.outcome for v in verdicts] == [PASSED, DISAGREEMENT, PASSED, PASSED, MUTANT_CAUGHT]
+    assert verdicts[1].detail == judge(disguised).detail
 
 
 def test_written_case_reproduces_a_caught_mutant(tmp_path):

@@ -16,7 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plt
 
 from fuzz.ops import ELEMENTWISE, REDUCTIONS, np_dtype
-from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, TritonKernel
+from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, PipelineKernel, TritonKernel
 
 Fn = Callable[..., Any]
 
@@ -28,7 +28,8 @@ def build(kernel: Kernel, *, interpret: bool = False) -> Fn:
 
 
 def _call(kernel: Kernel, interpret: bool, *args: Any) -> Any:
-    builder = {BlockKernel: _block_fn, DmaKernel: _dma_fn, TritonKernel: _triton_fn}
+    builder = {BlockKernel: _block_fn, DmaKernel: _dma_fn, TritonKernel: _triton_fn,
+               PipelineKernel: _pipeline_fn}
     return builder[type(kernel)](kernel, interpret)(*args)
 
 
@@ -41,6 +42,8 @@ def inputs(kernel: Kernel, seed: int) -> tuple[np.ndarray, ...]:
         return table + arrays
     if isinstance(kernel, DmaKernel):
         return (_normal(rng, kernel.shape, kernel.dtype),)
+    if isinstance(kernel, PipelineKernel):
+        return tuple(_normal(rng, kernel.shape, kernel.dtype) for _ in kernel.rows)
     count = 2 if kernel.two_inputs else 1
     return tuple(_normal(rng, kernel.shape, "float32") for _ in range(count))
 
@@ -213,6 +216,51 @@ def _dma_body(k: DmaKernel, x_hbm: Any, o_ref: Any, buf: Any, sem: Any, *out_buf
         else:
             o_ref[...] = value
     store(write)
+
+
+# --- TPU in-kernel pipelines (emit_pipeline) ---------------------------------------------------
+
+
+def _pipeline_fn(k: PipelineKernel, interpret: bool) -> Fn:
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    call = pl.pallas_call(
+        functools.partial(_pipeline_body, k),
+        out_shape=jax.ShapeDtypeStruct(k.shape, np_dtype(k.dtype)), grid=k.grid,
+        in_specs=[any_spec] * len(k.rows), out_specs=any_spec,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+        interpret=interpret)
+    if not interpret:
+        return call
+    # Tracing emit_pipeline asks the TPU for its tiling: plain JAX on a CPU host needs an
+    # abstract TPU (v5e) to trace it under.
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType
+
+    device = AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
+    mesh = AbstractMesh((1,), ("x",), (AxisType.Auto,), abstract_device=device)
+
+    def under_abstract_tpu(*args: Any) -> Any:
+        with jax.sharding.use_abstract_mesh(mesh):
+            return call(*args)
+    return under_abstract_tpu
+
+
+def _pipeline_body(k: PipelineKernel, *refs: Any) -> None:
+    *in_hbm, o_hbm = refs
+    ni, _ = k.inner_grid
+    part = pl.ds(pl.program_id(0) * (ni * k.block), ni * k.block)
+    block = (k.block, 128)
+
+    def spec(expr: str) -> pl.BlockSpec:
+        row = eval(f"lambda i, ni: {expr}", {"min": jnp.minimum})
+        return pl.BlockSpec(block, lambda i, j: (row(i, ni), j))
+
+    def inner(*block_refs: Any) -> None:
+        *ins, out = block_refs
+        values = (r[...].astype(jnp.float32) for r in ins)
+        out[...] = ELEMENTWISE[k.op][1](*values).astype(out.dtype)
+
+    pltpu.emit_pipeline(inner, grid=k.inner_grid, in_specs=[spec(m) for m in k.rows],
+                        out_specs=spec(k.out_map))(*(r.at[part] for r in in_hbm), o_hbm.at[part])
 
 
 # --- Triton-style GPU kernels ------------------------------------------------------------------

@@ -18,8 +18,10 @@ from fuzz.runner import (
     MUTANT_CAUGHT,
     MUTANT_MISSED,
     Verdict,
-    judge,
+    judge_many,
 )
+
+WINDOW = 24  # kernels drawn, then judged together (correct ones in batches of 8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,16 +67,20 @@ class Tally:
 def run_campaign(seed: int, *, seconds: float = 60.0, max_kernels: int | None = None,
                  start: int = 0, timeout: float = 60.0, out_dir: Path | None = None,
                  families: tuple[str, ...] = FAMILIES, avoid: frozenset[str] = frozenset(),
-                 on_verdict: Callable[[Verdict], None] | None = None) -> Tally:
+                 on_verdict: Callable[[Verdict], None] | None = None,
+                 window: int = WINDOW) -> Tally:
+    """Kernels judged `window` at a time (`judge_many`), the time budget checked between."""
     t0 = time.perf_counter()
     verdicts: list[Verdict] = []
     index = start
     while time.perf_counter() - t0 < seconds and (max_kernels is None
                                                    or len(verdicts) < max_kernels):
-        g = generate(seed, index, families=families, avoid=avoid)
-        verdict = judge(g, timeout=timeout, out_dir=out_dir)
-        verdicts.append(verdict)
-        if on_verdict is not None:
-            on_verdict(verdict)
-        index += 1
+        count = window if max_kernels is None else min(window, max_kernels - len(verdicts))
+        drawn = [generate(seed, i, families=families, avoid=avoid)
+                 for i in range(index, index + count)]
+        for verdict in judge_many(drawn, timeout=timeout, out_dir=out_dir):
+            verdicts.append(verdict)
+            if on_verdict is not None:
+                on_verdict(verdict)
+        index += count
     return Tally(tuple(verdicts), time.perf_counter() - t0)

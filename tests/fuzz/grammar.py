@@ -8,9 +8,17 @@ import random
 
 from fuzz.mutate import mutants_of
 from fuzz.ops import ELEMENTWISE
-from fuzz.spec import BlockKernel, DmaKernel, Generated, Kernel, Operand, TritonKernel
+from fuzz.spec import (
+    BlockKernel,
+    DmaKernel,
+    Generated,
+    Kernel,
+    Operand,
+    PipelineKernel,
+    TritonKernel,
+)
 
-FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton")
+FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton", "tpu-pipeline")
 # Row-coordinate expressions of the index-map families an input may take (`i`: the program's
 # row coordinate, `ni`: the grid's extent along it, `p`: the scalar-prefetch table).
 ROW_MAPS = {"identity": "i", "reversed": "ni - 1 - i", "rotated": "(i + 1) % ni",
@@ -27,7 +35,8 @@ def generate(seed: int, index: int, *, mutant_rate: float = 0.35,
     r = random.Random(seed * 1_000_003 + index)
     family = r.choice(families)
     kernel: Kernel = {"tpu-block": _block_kernel, "tpu-dma": _dma_kernel,
-                      "gpu-triton": _triton_kernel}[family](r, avoid)
+                      "gpu-triton": _triton_kernel,
+                      "tpu-pipeline": _pipeline_kernel}[family](r, avoid)
     if r.random() < mutant_rate:
         options = mutants_of(kernel)
         if options:
@@ -176,3 +185,18 @@ def _triton_kernel(r: random.Random, avoid: frozenset[str]) -> TritonKernel:
     width = r.choice((16, 32, 64))
     return TritonKernel("rows", (r.randint(1, 8), width), width, r.randint(1, width),
                         r.choice(("sum", "max")), r.random() < 0.5)
+
+
+# --- TPU in-kernel pipelines -------------------------------------------------------------------
+
+PIPELINE_ROWS = ("i", "i", "ni - 1 - i", "(i + 1) % ni")
+
+
+def _pipeline_kernel(r: random.Random, avoid: frozenset[str]) -> PipelineKernel:
+    dtype = r.choice(("float32", "float32", "bfloat16"))
+    block = r.choice((8, 16)) if dtype == "float32" else 16
+    ni, nj, outer = r.randint(1, 3), r.randint(1, 2), r.choice((1, 1, 2))
+    op = r.choice(sorted(ELEMENTWISE))
+    rows = tuple(r.choice(PIPELINE_ROWS) for _ in range(ELEMENTWISE[op][0]))
+    return PipelineKernel((outer * ni * block, nj * 128), block, op, rows,
+                          r.choice(("i", "i", "ni - 1 - i")), outer, dtype)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.ops import ELEMENTWISE, REDUCTIONS, np_dtype
-from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, TritonKernel
+from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, PipelineKernel, TritonKernel
 
 F32 = np.float32
 BF16 = np_dtype("bfloat16")
@@ -21,6 +21,8 @@ def expected(kernel: Kernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
         return _block(kernel, args)
     if isinstance(kernel, DmaKernel):
         return _dma(kernel, args[0])
+    if isinstance(kernel, PipelineKernel):
+        return _pipeline(kernel, args)
     return _triton(kernel, args)
 
 
@@ -87,6 +89,25 @@ def _dma(k: DmaKernel, x: np.ndarray) -> np.ndarray:
         src = int(eval(k.source, {"min": min}, {"i": i, "ni": n}))
         chunk = x[src * k.rows:(src + 1) * k.rows].astype(F32)
         out[i * k.rows:(i + 1) * k.rows] = ELEMENTWISE[k.op][2](chunk)
+    return out.astype(np_dtype(k.dtype))
+
+
+def _pipeline(k: PipelineKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Each outer program's slice of rows, block by block in (i, j) order: the output block
+    `out_map` gets `op` of each input's block `rows[n]` (a later step overwrites)."""
+    ni, nj = k.inner_grid
+    out = np.full(k.shape, np.nan, F32)
+    b = k.block
+    for p, i, j in itertools.product(range(k.outer), range(ni), range(nj)):
+        base = p * ni * b
+
+        def rows(expr: str, i: int = i, base: int = base) -> slice:
+            r = int(eval(expr, {"min": min}, {"i": i, "ni": ni}))
+            return slice(base + r * b, base + r * b + b)
+
+        cols = slice(j * 128, j * 128 + 128)
+        blocks = [a[rows(m), cols].astype(F32) for a, m in zip(args, k.rows, strict=True)]
+        out[rows(k.out_map), cols] = ELEMENTWISE[k.op][2](*blocks)
     return out.astype(np_dtype(k.dtype))
 
 

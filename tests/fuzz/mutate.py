@@ -7,7 +7,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, TritonKernel
+from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, PipelineKernel, TritonKernel
 
 Mutation = Callable[[Kernel], Kernel | None]
 
@@ -28,6 +28,8 @@ def _replace_operand(k: BlockKernel, position: int, o: Operand) -> BlockKernel:
 def map_off_by_one(k: Kernel) -> Kernel | None:
     """The first operand whose map reads a grid coordinate of extent > 1 takes the next
     block along it (clamped to the last: still in bounds)."""
+    if isinstance(k, PipelineKernel):
+        return _pipeline_row_off_by_one(k)
     if not isinstance(k, BlockKernel):
         return None
     for position, o in enumerate((*k.inputs, k.output)):
@@ -36,6 +38,14 @@ def map_off_by_one(k: Kernel) -> Kernel | None:
                 expr = re.sub(rf"\b{c}\b", f"min({c} + 1, n{c} - 1)", o.index_map, count=1)
                 return _replace_operand(k, position, dataclasses.replace(o, index_map=expr))
     return None
+
+
+def _pipeline_row_off_by_one(k: PipelineKernel) -> PipelineKernel | None:
+    """The first input's inner map takes the next block row (clamped: still in bounds)."""
+    if k.inner_grid[0] < 2:
+        return None
+    shifted = re.sub(r"\bi\b", "min(i + 1, ni - 1)", k.rows[0], count=1)
+    return dataclasses.replace(k, rows=(shifted, *k.rows[1:]))
 
 
 def map_swapped(k: Kernel) -> Kernel | None:
@@ -67,7 +77,7 @@ def wrong_reduction_axis(k: Kernel) -> Kernel | None:
 
 
 def dropped_last_store(k: Kernel) -> Kernel | None:
-    return dataclasses.replace(k, skip_last_store=True)
+    return None if isinstance(k, PipelineKernel) else dataclasses.replace(k, skip_last_store=True)
 
 
 def dma_source_off_by_one(k: Kernel) -> Kernel | None:

@@ -1,12 +1,21 @@
 """Judging a drawn kernel: the oracles (plain JAX `interpret=True`, the NumPy model) first,
 then pallaslab's `compare` and its check (the tiling analysis's error findings, what
-`pallaslab check` fails on), and one outcome per kernel."""
+`pallaslab check` fails on), and one outcome per kernel.
+
+`judge_many` judges correct kernels together: one `compare` (and one check) of a function
+that calls a batch of them, each output against its own kernel's NumPy model. A batch with
+anything short of a clean pass (a failed or unavailable executor, a mismatch, an error
+finding) is split in halves and judged again, down to single kernels, so every verdict that
+is not a pass is the kernel's own."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +24,9 @@ from fuzz.build import build, inputs
 from fuzz.casefile import write_case
 from fuzz.model import expected
 from fuzz.spec import Generated, Kernel
+
+Args = tuple[np.ndarray, ...]
+Fn = Callable[..., Any]
 
 # Outcomes. Failures (a case file is written for each):
 INTERNAL_ERROR = "internal-error"  # pallaslab raised, or an executor failed on a valid kernel
@@ -31,7 +43,8 @@ INVALID_MUTANT = "invalid-mutant"  # plain JAX refuses the mutant: not counted
 
 EXECUTORS = {"tpu-block": "vectorized,interpret,tpu-interpret,reference",
              "tpu-dma": "interpret,tpu-interpret,reference",
-             "gpu-triton": "vectorized,interpret,reference"}
+             "gpu-triton": "vectorized,interpret,reference",
+             "tpu-pipeline": "vectorized,interpret,tpu-interpret,reference"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,16 +69,23 @@ def close(a: np.ndarray, b: np.ndarray, kernel: Kernel) -> bool:
 
 
 def judge(g: Generated, *, timeout: float = 60.0, out_dir: Path | None = None) -> Verdict:
-    verdict = _judge(g, timeout)
-    if verdict.outcome in FAILURES and out_dir is not None:
-        path = write_case(g, verdict.outcome, verdict.detail, EXECUTORS[g.kernel.family], out_dir)
-        verdict = dataclasses.replace(verdict, case_file=path)
-    return verdict
+    return _written(_judge(g, timeout), out_dir)
 
 
 def _judge(g: Generated, timeout: float) -> Verdict:
+    args, want, early = _oracles(g)
+    return early or _compare_one(g, args, want, timeout)
+
+
+def _oracles(g: Generated) -> tuple[Args, np.ndarray, Verdict | None]:
+    """The kernel's inputs, its NumPy model's output, and the verdict the oracles alone give
+    (None: pallaslab's compare judges it)."""
     args = inputs(g.kernel, g.index)
     want = expected(g.reference_kernel, args)
+    return args, want, _judge_by_oracles(g, args, want)
+
+
+def _judge_by_oracles(g: Generated, args: Args, want: np.ndarray) -> Verdict | None:
     plain = np.asarray(build(g.reference_kernel, interpret=True)(*args))
     if not close(plain, want, g.kernel):
         return Verdict(g, ORACLE_DISAGREEMENT, "interpret=True and the NumPy model differ")
@@ -76,23 +96,125 @@ def _judge(g: Generated, timeout: float) -> Verdict:
             return Verdict(g, INVALID_MUTANT, f"{type(err).__name__}: {err}"[:200])
         if close(mutant_plain, want, g.kernel):
             return Verdict(g, EQUIVALENT_MUTANT)
-    fn = build(g.kernel)
+    return None
+
+
+def _compare_one(g: Generated, args: Args, want: np.ndarray, timeout: float) -> Verdict:
     try:
-        comparison = pallaslab.compare(fn, *args, executors=EXECUTORS[g.kernel.family],
-                                       reference=lambda *a: want, timeout=timeout)
-        check_errors = _check(fn, args)
+        comparison, check_errors = _compare(build(g.kernel), args, want, g.kernel.family,
+                                            timeout)
     except Exception:
         return Verdict(g, INTERNAL_ERROR, traceback.format_exc(limit=-3))
-    return _classify(g, comparison, check_errors)
+    return _classify(g, comparison, sum(check_errors, ()))
 
 
-def _check(fn: object, args: tuple[np.ndarray, ...]) -> tuple[str, ...]:
-    """What `pallaslab check CASE` (no --target) fails on: the error findings of the analysis
-    of every captured kernel, by its own backend's rules."""
+def _compare(fn: Fn, args: Args, want: object, family: str,
+             timeout: float) -> tuple[Any, tuple[tuple[str, ...], ...]]:
+    """pallaslab's compare of `fn`, and its check per captured kernel, traced once for both."""
+    captured = pallaslab.capture(fn, *args)
+    comparison = pallaslab.compare(fn, *args, executors=EXECUTORS[family],
+                                   reference=lambda *a: want, timeout=timeout,
+                                   captured=captured)
+    return comparison, _check(captured)
+
+
+def _check(captured: Any) -> tuple[tuple[str, ...], ...]:
+    """What `pallaslab check CASE` (no --target) fails on, per captured kernel: the error
+    findings of its analysis, by its own backend's rules."""
     from pallaslab.analysis.inspection import inspect_capture
 
-    found = inspect_capture(pallaslab.capture(fn, *args))
-    return tuple(f.code for i in found for f in i.findings if f.severity == "error")
+    return tuple(tuple(f.code for f in i.findings if f.severity == "error")
+                 for i in inspect_capture(captured))
+
+
+# --- many kernels at once ----------------------------------------------------------------------
+
+Pending = tuple[int, Generated, Args, np.ndarray]
+
+
+def judge_many(gs: Sequence[Generated], *, timeout: float = 60.0, out_dir: Path | None = None,
+               batch: int = 8) -> list[Verdict]:
+    """`judge` of each of `gs`, in order: the kernels the oracles leave to pallaslab compared
+    `batch` at a time (see the module's docstring)."""
+    verdicts: dict[int, Verdict] = {}
+    pending: dict[tuple[str, bool, bool], list[Pending]] = {}
+    for n, g in enumerate(gs):
+        args, want, early = _oracles(g)
+        if early is not None:
+            verdicts[n] = _written(early, out_dir)
+            continue
+        pending.setdefault(_batch_key(g), []).append((n, g, args, want))
+    for group in pending.values():
+        for start in range(0, len(group), batch):
+            for n, verdict in _compare_batch(group[start:start + batch], timeout):
+                verdicts[n] = _written(verdict, out_dir)
+    return [verdicts[n] for n in range(len(gs))]
+
+
+def _batch_key(g: Generated) -> tuple[str, bool, bool]:
+    """Kernels batched together: one family (one executor list), correct or mutants, and alike
+    in whether TPU interpret mode refuses them (a "parallel" grid dimension after another),
+    so a batch's unavailable executor is each kernel's own."""
+    semantics = getattr(g.kernel, "semantics", ())
+    refused = any(a != "parallel" and b == "parallel"
+                  for a, b in itertools.pairwise(semantics))
+    return g.kernel.family, bool(g.mutation), refused
+
+
+def _compare_batch(batch: Sequence[Pending], timeout: float) -> list[tuple[int, Verdict]]:
+    """Clean (each kernel's verdict what it alone gets) or split in halves, down to one."""
+    if len(batch) == 1:
+        n, g, args, want = batch[0]
+        return [(n, _compare_one(g, args, want, timeout))]
+    fns = [build(g.kernel) for _, g, _, _ in batch]
+    starts = np.cumsum([0, *(len(args) for _, _, args, _ in batch)])
+
+    def together(*flat: Any) -> tuple[Any, ...]:
+        return tuple(f(*flat[a:b]) for f, a, b in zip(fns, starts, starts[1:], strict=False))
+
+    flat = tuple(a for _, _, args, _ in batch for a in args)
+    wants = tuple(want for *_, want in batch)
+    try:
+        c, check_errors = _compare(together, flat, wants, batch[0][1].kernel.family, timeout)
+        verdicts = _split(c, check_errors, [g for _, g, _, _ in batch])
+    except Exception:
+        verdicts = None
+    if verdicts is None:
+        half = len(batch) // 2
+        return _compare_batch(batch[:half], timeout) + _compare_batch(batch[half:], timeout)
+    return list(zip((n for n, *_ in batch), verdicts, strict=True))
+
+
+def _split(c: Any, check_errors: tuple[tuple[str, ...], ...],
+           gs: list[Generated]) -> list[Verdict] | None:
+    """Each kernel's verdict from the batch's comparison, where it is the one the kernel alone
+    gets (None: it may not be). Every executor must have run (TPU interpret mode may refuse a
+    batch whose every grid it refuses); correct kernels: all close, no error finding;
+    mutants: each one's own output mismatched (caught by that alone)."""
+    refused = _batch_key(gs[0])[2]
+    ran = all(s.status == "ran" or (refused and name == "tpu-interpret"
+                                    and s.status == "unavailable")
+              for name, s in c.statuses.items())
+    if not ran or len(c.outputs) != len(gs) or len(check_errors) != len(gs):
+        return None
+    unavailable = tuple(f"{name}: {s.reason}" for name, s in c.statuses.items()
+                        if s.status == "unavailable")
+    if gs[0].mutation:
+        if not all(any(not p.allclose for p in o.pairs) for o in c.outputs):
+            return None
+        return [Verdict(g, MUTANT_CAUGHT, f"{g.mutation}: MISMATCH", errors, unavailable)
+                for g, errors in zip(gs, check_errors, strict=True)]
+    if not c.allclose or any(f.severity == "error" for f in c.findings) or any(check_errors):
+        return None
+    return [Verdict(g, PASSED, unavailable=unavailable) for g in gs]
+
+
+def _written(verdict: Verdict, out_dir: Path | None) -> Verdict:
+    g = verdict.generated
+    if verdict.outcome not in FAILURES or out_dir is None:
+        return verdict
+    path = write_case(g, verdict.outcome, verdict.detail, EXECUTORS[g.kernel.family], out_dir)
+    return dataclasses.replace(verdict, case_file=path)
 
 
 def _classify(g: Generated, c: object, check_errors: tuple[str, ...]) -> Verdict:

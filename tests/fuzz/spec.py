@@ -104,7 +104,41 @@ class TritonKernel:
                 *["two-inputs"] * self.two_inputs)
 
 
-Kernel = BlockKernel | DmaKernel | TritonKernel
+@dataclasses.dataclass(frozen=True)
+class PipelineKernel:
+    """A TPU kernel on HBM (`pl.ANY`) refs that pipelines `block`-row by 128-lane blocks
+    through VMEM itself with `pltpu.emit_pipeline` over an inner grid (i, j), storing `op` of
+    its inputs' blocks. Each input's block row is an expression over `i`, `ni` (`rows` maps);
+    the output's is `out_map`. With `outer` > 1 the pallas_call has a grid of `outer`
+    programs, each pipelining its own slice of rows (its own inner grid over that slice)."""
+    shape: tuple[int, int]  # the whole array: outer * ni * block rows, nj * 128 columns
+    block: int
+    op: str
+    rows: tuple[str, ...]  # per input: the block row of inner step (i, j)
+    out_map: str = "i"
+    outer: int = 1
+    dtype: str = "float32"
+    family: str = "tpu-pipeline"
+
+    @property
+    def inner_grid(self) -> tuple[int, int]:
+        return self.shape[0] // self.outer // self.block, self.shape[1] // 128
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return (self.outer,)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        names = {"i": "identity", "ni - 1 - i": "reversed", "(i + 1) % ni": "rotated"}
+        maps = sorted({f"pipeline-map:{names.get(m, 'shifted')}"
+                       for m in (*self.rows, self.out_map)})
+        return (self.family, f"op:{self.op}", f"inputs:{len(self.rows)}",
+                *["outer-grid"] * (self.outer > 1), *["bf16"] * (self.dtype == "bfloat16"),
+                *maps)
+
+
+Kernel = BlockKernel | DmaKernel | TritonKernel | PipelineKernel
 
 
 @dataclasses.dataclass(frozen=True)
