@@ -5,13 +5,15 @@ cache, so neither run reuses the other's compiled computations.
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/bench_fuzz.py [--kernels N] [--seed S]
 
-Prints kernels/s per way and each way's campaign line (the verdicts must be the same).
+Prints per way kernels/s, CPU seconds per kernel (the process and its executor worker; the
+figure to trust on a shared machine) and its campaign line (the verdicts must be the same).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -27,15 +29,19 @@ print(t.summary_line())
 """
 
 
-def campaign(seed: int, kernels: int, window: int) -> tuple[float, str]:
-    """(kernels/s, campaign line) of a fresh process judging (seed, 0..kernels-1)."""
+def campaign(seed: int, kernels: int, window: int) -> tuple[float, float, str]:
+    """(kernels/s, CPU s per kernel, campaign line) of a fresh process judging (seed,
+    0..kernels-1)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as cache:
         env = os.environ | {"PYTHONPATH": str(ROOT / "tests"), "PALLASLAB_CACHE_DIR": cache,
                             "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
         code = ONE_RUN.format(seed=seed, kernels=kernels, window=window)
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
                              capture_output=True, text=True).stdout.strip().splitlines()
-    return float(out[-2]), out[-1]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return float(out[-2]), cpu / kernels, out[-1]
 
 
 def main() -> None:
@@ -44,8 +50,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=20240601)
     args = p.parse_args()
     for name, window in (("one by one", 1), ("windows of 24", 24)):
-        rate, line = campaign(args.seed, args.kernels, window)
-        print(f"{name:14} {rate:5.2f} kernels/s  {line}", flush=True)
+        rate, cpu, line = campaign(args.seed, args.kernels, window)
+        print(f"{name:14} {rate:5.2f} kernels/s  {cpu:5.2f} CPU s/kernel  {line}", flush=True)
 
 
 if __name__ == "__main__":

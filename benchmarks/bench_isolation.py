@@ -17,8 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from kernels import elementwise_2d, matmul, rand
 
-from pallaslab.execute import isolation
-from pallaslab.execute.executors import execute_here, get_executor, prepare
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.registry import get_executor
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker.running import execute_here
 
 
 def timed(fn, repeats: int = 5) -> float:

@@ -28,8 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from jax.experimental import pallas as pl
 from kernels import layer_norm_kernel, matmul, rand
 
-from pallaslab.execute.executors import InterpretExecutor, execute_here, prepare
-from pallaslab.execute.vectorized import VectorizedExecutor
+from pallaslab.execute.executors.interpret import InterpretExecutor
+from pallaslab.execute.executors.vectorized import VectorizedExecutor
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.worker.running import execute_here
 
 RUNS = 5
 

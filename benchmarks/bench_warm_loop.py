@@ -56,7 +56,7 @@ def measure() -> dict[str, Any]:
         assert result.outputs is not None, result.error
         return result.outputs
 
-    pallaslab.execute.isolation.prewarm_worker()
+    pallaslab.execute.worker.isolation.prewarm_worker()
     compile_cache_stats("worker")  # waits for the worker to start: not part of a run
     before = compile_cache_stats("worker")
     cold = timed(run)

@@ -40,7 +40,7 @@ __all__ = ["Capture", "Kernel", "Operand", "PallasLabError", "Workbench", "__ver
 
 def load_ipython_extension(ipython: object) -> None:
     """`%load_ext pallaslab` registers the `%%pallas` cell magic (IPython imported only then)."""
-    from pallaslab.execute.isolation import prewarm_worker
+    from pallaslab.execute.worker.isolation import prewarm_worker
     from pallaslab.magic import load_ipython_extension as load
 
     load(ipython)

@@ -326,7 +326,7 @@ def unavailable_reason(ctx: KernelContext, t: Tab) -> str | None:
     if t.name not in ("grid", "memory", "pipeline", "step"):
         return None  # a tab registered elsewhere: its own condition, unknown here
     if t.name == "step" and k.kind == "mesh":
-        from pallaslab.execute.core_stepper import talking_cores
+        from pallaslab.execute.stepping.core_stepper import talking_cores
 
         if (talking := talking_cores(k)) is not None:
             return (f"its cores signal each other (at {visible(talking)}), so they step "

@@ -211,3 +211,33 @@ def test_no_module_imports_a_private_name_of_another():
                if name and name.startswith("_") and not name.startswith("__")
                and under(base, "pallaslab") and f"{base}.{name}" not in modules]
     assert private == [], "private names imported across modules:\n" + "\n".join(private)
+
+
+MAX_MODULE_LINES = 600  # docs/architecture.md: split a longer module by responsibility
+MAX_EXECUTE_ENTRIES = 15  # execute/ is split by role into packages
+
+
+def test_no_module_is_longer_than_the_stated_limit():
+    modules = module_paths(ROOT, ("pallaslab", "lowering"))
+    long = {name: n for name, path in modules.items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_execute_is_split_by_role():
+    execute = ROOT / "pallaslab" / "execute"
+    entries = sorted(p.name for p in execute.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= MAX_EXECUTE_ENTRIES, entries
+    for package in ("executors", "comparing", "stepping", "worker", "causes"):
+        assert (execute / package / "__init__.py").read_text().startswith('"""'), package
+
+
+def test_no_module_reexports_another_modules_names():
+    # a name is imported from the module that defines it (`import X as X` or a package's own
+    # `__init__` aside): importers of an old home were pointed at the new one
+    modules = module_paths(ROOT, ("pallaslab",))
+    shims = [f"{name}: {line.strip()}" for name, path in modules.items()
+             if path.name != "__init__.py"
+             for line in path.read_text().splitlines()
+             if "re-exported" in line and "noqa: F401" in line]
+    assert shims == []

@@ -324,7 +324,7 @@ def test_cli_equal_nan(capsys):
 def test_no_text_progress_bar_is_written_to_a_log(monkeypatch):
     import io
 
-    from pallaslab.execute import monitor
+    from pallaslab.execute.worker import monitor
 
     monkeypatch.setattr(sys, "__stderr__", io.StringIO())  # redirected: not a terminal
     assert monitor._progress_bar(100, "interpret") is None

@@ -11,9 +11,9 @@ from pallaslab import settings
 from pallaslab.analysis.tiling import max_programs
 from pallaslab.cli import main
 from pallaslab.errors import SettingError
-from pallaslab.execute.isolation import DEFAULT_TIMEOUT, time_limit
 from pallaslab.execute.prepared import check_devices
 from pallaslab.execute.protocol import ExecutorError
+from pallaslab.execute.worker.isolation import DEFAULT_TIMEOUT, time_limit
 
 CASES = "tests/kernels.py"
 VARIABLES = (settings.TIMEOUT, settings.MAX_PROGRAMS, settings.MAX_DEVICES,

@@ -223,7 +223,7 @@ def test_an_executors_failed_result_says_which_jax(newer, monkeypatch):
 
     from pallaslab.execute.prepared import prepare
     from pallaslab.execute.registry import get_executor
-    from pallaslab.execute.running import execute_here
+    from pallaslab.execute.worker.running import execute_here
 
     fn, args = CATALOG["vector_add"].case()
     prepared = prepare(fn, args)

@@ -152,7 +152,7 @@ def _backstop(read_end: int, finished: threading.Event) -> None:
 
 def _stop_workers() -> None:
     # Workers exist only if the executors were imported; importing them here would be slow.
-    isolation = sys.modules.get("pallaslab.execute.isolation")
+    isolation = sys.modules.get("pallaslab.execute.worker.isolation")
     if isolation is not None:
         isolation.shutdown_worker()
 

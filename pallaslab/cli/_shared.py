@@ -106,7 +106,7 @@ def start_worker_early(argv: list[str]) -> None:
     for a command that runs executors, and not for --help or simulated --devices (another
     worker)."""
     if not argv or argv[0] not in EARLY_WORKER_COMMANDS or \
-            "pallaslab.execute.isolation" in sys.modules:
+            "pallaslab.execute.worker.isolation" in sys.modules:
         return
     if any(a in ("-h", "--help") or a.startswith("--devices") for a in argv):
         return

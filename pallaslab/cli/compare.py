@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from pallaslab.execute import Comparison
-    from pallaslab.execute.comparison import OutputComparison
-    from pallaslab.execute.pair import PairComparison
+    from pallaslab.execute.comparing.comparison import OutputComparison
+    from pallaslab.execute.comparing.pair import PairComparison
 
 STATUS_STYLE = {"ran": "green", "unavailable": "yellow", "failed": "bold red",
                 "timed-out": "bold red"}
@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a pure-JAX function with the kernel function's signature")
     p.add_argument("--rtol", type=nonnegative_float, default=None,
                    help="relative tolerance (default: by dtype, see "
-                        "pallaslab.execute.comparison)")
+                        "pallaslab.execute.comparing.comparison)")
     p.add_argument("--atol", type=nonnegative_float, default=None,
                    help="absolute tolerance (default: rtol x max |b|)")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
@@ -217,7 +217,7 @@ def pair_figures(p: PairComparison, dtype: np.dtype) -> tuple[str, str, str]:
     infinite, "-" for ULP of integer outputs (their |a - b| is max abs already)."""
     import numpy as np
 
-    from pallaslab.execute.pair import is_float
+    from pallaslab.execute.comparing.pair import is_float
 
     nan = bool(p.nan_a or p.nan_b)
 

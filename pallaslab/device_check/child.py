@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from pallaslab.device_check.cases import case_for
     from pallaslab.device_check.kernel_check import check_kernel
-    from pallaslab.execute.isolation import prewarm_worker
+    from pallaslab.execute.worker.isolation import prewarm_worker
 
     prewarm_worker()  # the interpreters' worker starts while the first kernel is captured
 

@@ -21,9 +21,9 @@ Adding an executor: docs/executors.md.
 from typing import Any
 
 import pallaslab.execute.builtin  # noqa: F401 - registers the built-in executors first
-from pallaslab.execute.comparison import Comparison, OutputComparison, PairComparison, compare
-from pallaslab.execute.compile_cache import compile_cache_stats as compile_cache_stats
-from pallaslab.execute.executors import prepare, run
+from pallaslab.execute.comparing.comparison import Comparison, OutputComparison, compare
+from pallaslab.execute.comparing.pair import PairComparison
+from pallaslab.execute.prepared import prepare
 from pallaslab.execute.protocol import Executor, ExecutorError, ExecutorSpec
 from pallaslab.execute.registry import (
     executor_names,
@@ -34,7 +34,9 @@ from pallaslab.execute.registry import (
     unregister_executor,
 )
 from pallaslab.execute.result import OutputInfo, ProgramPrint, RunResult
-from pallaslab.execute.stepper import ProgramBlocks, Stepper, step
+from pallaslab.execute.runs import run
+from pallaslab.execute.stepping.stepper import ProgramBlocks, Stepper, step
+from pallaslab.execute.worker.compile_cache import compile_cache_stats as compile_cache_stats
 
 __all__ = [
     "EXECUTOR_NAMES",

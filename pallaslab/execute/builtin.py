@@ -7,13 +7,13 @@ always there.
 
 from __future__ import annotations
 
-from pallaslab.execute.device import DeviceExecutor
-from pallaslab.execute.gpu_interpret import GpuInterpretExecutor
-from pallaslab.execute.interpret import InterpretExecutor
-from pallaslab.execute.reference import ReferenceExecutor
+from pallaslab.execute.executors.device import DeviceExecutor
+from pallaslab.execute.executors.gpu_interpret import GpuInterpretExecutor
+from pallaslab.execute.executors.interpret import InterpretExecutor
+from pallaslab.execute.executors.reference import ReferenceExecutor
+from pallaslab.execute.executors.tpu_interpret import TpuInterpretExecutor
+from pallaslab.execute.executors.vectorized import VectorizedExecutor
 from pallaslab.execute.registry import register_executor
-from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
-from pallaslab.execute.vectorized import VectorizedExecutor
 
 BUILTIN_EXECUTORS = (InterpretExecutor, TpuInterpretExecutor, GpuInterpretExecutor,
                      VectorizedExecutor, DeviceExecutor, ReferenceExecutor)

@@ -9,7 +9,7 @@ the views need: each kernel (without its handle on JAX's objects, which cannot t
 inspection (tiling, findings, VMEM), made there.
 
 The request travels as the stepped runs' do ("open-device-stepper", `"stepper": "trace"`,
-routed by `pallaslab.execute.step_requests`).
+routed by `pallaslab.execute.stepping.step_requests`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import KernelInspection
-from pallaslab.execute import isolation
+from pallaslab.execute.worker import isolation
 from pallaslab.model import Kernel
 from pallaslab.model.source_names import short_source
 

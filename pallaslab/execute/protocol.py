@@ -1,6 +1,6 @@
 """The executor protocol: what every executor is, and the facts it declares about itself.
 
-Implementations import this module (and `pallaslab.execute.running`, their shared helpers);
+Implementations import this module (and `pallaslab.execute.worker.running`, their shared helpers);
 `pallaslab.execute.registry` imports the implementations and makes them usable by name. So
 nothing here knows any particular executor.
 """

@@ -52,7 +52,7 @@ def known_mistakes(ex: Exercise, comparison: Any) -> tuple[str, ...]:
     kernel reproduced (on the inputs the comparison ran, within its tolerances)."""
     import numpy as np
 
-    from pallaslab.execute.pair import compare_arrays
+    from pallaslab.execute.comparing.pair import compare_arrays
 
     ran = [r for r in comparison.results
            if r.executor != "reference" and r.outputs is not None and r.inputs]

@@ -15,7 +15,7 @@ namespace exactly as IPython would, and traces the last line's value once with
   function of the names it reads that hold arrays (or pytrees of arrays), in the order they
   first appear; everything else it reads is closed over.
 
-The cell's value is computed from that trace (`pallaslab.execute.auto.evaluate`), so the
+The cell's value is computed from that trace (`pallaslab.execute.executors.auto.evaluate`), so the
 user's code runs once in the notebook; `--compare` and `--devices` reuse that capture too
 (`prepare(captured=...)`), and only the worker process traces the call again, where what it
 prints goes to the worker's log. With no TPU/GPU attached, kernels written for one run
@@ -64,7 +64,7 @@ from pallaslab.magic.user_code import (
 )
 
 if TYPE_CHECKING:
-    from pallaslab.execute.auto import Evaluation
+    from pallaslab.execute.executors.auto import Evaluation
     from pallaslab.magic.line import Traced
 
 __all__ = ["PallasMagics", "load_ipython_extension", "parse_argstring", "register_option"]
@@ -222,7 +222,7 @@ def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, device_run: Any,
     printed, and its note, read above the workbench."""
     from IPython.display import display
 
-    from pallaslab.execute.auto import (
+    from pallaslab.execute.executors.auto import (
         devices_evaluation,
         evaluate,
         needing_interpretation,

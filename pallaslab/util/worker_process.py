@@ -3,7 +3,7 @@
 The recipe (`launch`) lives here, in a leaf that imports no JAX, so that the `pallaslab`
 command can start the worker while it is still parsing its arguments (`start_early`): the
 worker's own start (a Python, JAX, pallaslab: a second or more) then overlaps the command's
-JAX import and case loading instead of following them. `pallaslab.execute.isolation` adopts
+JAX import and case loading instead of following them. `pallaslab.execute.worker.isolation` adopts
 the early worker on first use (`take_early`), if it was started with the environment it would
 use now; otherwise the early worker is stopped and a new one started.
 """
@@ -24,9 +24,9 @@ from typing import IO
 
 from pallaslab.util.tempdir import session_subdir, session_tmpdir
 
-MODULE = "pallaslab.execute._worker"
+MODULE = "pallaslab.execute.worker.main"
 # int64 words of the worker's status slot: the programs started, kernel, launch, rank, then
-# up to 12 program ids (`pallaslab.execute.monitor.STATUS_MAX_RANK`).
+# up to 12 program ids (`pallaslab.execute.worker.monitor.STATUS_MAX_RANK`).
 STATUS_WORDS = 16
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pallaslab.execute.pair import is_float
+from pallaslab.execute.comparing.pair import is_float
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc
@@ -74,7 +74,7 @@ def attach_comparison(wb: Any, comparison: Comparison | None = None, *,
     Compare tab shows it and its Step tab can run to the mismatches. `call` is the user's own
     `(fn, args, kwargs)` when known (the magic); else the captured function is re-run. Each
     run has a time limit of `timeout` seconds (None: the default, see
-    `pallaslab.execute.isolation`)."""
+    `pallaslab.execute.worker.isolation`)."""
     from pallaslab.views.session import attach_workbench
 
     s = attach_workbench(wb)

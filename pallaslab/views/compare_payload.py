@@ -20,7 +20,7 @@ import numpy as np
 from pallaslab.analysis.block_accesses import block_accesses, describe_reads
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tile
-from pallaslab.execute.pair import is_float
+from pallaslab.execute.comparing.pair import is_float
 from pallaslab.views._html import visible_payload
 from pallaslab.views.arrays import downsample, to_2d
 

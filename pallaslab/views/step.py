@@ -421,7 +421,7 @@ def steppable(ctx: KernelContext) -> bool:
     if ctx.capture is None:
         return False
     if k.kind == "mesh":  # stepped core by core (TPU) or block by block (Mosaic GPU)
-        from pallaslab.execute.core_stepper import talking_cores
+        from pallaslab.execute.stepping.core_stepper import talking_cores
 
         # cores that signal each other step together (pallaslab.step: CoreStepper), not
         # one program at a time as this view does

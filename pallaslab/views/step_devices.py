@@ -1,6 +1,6 @@
 """The Step tab of a kernel inside shard_map opened with `devices=N`: the function stepped on N
-simulated devices by a `pallaslab.execute.device_stepper.DeviceStepper` (TPU interpret mode in
-the worker process, every device paused at each program start).
+simulated devices by a `pallaslab.execute.stepping.device_stepper.DeviceStepper` (TPU interpret
+mode in the worker process, every device paused at each program start).
 
 "step all devices" lets every device run one more program (lockstep); "step device d" lets one
 device alone run one (after a first lockstep step: a device's threads are known by its first
@@ -40,7 +40,7 @@ from pallaslab.views.names import semaphore_name, source_name
 from pallaslab.views.session import Call, session
 
 if TYPE_CHECKING:
-    from pallaslab.execute.device_stepper import DeviceStepper, DeviceStepSnapshot
+    from pallaslab.execute.stepping.device_stepper import DeviceStepper, DeviceStepSnapshot
     from pallaslab.model import Kernel
     from pallaslab.model.devices import Transfer
 
@@ -231,7 +231,7 @@ class DeviceStepView(InteractiveView):
         return None
 
     def _open(self) -> DeviceStepper:
-        from pallaslab.execute.device_stepper import DeviceStepper
+        from pallaslab.execute.stepping.device_stepper import DeviceStepper
 
         if self.stepper is None:
             call = self.call_args()

@@ -90,7 +90,7 @@ def test_feedback_is_a_list_without_hard_wraps():
 def test_race_between_mesh_cores_is_named_by_core():
     from jax.experimental.pallas import tpu as pltpu
 
-    from pallaslab.execute.diagnostics import _race_finding
+    from pallaslab.execute.executors.diagnostics import _race_finding
     from pallaslab.model import capture
 
     def body(x_hbm, o_hbm, vbuf, sem):

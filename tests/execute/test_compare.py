@@ -14,7 +14,7 @@ from kernels import CATALOG, rand, scale_kernel, shifted_block_reference
 import pallaslab
 from pallaslab.cli import main
 from pallaslab.execute import ExecutorError
-from pallaslab.execute.comparison import compare_arrays, default_rtol, ulp_distance
+from pallaslab.execute.comparing.pair import compare_arrays, default_rtol, ulp_distance
 
 KERNELS = Path(__file__).parents[1] / "kernels.py"
 GPU_RACE = "overlapping_stores"  # a Triton kernel whose programs store the same elements
@@ -231,7 +231,7 @@ def test_out_of_bounds_blocks_fail_the_comparison_although_the_runs_agree():
 def test_parallel_write_conflicts_count_on_gpu_and_on_tpu_as_check_counts_them():
     from pallaslab.analysis import find, tile
     from pallaslab.analysis.inspection import inspect_kernel
-    from pallaslab.execute.static_checks import check_errors
+    from pallaslab.execute.comparing.static_checks import check_errors
 
     (tpu,) = pallaslab.capture(*_flat(CATALOG["racy_parallel_accumulate"].case()))
     assert "parallel-write-conflict" in {f.code for f in find(tpu, tile(tpu))}

@@ -21,7 +21,8 @@ from kernels import matmul, rand
 import pallaslab
 from pallaslab.cli import main
 from pallaslab.execute import compile_cache_stats, get_executor
-from pallaslab.execute.executors import execute_here, prepare
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.worker.running import execute_here
 from pallaslab.lowering import cache
 from pallaslab.model._jax.compiled import CacheStats
 from pallaslab.util import jax_cache
@@ -205,7 +206,7 @@ def test_a_relative_cache_dir_leaves_jax_uncached(tmp_path, monkeypatch):
 
 
 def test_a_key_that_cannot_be_made_runs_uncached(x, monkeypatch):
-    import pallaslab.execute.vectorized as vectorized
+    import pallaslab.execute.executors.vectorized as vectorized
 
     def broken(*args):
         raise TypeError("no key today")

@@ -16,9 +16,9 @@ from kernels import CATALOG
 
 import pallaslab
 from pallaslab.execute import run
-from pallaslab.execute.core_stepper import CoreStepError, CoreStepper
-from pallaslab.execute.mesh_stepping import CoresSignalEachOther
-from pallaslab.execute.stepper import Stepper
+from pallaslab.execute.stepping.core_stepper import CoreStepError, CoreStepper
+from pallaslab.execute.stepping.mesh_stepping import CoresSignalEachOther
+from pallaslab.execute.stepping.stepper import Stepper
 
 SIGNAL = line_ref("pl.semaphore_signal(ready, 1, core_index=1)", KERNELS_TPU)
 WAIT = line_ref("pl.semaphore_wait(ready, 1)", KERNELS_TPU)

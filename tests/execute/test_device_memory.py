@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallaslab.execute.device import free_device_memory, memory_refusal
+from pallaslab.execute.executors.device import free_device_memory, memory_refusal
 from pallaslab.execute.prepared import prepare
 
 

@@ -15,7 +15,7 @@ import pallaslab
 from pallaslab.errors import UnavailableError
 from pallaslab.execute import EXECUTOR_NAMES, ExecutorError, run
 from pallaslab.execute.data import concretize
-from pallaslab.execute.executors import DeviceExecutor, require_device
+from pallaslab.execute.executors.device import DeviceExecutor, require_device
 
 # The interpreters stop on these kernels' bugs; the finding each must report instead.
 STOPS = {

@@ -17,7 +17,7 @@ from kernels import CATALOG
 
 import pallaslab
 from pallaslab.execute import ExecutorError, compare, run
-from pallaslab.execute.auto import evaluate
+from pallaslab.execute.executors.auto import evaluate
 from pallaslab.model import capture
 
 ADVANCED = catalog_names(tag="tpu-advanced")

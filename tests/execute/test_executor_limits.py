@@ -15,7 +15,7 @@ from jax.experimental.pallas import triton as plt
 
 from pallaslab import compare, run
 from pallaslab.cases import load_function
-from pallaslab.execute import vectorized
+from pallaslab.execute.executors import vectorized
 from pallaslab.execute.prepared import prepare
 from pallaslab.model._jax.trace import abstract_tpu
 

@@ -20,10 +20,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import pallaslab
-from pallaslab.execute import capabilities, running
-from pallaslab.execute.executors import prepare
-from pallaslab.execute.running import CallbackErrors
-from pallaslab.execute.vectorized import VectorizedExecutor
+from pallaslab.execute.executors import capabilities
+from pallaslab.execute.executors.vectorized import VectorizedExecutor
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.worker import running
+from pallaslab.execute.worker.running import CallbackErrors
 
 # --- 1. explicit rounding through bf16 beside a reduction ------------------------------------
 

@@ -9,7 +9,7 @@ from jax.experimental.pallas import tpu as pltpu
 import pallaslab
 from pallaslab import compare, run
 from pallaslab.cases import load_function
-from pallaslab.execute.auto import evaluate
+from pallaslab.execute.executors.auto import evaluate
 
 
 def test_ragged_paged_attention_interpreters_say_they_cannot_run_it():

@@ -34,7 +34,7 @@ SOAK = textwrap.dedent('''
     from jax.experimental import pallas as pl
 
     import pallaslab
-    from pallaslab.execute import isolation
+    from pallaslab.execute.worker import isolation
     from pallaslab.util.tempdir import session_tmpdir
 
     RUNS, CYCLE = int(sys.argv[1]), int(sys.argv[2])

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPPING_PARENT = textwrap.dedent('''
     import time
     import kernels_multi
-    from pallaslab.execute.device_stepper import DeviceStepper
+    from pallaslab.execute.stepping.device_stepper import DeviceStepper
 
     fn, args = kernels_multi.ring_all_gather()[:2]
     stepper = DeviceStepper(fn, args, devices=4)
@@ -66,7 +66,7 @@ def test_a_kernel_that_stepped_devices_takes_its_worker_with_it(tmp_path, signum
         line = proc.stdout.readline()  # blocks until stepped (or the parent failed)
         assert line.startswith("stepped 1"), (line, proc.stderr.read() if proc.stderr else "")
         workers = [p for p in _children(proc.pid)
-                   if b"pallaslab.execute._worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                   if b"pallaslab.execute.worker.main" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert workers, "the stepper's worker was not found among the parent's children"
         proc.send_signal(signum)  # SIGTERM: Python's default, no atexit; SIGKILL: no chance
         proc.communicate(timeout=60)

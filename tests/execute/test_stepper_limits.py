@@ -16,8 +16,9 @@ from kernels import CATALOG
 
 import pallaslab
 from pallaslab.execute import run
-from pallaslab.execute.isolation import TimeoutValueError
-from pallaslab.execute.stepper import ProgramOutsideGridError, StepTimeLimitError
+from pallaslab.execute.stepping.step_worker import StepTimeLimitError
+from pallaslab.execute.stepping.stepper import ProgramOutsideGridError
+from pallaslab.execute.worker.isolation import TimeoutValueError
 
 GUARD = 240  # seconds: a hang fails the run (with every thread's traceback) instead of blocking
 

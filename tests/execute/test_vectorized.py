@@ -12,8 +12,10 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels import CATALOG, rand
 
 import pallaslab
-from pallaslab.execute.executors import InterpretExecutor, execute_here, prepare
-from pallaslab.execute.vectorized import VectorizedExecutor, plan_kernel
+from pallaslab.execute.executors.interpret import InterpretExecutor
+from pallaslab.execute.executors.vectorized import VectorizedExecutor, plan_kernel
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.worker.running import execute_here
 
 # Where XLA fuses the batched body differently the last bits may move (never more): for float16
 # (the attention case) that is one unit in the last place, up to 2**-10 relative.
@@ -28,8 +30,8 @@ def _both(fn, args):
 
 
 def get_interpreter(prepared):
-    from pallaslab.execute.auto import interpreter_for
-    from pallaslab.execute.executors import get_executor
+    from pallaslab.execute.executors.choice import interpreter_for
+    from pallaslab.execute.registry import get_executor
 
     return get_executor(interpreter_for(list(prepared.capture)))
 

@@ -19,9 +19,10 @@ from jax.experimental import pallas as pl
 from kernels import rand
 
 import pallaslab
-from pallaslab.execute import _worker, isolation
-from pallaslab.execute.compile_cache import capture_cache_stats
-from pallaslab.execute.worker_request import encode_frames
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker import main as _worker
+from pallaslab.execute.worker.compile_cache import capture_cache_stats
+from pallaslab.execute.worker.worker_request import encode_frames
 
 ROWS = 256
 
@@ -169,7 +170,7 @@ def test_the_command_starts_its_worker_early_and_the_executors_adopt_it():
         import numpy as np
         from jax.experimental import pallas as pl
         import pallaslab
-        from pallaslab.execute import isolation
+        from pallaslab.execute.worker import isolation
 
         def add_one(x_ref, o_ref):
             o_ref[...] = x_ref[...] + 1.0

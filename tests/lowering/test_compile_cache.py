@@ -14,7 +14,7 @@ from jax.experimental import pallas as pl
 from kernels import matmul, rand
 
 import pallaslab
-from pallaslab.execute.auto import evaluate
+from pallaslab.execute.executors.auto import evaluate
 from pallaslab.model._jax.compiled import (
     CacheStats,
     Unkeyable,

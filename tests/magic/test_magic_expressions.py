@@ -193,7 +193,7 @@ def test_a_failing_interpreted_run_still_shows_the_workbench(shell, shown):
     before = snapshot(shell)
     result, out = run(shell, "%%pallas\nbad = shouting(y)\n")
     err = result.error_in_exec
-    from pallaslab.execute.auto import InterpretedRunError
+    from pallaslab.execute.executors.auto import InterpretedRunError
 
     assert isinstance(err, InterpretedRunError), err
     assert str(err) == "interpret mode run failed: ValueError: kernel boom"
@@ -217,7 +217,7 @@ def test_a_timed_out_interpreted_run_still_shows_the_workbench(shell, shown):
     finally:
         faulthandler.cancel_dump_traceback_later()
     err = result.error_in_exec
-    from pallaslab.execute.auto import InterpretedRunTimeout
+    from pallaslab.execute.executors.auto import InterpretedRunTimeout
 
     assert isinstance(err, InterpretedRunTimeout) and isinstance(err, TimeoutError), err
     assert str(err) == ("interpret mode run stopped: vectorized stopped by its time limit of "
@@ -336,7 +336,7 @@ def test_a_value_whose_compare_interpret_run_timed_out_is_not_computed_again():
     """Under --compare, an interpret run stopped by the time limit means computing the value
     in the notebook's process would not end either: the value is that stop."""
     from pallaslab.execute import RunResult
-    from pallaslab.execute.auto import InterpretedRunTimeout, stopped_in
+    from pallaslab.execute.executors.auto import InterpretedRunTimeout, stopped_in
 
     why = "interpret stopped by its time limit of 8 s, while running program (1,)"
 

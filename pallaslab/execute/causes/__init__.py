@@ -36,7 +36,7 @@ from pallaslab.execute.causes.wrapped import (
     traced_label,
     traced_provenance,
 )
-from pallaslab.execute.pair import PairComparison
+from pallaslab.execute.comparing.pair import PairComparison
 from pallaslab.execute.protocol import Prepared
 from pallaslab.model import Kernel
 

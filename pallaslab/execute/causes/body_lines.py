@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pallaslab.execute.causes.provenance import Provenance, _Replay
+from pallaslab.execute.causes.provenance import Provenance, Replay
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax.body_values import MASKS, BodyNotEvaluated, Flip, ProgramValues
 from pallaslab.model.source_names import short_source
@@ -60,7 +60,7 @@ class Expected:
     atol: float
 
 
-def body_lines(kernel: Kernel, replay: _Replay, origin: str, wrong: np.ndarray,
+def body_lines(kernel: Kernel, replay: Replay, origin: str, wrong: np.ndarray,
                prov: Provenance, expected: Expected | None = None
                ) -> tuple[tuple[BodyLine, ...], str] | None:
     """Ranked lines and the sentence saying them (None: nothing can be said)."""
@@ -298,10 +298,10 @@ def _score(sig: dict[tuple[int, int], np.ndarray], site: int, group: np.ndarray,
     return float(purity * rarity)
 
 
-class _Tapped(_Replay):
+class _Tapped(Replay):
     """The replay, evaluating the body with its intermediates at the chosen steps."""
 
-    def __init__(self, replay: _Replay, steps: set[int], j: int,
+    def __init__(self, replay: Replay, steps: set[int], j: int,
                  writers: set[tuple[int, ...]]) -> None:
         super().__init__(replay.kernel, replay.tiling, replay.runner, replay.recorder,
                          replay.operands)

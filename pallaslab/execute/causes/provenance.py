@@ -148,7 +148,7 @@ def record_provenance(prepared: Prepared, kernel: Kernel, tiling: Tiling,
     if operands is None:
         return None
     try:
-        replay = _Replay(kernel, tiling, runner, recorder, operands)
+        replay = Replay(kernel, tiling, runner, recorder, operands)
         recorded = replay.run(last_step)
     except Exception:
         return None
@@ -158,12 +158,12 @@ def record_provenance(prepared: Prepared, kernel: Kernel, tiling: Tiling,
     return dataclasses.replace(recorded, first_reads=reads, replay=replay)
 
 
-def _reaches(replay: _Replay, read: FirstRead, last_step: int | None
+def _reaches(replay: Replay, read: FirstRead, last_step: int | None
              ) -> dict[str, np.ndarray] | None:
     """Per output, the written elements whose value changes when the operand `read` found
     unwritten starts with another fill (None: it cannot be refilled, or the re-run failed)."""
     try:
-        other = _Replay(replay.kernel, replay.tiling, replay.runner, replay.recorder,
+        other = Replay(replay.kernel, replay.tiling, replay.runner, replay.recorder,
                         replay.operands, refill=read.tracked)
         if not other.refilled:
             return None
@@ -195,7 +195,7 @@ def _other_fill(dtype: np.dtype) -> Any:
     return None
 
 
-class _Replay:
+class Replay:
     """The grid's programs in order on padded numpy arrays (as the stepper runs them), with
     shadows of the outputs and scratch."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.execute.causes.provenance import Provenance
-from pallaslab.execute.pair import PairComparison, blocks_and_programs
+from pallaslab.execute.comparing.pair import PairComparison, blocks_and_programs
 from pallaslab.execute.protocol import Prepared
 from pallaslab.model import Kernel, _jax
 

@@ -3,7 +3,7 @@
 JAX 0.12 added `on_race` to TPU and GPU interpret mode's parameters ("raise" or "warn": a race
 logged as a warning, and the run goes on). JAX 0.11 has no such field: its race detectors
 `print` each race and always carry on, which is 0.12's "warn" but on stdout, where the
-executors' race logs (`pallaslab.execute.diagnostics`) never see it. On 0.11 the field is
+executors' race logs (`pallaslab.execute.executors.diagnostics`) never see it. On 0.11 the field is
 dropped and the detectors' reports are sent to their module's logger instead, as 0.12 does.
 """
 

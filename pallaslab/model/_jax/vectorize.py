@@ -6,8 +6,8 @@ the others are gathered and scattered with the index maps' start indices.
 
 This mirrors JAX's HLO interpreter (`interpret=True`) — the same discharged body, start
 indices, padding, uninitialized values and aliasing — except that the programs of one scan
-step run at once. The caller (`pallaslab.execute.vectorized`) decides which dimensions may be
-batched; this module only does what it is told.
+step run at once. The caller (`pallaslab.execute.executors.vectorized`) decides which dimensions
+may be batched; this module only does what it is told.
 """
 
 from __future__ import annotations

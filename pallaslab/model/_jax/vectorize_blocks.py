@@ -1,7 +1,7 @@
 """How the batched runner (`vectorize.run_batched`) reads and writes blocks.
 
-A regularly tiled operand (`Tiles`, decided by `pallaslab.execute.vectorize_layout`) is viewed
-once as `(blocks..., block...)` with a reshape and a transpose; a scan step then takes its
+A regularly tiled operand (`Tiles`, decided by `pallaslab.execute.executors.vectorize_layout`) is
+viewed once as `(blocks..., block...)` with a reshape and a transpose; a scan step then takes its
 lanes' blocks with one slice, and outputs are put back with the inverse transpose. Anything
 else goes through the index maps' start indices: a gather per operand and a scatter per
 output, as the HLO interpreter's dynamic slices would.

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pallaslab.execute import capabilities, semaphore_refusals
-from pallaslab.execute.monitor import RunMonitor, total_programs
-from pallaslab.execute.prepared import Prepared
-from pallaslab.execute.protocol import ExecutorSpec
+from pallaslab.execute.executors import capabilities, semaphore_refusals
+from pallaslab.execute.protocol import ExecutorSpec, Prepared
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import MonitorSlot, timed_jaxpr_run
+from pallaslab.execute.worker.monitor import RunMonitor, total_programs
+from pallaslab.execute.worker.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import _jax
 
 

@@ -34,7 +34,7 @@ class TimeLimit(Cancelled):
 
 
 # Where an executor worker process publishes the program now running, for the parent to read
-# when it has to stop the run (see `pallaslab.execute.isolation`): [programs run, kernel,
+# when it has to stop the run (see `pallaslab.execute.worker.isolation`): [programs run, kernel,
 # launch, rank, program ids...]. None outside a worker.
 STATUS_SLOT: Any = None
 STATUS_MAX_RANK = 12

@@ -12,14 +12,14 @@
   kernels only (it rejects BlockSpec windows);
 - `vectorized`: each `pallas_call` as one batched XLA computation on the CPU (programs that
   may run together `vmap`ped, the rest scanned), falling back to the interpreter, with the
-  rule that decided, where batching is not provably equivalent (`execute/vectorized.py`);
+  rule that decided, where batching is not provably equivalent (`execute/executors/vectorized.py`);
 - `device`: compiled for an attached TPU or GPU; unavailable (with the reason) elsewhere;
 - `reference`: the user's pure-JAX function with the same signature.
 
 Whole functions run by re-running their captured jaxpr with every kernel's `interpret`
 parameter replaced, so library kernels that hard-code `interpret=False` run interpreted too.
-What an interpreter cannot run (see `pallaslab.execute.capabilities`) makes it *unavailable*
-with a one-line reason, never a traceback.
+What an interpreter cannot run (see `pallaslab.execute.executors.capabilities`) makes it
+*unavailable* with a one-line reason, never a traceback.
 
 This module runs executors (`run`, `execute`); the protocol they follow is
 `pallaslab.execute.protocol`, and they are found by name in `pallaslab.execute.registry`
@@ -32,18 +32,18 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from pallaslab.execute import isolation
-from pallaslab.execute.choice import default_executor_for, fallback_note, run_executor_for
+from pallaslab.execute.comparing.unwritten import unwritten_findings
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.device import DeviceExecutor, attached_accelerator, require_device
-from pallaslab.execute.interpret import InterpretExecutor
-from pallaslab.execute.prepared import Prepared, check_devices, output_info, prepare
-from pallaslab.execute.protocol import Executor, ExecutorError, ExecutorSpec, numpy_values
-from pallaslab.execute.reference import ReferenceExecutor
+from pallaslab.execute.executors.choice import default_executor_for, fallback_note, run_executor_for
+from pallaslab.execute.executors.device import DeviceExecutor, attached_accelerator, require_device
+from pallaslab.execute.executors.interpret import InterpretExecutor
+from pallaslab.execute.executors.reference import ReferenceExecutor
+from pallaslab.execute.prepared import check_devices, output_info, prepare
+from pallaslab.execute.protocol import Executor, ExecutorError, ExecutorSpec, Prepared, numpy_values
 from pallaslab.execute.registry import executor_names, get_executor
 from pallaslab.execute.result import DefaultChoice, RunResult
-from pallaslab.execute.running import execute_here
-from pallaslab.execute.unwritten import unwritten_findings
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker.running import execute_here
 from pallaslab.model import Capture, Kernel
 
 __all__ = ["DeviceExecutor", "Executor", "ExecutorError", "ExecutorSpec", "InterpretExecutor",
@@ -88,7 +88,7 @@ def run(kernel_or_fn: Kernel | Callable[..., Any], *args: Any,
 
     Abstract arguments get seeded random data (see `pallaslab.execute.data`). The result's
     `status` says whether it ran, was unavailable here, failed, or was stopped by the time
-    limit (`timeout` seconds; see `pallaslab.execute.isolation`); nothing the kernel does
+    limit (`timeout` seconds; see `pallaslab.execute.worker.isolation`); nothing the kernel does
     wrong raises.
 
     Args:

@@ -25,22 +25,19 @@ from typing import Any
 import jax
 
 from pallaslab.errors import PallasLabError
-from pallaslab.execute import isolation
-from pallaslab.execute.choice import (  # noqa: F401 - re-exported: where they used to live
+from pallaslab.execute.executors.choice import (
     default_executor_for,
-    default_executors,
     fallback_note,
-    interpreter_choice,
-    interpreter_for,
-    needs_tpu_semantics,
     run_executor_for,
 )
-from pallaslab.execute.device import attached_accelerator
-from pallaslab.execute.executors import execute
-from pallaslab.execute.prepared import Prepared, output_info
+from pallaslab.execute.executors.device import attached_accelerator
+from pallaslab.execute.prepared import output_info
+from pallaslab.execute.protocol import Prepared
 from pallaslab.execute.registry import executor_spec, find_spec, get_executor
 from pallaslab.execute.result import ProgramPrint, RunResult
-from pallaslab.execute.running import execute_here
+from pallaslab.execute.runs import execute
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker.running import execute_here
 from pallaslab.model import Capture, Kernel, _jax
 from pallaslab.model._jax.compiled import cached_jaxpr_callable
 

@@ -12,10 +12,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from pallaslab.execute.prepared import Prepared
-from pallaslab.execute.protocol import ExecutorError, ExecutorSpec, numpy_values
+from pallaslab.execute.protocol import ExecutorError, ExecutorSpec, Prepared, numpy_values
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import error_text
+from pallaslab.execute.worker.running import error_text
 
 
 class ReferenceExecutor:

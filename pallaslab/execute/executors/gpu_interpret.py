@@ -12,12 +12,11 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.execute import capabilities, diagnostics
-from pallaslab.execute.monitor import RunMonitor
-from pallaslab.execute.prepared import Prepared
-from pallaslab.execute.protocol import ExecutorSpec, numpy_values
+from pallaslab.execute.executors import capabilities, diagnostics
+from pallaslab.execute.protocol import ExecutorSpec, Prepared, numpy_values
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import CallbackErrors
+from pallaslab.execute.worker.monitor import RunMonitor
+from pallaslab.execute.worker.running import CallbackErrors
 from pallaslab.model import Kernel, _jax
 from pallaslab.model.devices import DeviceRecord
 

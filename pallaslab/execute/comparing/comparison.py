@@ -13,7 +13,7 @@ values summed, so near-zero entries of a large output are judged on the output's
 Override either with `compare(..., rtol=..., atol=...)` (or `--rtol/--atol` on the CLI).
 
 ULP distance counts representable floats between the two values (integers: |a - b|); max
-rel is taken over the elements with |b| > atol only (see `pallaslab.execute.pair`).
+rel is taken over the elements with |b| > atol only (see `pallaslab.execute.comparing.pair`).
 
 Honest verdicts (`outcome`): each executor's status (ran / unavailable / failed / timed-out) is
 kept and only executors that ran are compared.
@@ -22,7 +22,8 @@ kept and only executors that ran are compared.
 - "errors": the kernel was found wrong without a mismatch: a run reported an error finding
   about the kernel (a deadlock, an out-of-bounds read, a race, unwritten output, ...), even
   one that stopped the run, or the static analysis found an error `pallaslab check` reports
-  (`pallaslab.execute.static_checks`, e.g. `block-out-of-bounds`, `parallel-write-conflict`):
+  (`pallaslab.execute.comparing.static_checks`, e.g. `block-out-of-bounds`,
+  `parallel-write-conflict`):
   compare never passes a kernel check fails;
 - "incomplete": fewer than two executors ran, or an executor the caller named (or the
   reference, whenever `reference=` is given) did not run for a reason that is not the
@@ -31,7 +32,7 @@ kept and only executors that ran are compared.
 - "pass": complete, all close and nothing found.
 
 Warnings that do not fail the comparison (`warnings`): an error far beyond the rounding of a
-16-bit output dtype (`pallaslab.execute.pair.rounding_note`).
+16-bit output dtype (`pallaslab.execute.comparing.pair.rounding_note`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ import numpy as np
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import inspect_kernel
 from pallaslab.analysis.tiling import OperandTiling, Tiling
-from pallaslab.execute import compare_args
 from pallaslab.execute.causes import Cause, Provenance, find_causes
 from pallaslab.execute.causes.wrapped import (
     Trace,
@@ -57,24 +57,29 @@ from pallaslab.execute.causes.wrapped import (
     traced_pairs,
     untraced_line,
 )
-from pallaslab.execute.choice import default_executors
-from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.device_mismatches import device_mismatches
-from pallaslab.execute.executors import execute
-from pallaslab.execute.isolation import time_limit
-from pallaslab.execute.mesh_stepping import core_mismatches
-from pallaslab.execute.pair import (
+from pallaslab.execute.comparing import compare_args
+from pallaslab.execute.comparing.device_mismatches import device_mismatches
+from pallaslab.execute.comparing.pair import (
     PairComparison,
     compare_arrays,
     default_rtol,
     ulp_distance,
 )
-from pallaslab.execute.precision import compute_rtol
-from pallaslab.execute.prepared import Prepared, prepare
-from pallaslab.execute.protocol import Executor
+from pallaslab.execute.comparing.precision import compute_rtol
+from pallaslab.execute.comparing.static_checks import (
+    StaticFinding,
+    unreported_errors,
+    why_the_runs_agree,
+)
+from pallaslab.execute.comparing.unwritten import unwritten_confirmed
+from pallaslab.execute.data import DEFAULT_SEED
+from pallaslab.execute.executors.choice import default_executors
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.protocol import Executor, Prepared
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
-from pallaslab.execute.static_checks import StaticFinding, unreported_errors, why_the_runs_agree
-from pallaslab.execute.unwritten import unwritten_confirmed
+from pallaslab.execute.runs import execute
+from pallaslab.execute.stepping.mesh_stepping import core_mismatches
+from pallaslab.execute.worker.isolation import time_limit
 from pallaslab.model import Capture, Kernel
 
 __all__ = ["Comparison", "OutputComparison", "PairComparison", "compare", "compare_arrays",
@@ -305,12 +310,12 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     the reference, or against TPU interpret mode; the comparison's notes say which.
     `reference=` is always compared with: when `executors` lacks "reference", it is added
     (and a note says so). Each run has a time limit of `timeout` seconds (see
-    `pallaslab.execute.isolation`). An executor that cannot run here (e.g. `device` without a
+    `pallaslab.execute.worker.isolation`). An executor that cannot run here (e.g. `device` without a
     TPU/GPU), fails or runs out of time is reported in `statuses`; the comparison is then
     incomplete (`complete` False), never a pass, unless its failure was the kernel's error
     (a deadlock, an out-of-bounds read: `outcome` "errors").
     `devices=N` runs every executor (the reference too) on N simulated CPU devices, in a worker
-    process (see `pallaslab.execute.executors.check_devices`).
+    process (see `pallaslab.execute.runs.check_devices`).
 
     Args:
         fn: the function that launches the kernels, or one captured `Kernel`.
@@ -407,7 +412,7 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
         ot = _output_tiling(info, tilings)
         writers = _writers(prepared, info) if ot is not None and len(usable) >= 2 else None
         shape, dtype = _shape_dtype(usable, i, prepared)
-        # The precision the kernel computes in (`pallaslab.execute.precision`), unless given.
+        # The precision the kernel computes in (`comparing.precision`), unless given.
         own_rtol, note = compute_rtol(prepared.capture[info.kernel] if info.kernel is not None
                                       and rtol is None else None, dtype, info.name, atol)
         notes += [note] if note else []

@@ -9,8 +9,7 @@ import jax
 
 from pallaslab.errors import UnavailableError
 from pallaslab.execute.data import array_leaves
-from pallaslab.execute.prepared import Prepared
-from pallaslab.execute.protocol import ExecutorSpec, numpy_values
+from pallaslab.execute.protocol import ExecutorSpec, Prepared, numpy_values
 from pallaslab.execute.result import RunResult
 from pallaslab.model import _jax
 from pallaslab.settings import size_text

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from pallaslab.execute.executors.reference import located
 from pallaslab.execute.protocol import Executor, ExecutorError
-from pallaslab.execute.reference import located
 from pallaslab.execute.registry import executor_names, get_executor
 
 

@@ -25,12 +25,11 @@ import jax
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.errors import untested_jax_failure
-from pallaslab.execute import capabilities, diagnostics
-from pallaslab.execute.monitor import Cancelled, RunMonitor
-from pallaslab.execute.prepared import Prepared
-from pallaslab.execute.protocol import Executor, ExecutorError, numpy_values
+from pallaslab.execute.executors import capabilities, diagnostics
+from pallaslab.execute.protocol import Executor, ExecutorError, Prepared, numpy_values
 from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
+from pallaslab.execute.worker.monitor import Cancelled, RunMonitor
 from pallaslab.model import _jax
 from pallaslab.model._jax.compiled import CacheStats, CompiledCache, Unkeyable, structural_key
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pallaslab.execute import core_stepper, device_stepper
+from pallaslab.execute.stepping import core_stepper, device_stepper
 
 
 def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -> Any:

@@ -4,8 +4,8 @@ A kernel whose matrix products take bfloat16 (or float16, float8) operands round
 product to that precision, whatever it accumulates in and whatever its output dtype: a
 float32 output of bfloat16 products is as far from a float32 reference as a bfloat16 output
 is. Unless the caller gives `rtol`, such an output is judged at the tolerance of the narrowest
-operand dtype of the kernel's products (the table in `pallaslab.execute.comparison`), and a
-note says so. The rounding of the inputs is relative to each product, so the rule of the
+operand dtype of the kernel's products (the table in `pallaslab.execute.comparing.comparison`), and
+a note says so. The rounding of the inputs is relative to each product, so the rule of the
 16-bit outputs (`atol = rtol * max|b|` unless given) holds for any contraction length.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pallaslab.execute.pair import default_rtol
+from pallaslab.execute.comparing.pair import default_rtol
 from pallaslab.model import Kernel, _jax
 from pallaslab.model.source_names import short_source
 

@@ -1,5 +1,6 @@
 """One output of two executors, compared element by element: errors, ULPs, NaNs, the
-mismatched blocks and the grid programs that wrote them (see `pallaslab.execute.comparison`
+mismatched blocks and the grid programs that wrote them (see
+`pallaslab.execute.comparing.comparison`
 for the tolerances).
 
 Statistics, per pair:

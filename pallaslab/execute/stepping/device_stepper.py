@@ -26,9 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pallaslab.errors import PallasLabError
-from pallaslab.execute import isolation
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.gated_run import (
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.protocol import Prepared
+from pallaslab.execute.result import RunResult
+from pallaslab.execute.stepping.gated_run import (
     QUIET,
     SESSIONS,
     Gate,
@@ -37,10 +39,8 @@ from pallaslab.execute.gated_run import (
     checked_reply,
     close_runs,
 )
-from pallaslab.execute.prepared import prepare
-from pallaslab.execute.protocol import Prepared
-from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import execute_here
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker.running import execute_here
 from pallaslab.model.devices import SemaphoreEvent, Transfer
 
 _KEYS = itertools.count()
@@ -147,7 +147,7 @@ class DeviceStepSession:
 
 def handle_request(request: Mapping[str, Any], work: Mapping[str, Any] | None) -> Any:
     """The worker's side of "open-device-stepper" (with `work`) and "device-step" for runs
-    stepped in lockstep (`pallaslab.execute.step_requests` routes them here)."""
+    stepped in lockstep (`pallaslab.execute.stepping.step_requests` routes them here)."""
     key = request["key"]
     if work is not None:
         close_runs("devices")

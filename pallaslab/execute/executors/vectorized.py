@@ -48,19 +48,18 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
-from pallaslab.execute import capabilities, semaphore_refusals
-from pallaslab.execute.choice import interpreter_for
-from pallaslab.execute.prepared import Prepared
-from pallaslab.execute.protocol import ExecutorSpec, numpy_values
+from pallaslab.execute.executors import capabilities, semaphore_refusals
+from pallaslab.execute.executors.choice import interpreter_for
+from pallaslab.execute.executors.vectorize_layout import regular_layouts
+from pallaslab.execute.protocol import ExecutorSpec, Prepared, numpy_values
 from pallaslab.execute.registry import get_executor
 from pallaslab.execute.result import KernelBatching, RunResult
-from pallaslab.execute.running import (
+from pallaslab.execute.worker.running import (
     cached_compile,
     compile_exact,
     computation_key,
     execute_here,
 )
-from pallaslab.execute.vectorize_layout import regular_layouts
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import vectorize, vectorize_blocks
 from pallaslab.model._jax.rewrite import eval_replacing

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pallaslab.execute.executors.tpu_interpret import TpuInterpretExecutor
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
 from pallaslab.model.devices import SemaphoreEvent, Transfer
 
 QUIET = 2.0  # seconds without progress after which the devices are taken to be waiting

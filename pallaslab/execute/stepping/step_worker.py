@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from pallaslab.errors import PallasLabError
-from pallaslab.execute import isolation
-from pallaslab.execute.monitor import Interruptible
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker.monitor import Interruptible
 
 
 class StepTimeLimitError(PallasLabError, TimeoutError):

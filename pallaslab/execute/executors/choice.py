@@ -1,8 +1,8 @@
 """Which executor runs a capture when none is named (`auto`: the fastest that applies),
 and which two a comparison runs by default, with the reason in words.
 
-Names only: nothing here runs an executor (see `pallaslab.execute.executors.run` and
-`pallaslab.execute.auto.evaluate`), so the executors themselves may ask it (`vectorized`
+Names only: nothing here runs an executor (see `pallaslab.execute.runs.run` and
+`pallaslab.execute.executors.auto.evaluate`), so the executors themselves may ask it (`vectorized`
 falls back to `interpreter_for`'s choice).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from pallaslab.execute import capabilities
+from pallaslab.execute.executors import capabilities
 from pallaslab.execute.protocol import ExecutorError
 from pallaslab.execute.registry import executor_spec
 from pallaslab.model import Kernel

@@ -2,7 +2,7 @@
 
 A compiled XLA loop (a program that spins inside `interpret=True`) cannot be interrupted
 from Python inside the process that runs it. So interpreters run in a worker process of our
-own (`python -m pallaslab.execute._worker`, in its own session so a terminal's Ctrl-C reaches
+own (`python -m pallaslab.execute.worker.main`, in its own session so a terminal's Ctrl-C reaches
 only us): the user's function, its concrete arguments and the executor travel there with
 cloudpickle (functions defined in a notebook or a case file by value), the worker captures
 and runs them, and sends the `RunResult` back. While it runs, the worker publishes the
@@ -10,7 +10,7 @@ program it is in to a small shared file; at the time limit, or on Ctrl-C, we kil
 and say which program was running. The worker ends by itself when this process dies
 (`_worker.follow_parent`), and the CLI kills it on SIGTERM and SIGHUP. The worker is reused
 between runs (its JAX stays warm) and replaced after a kill, its files removed. The stepper
-sends its programs to the same worker one at a time (`pallaslab.execute.stepper`); executor
+sends its programs to the same worker one at a time (`pallaslab.execute.stepping.stepper`); executor
 runs and stepper programs share one wait loop, `call_worker`, which polls the worker, the
 clock and Ctrl-C.
 
@@ -43,20 +43,19 @@ import numpy as np
 
 from pallaslab import settings
 from pallaslab.errors import PallasLabError
-from pallaslab.execute import capabilities
-from pallaslab.execute import monitor as monitor_module
-from pallaslab.execute.monitor import describe_program, progress
+from pallaslab.execute.executors import capabilities
 from pallaslab.execute.registry import spec_for
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import execute_here
-from pallaslab.execute.worker_request import FramedCall, encode_frames, why_not_sent
-from pallaslab.execute.worker_request import encode_request as encode_request  # for callers
+from pallaslab.execute.worker import monitor as monitor_module
+from pallaslab.execute.worker.monitor import describe_program, progress
+from pallaslab.execute.worker.running import execute_here
+from pallaslab.execute.worker.worker_request import FramedCall, encode_frames, why_not_sent
+from pallaslab.execute.worker.worker_request import encode_request as encode_request  # for callers
 from pallaslab.model.source_names import short_source
 from pallaslab.util import worker_process
 
 if TYPE_CHECKING:
-    from pallaslab.execute.prepared import Prepared
-    from pallaslab.execute.protocol import Executor
+    from pallaslab.execute.protocol import Executor, Prepared
 
 DEFAULT_TIMEOUT = 300.0  # seconds: a few minutes, enough for tpu-interpret on a big grid
 WORKER_START_TIMEOUT = 180.0  # importing JAX on a loaded 2-core machine can be slow
@@ -422,7 +421,7 @@ def shutdown_worker() -> None:
 
 
 def _total(prepared: Prepared) -> int | None:
-    from pallaslab.execute.monitor import total_programs
+    from pallaslab.execute.worker.monitor import total_programs
 
     return total_programs(list(prepared.capture))
 

@@ -32,9 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pallaslab.errors import PallasLabError, UnavailableError
-from pallaslab.execute import isolation
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.gated_run import (
+from pallaslab.execute.executors.tpu_interpret import TpuInterpretExecutor
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.protocol import Prepared
+from pallaslab.execute.result import RunResult
+from pallaslab.execute.stepping.gated_run import (
     QUIET,
     SESSIONS,
     Gate,
@@ -43,11 +46,8 @@ from pallaslab.execute.gated_run import (
     checked_reply,
     close_runs,
 )
-from pallaslab.execute.prepared import prepare
-from pallaslab.execute.protocol import Prepared
-from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import execute_here
-from pallaslab.execute.tpu_interpret import TpuInterpretExecutor
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker.running import execute_here
 from pallaslab.model import Kernel, select_kernel
 from pallaslab.model.devices import SemaphoreEvent, Transfer
 from pallaslab.model.source_names import short_source

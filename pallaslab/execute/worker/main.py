@@ -1,4 +1,4 @@
-"""The executor worker process (see `pallaslab.execute.isolation`).
+"""The executor worker process (see `pallaslab.execute.worker.isolation`).
 
 Protocol over stdin/stdout as `multiprocessing.connection` frames: the worker sends b"ready",
 then answers each request, a pickled dict whose "kind" says what to do:
@@ -14,7 +14,8 @@ then answers each request, a pickled dict whose "kind" says what to do:
   "scratch"} (numpy), {"missing": True} when this worker has no such runner (it was started
   after the runner was opened, or dropped it), or {"error": str};
 - "open-device-stepper" (with "work", "key") and "device-step" ({"key"[, "close"]}): a
-  multi-device kernel stepped in lockstep (`pallaslab.execute.device_stepper`) -> its state;
+  multi-device kernel stepped in lockstep (`pallaslab.execute.stepping.device_stepper`) -> its
+  state;
 - "compile-cache-stats": {} -> the `CacheStats` of this worker's compiled computations;
   "capture-cache-stats": {} -> {"hits", "misses", "size", "maxsize"} of its captured calls.
 
@@ -77,7 +78,7 @@ def main() -> int:
 
     import numpy as np
 
-    from pallaslab.execute import monitor
+    from pallaslab.execute.worker import monitor
 
     status = os.environ.get("PALLASLAB_WORKER_STATUS")
     if status:
@@ -85,7 +86,7 @@ def main() -> int:
     from pallaslab.util import jax_cache
 
     jax_cache.enable()  # before JAX compiles anything: it checks the setting once
-    import pallaslab.execute.executors  # noqa: F401 - warm JAX and pallaslab before "ready"
+    import pallaslab.execute.runs  # noqa: F401 - warm JAX and pallaslab before "ready"
 
     send.send_bytes(b"ready")
     warm_up()
@@ -156,13 +157,13 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
     if kind == "run-program":
         return run_program(request)
     if kind == "compile-cache-stats":
-        from pallaslab.execute.running import compile_cache_stats
+        from pallaslab.execute.worker.running import compile_cache_stats
 
         return compile_cache_stats()
     if kind == "capture-cache-stats":
         return {**_CAPTURES, "size": len(_PREPARED), "maxsize": MAX_PREPARED}
     if kind == "device-step":
-        from pallaslab.execute.step_requests import handle_request
+        from pallaslab.execute.stepping.step_requests import handle_request
 
         return handle_request(request, None)
     try:
@@ -183,7 +184,7 @@ def handle(data: bytes, receive: Connection | None = None) -> Any:
     if kind == "open-stepper":
         return open_stepper(work, request["config"])
     if kind == "open-device-stepper":
-        from pallaslab.execute.step_requests import handle_request
+        from pallaslab.execute.stepping.step_requests import handle_request
 
         return handle_request(request, work)
     return execute(work, key)
@@ -242,9 +243,9 @@ def _prepared(work: dict[str, Any], key: bytes | None) -> Any:
 
 
 def execute(work: dict[str, Any], key: bytes | None = None) -> Any:
-    from pallaslab.execute import capabilities
-    from pallaslab.execute.executors import with_unwritten_findings
-    from pallaslab.execute.running import execute_here
+    from pallaslab.execute.executors import capabilities
+    from pallaslab.execute.runs import with_unwritten_findings
+    from pallaslab.execute.worker.running import execute_here
 
     executor = work["executor"]
     if (devices := work.get("devices")) is not None:
@@ -275,7 +276,7 @@ def execute(work: dict[str, Any], key: bytes | None = None) -> Any:
 
 def _different_kernels(work: dict[str, Any], kernels: Any) -> str | None:
     """Why the kernels captured here are not the parent's (None: they are the same)."""
-    from pallaslab.execute import capabilities
+    from pallaslab.execute.executors import capabilities
 
     want = work.get("kernels")
     got = capabilities.signature(kernels)
@@ -286,7 +287,7 @@ def _different_kernels(work: dict[str, Any], kernels: Any) -> str | None:
 
 
 def open_stepper(work: dict[str, Any], config: dict[str, Any]) -> Any:
-    from pallaslab.execute import capabilities
+    from pallaslab.execute.executors import capabilities
     from pallaslab.model import _jax, capture
 
     try:
@@ -330,7 +331,7 @@ def _one_line(err: BaseException) -> str:
     """The exception's type and first line (JAX appends notes about filtered frames); for an
     error XLA wrapped around a host callback's traceback, the callback's own error line."""
     from pallaslab.errors import error_line
-    from pallaslab.execute.diagnostics import short_error
+    from pallaslab.execute.executors.diagnostics import short_error
 
     text = str(err).strip()
     return short_error(text) if "Traceback" in text else error_line(err)

@@ -1,5 +1,5 @@
 """Hits and misses of the executors' cache of compiled computations (see
-`pallaslab.execute.running`), in this process or in the executor worker process, where
+`pallaslab.execute.worker.running`), in this process or in the executor worker process, where
 isolated executors (`interpret`, `tpu-interpret`, `vectorized`, ...) run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pickle
 from typing import Literal
 
 from pallaslab.errors import PallasLabError
-from pallaslab.execute import isolation, running
+from pallaslab.execute.worker import isolation, running
 from pallaslab.model._jax.compiled import CacheStats
 
 STATS_TIMEOUT = 60.0  # seconds: the answer is immediate once the worker has started

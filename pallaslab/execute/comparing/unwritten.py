@@ -34,7 +34,7 @@ from pallaslab.analysis.findings import MAX_EXAMPLES, Finding
 from pallaslab.analysis.tiling import Tiling, tile
 from pallaslab.execute.registry import find_spec
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import CallbackErrors
+from pallaslab.execute.worker.running import CallbackErrors
 from pallaslab.model import Kernel, _jax
 
 

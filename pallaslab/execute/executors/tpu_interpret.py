@@ -12,12 +12,11 @@ from typing import Any
 import jax
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.execute import capabilities, diagnostics, semaphore_refusals
-from pallaslab.execute.monitor import RunMonitor, total_programs
-from pallaslab.execute.prepared import Prepared
-from pallaslab.execute.protocol import ExecutorSpec
+from pallaslab.execute.executors import capabilities, diagnostics, semaphore_refusals
+from pallaslab.execute.protocol import ExecutorSpec, Prepared
 from pallaslab.execute.result import RunResult
-from pallaslab.execute.running import CallbackErrors, MonitorSlot, timed_jaxpr_run
+from pallaslab.execute.worker.monitor import RunMonitor, total_programs
+from pallaslab.execute.worker.running import CallbackErrors, MonitorSlot, timed_jaxpr_run
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax import deadlock
 from pallaslab.model.source_names import short_source

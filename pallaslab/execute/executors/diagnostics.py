@@ -16,7 +16,7 @@ from typing import Any
 import jax
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.execute.monitor import RunMonitor
+from pallaslab.execute.worker.monitor import RunMonitor
 from pallaslab.model import Kernel, _jax
 from pallaslab.model.source_names import cell_label, file_label
 

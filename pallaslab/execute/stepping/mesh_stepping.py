@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 
 class CoresSignalEachOther(UnavailableError):
     """A mesh kernel whose cores signal each other cannot be stepped one core alone;
-    `pallaslab.step` steps it with `pallaslab.execute.core_stepper.CoreStepper` instead."""
+    `pallaslab.step` steps it with `pallaslab.execute.stepping.core_stepper.CoreStepper` instead."""
 
 
 def mesh_runner_or_raise(kernel: Kernel) -> ProgramRunner:
-    from pallaslab.execute.core_stepper import talking_cores
+    from pallaslab.execute.stepping.core_stepper import talking_cores
 
     if (talking := talking_cores(kernel)) is not None:
         # alone, a core would wait for a signal no one sends (or lose its effect)
@@ -36,7 +36,7 @@ def mesh_runner_or_raise(kernel: Kernel) -> ProgramRunner:
             f"mesh kernel {kernel.name} cannot be stepped one core alone: its cores signal "
             f"each other (a semaphore signal or DMA to another core at {talking}). "
             "pallaslab.step(fn, *args) steps its cores together under tpu-interpret "
-            "(pallaslab.execute.core_stepper.CoreStepper)")
+            "(pallaslab.execute.stepping.core_stepper.CoreStepper)")
     try:
         return _jax.program_runner(kernel)
     except Exception as err:

@@ -12,16 +12,16 @@ A TPU mesh kernel (`pl.kernel` / `pl.core_map`) is stepped core by core: its pro
 cores (program ids = mesh coordinates, `axis_index` of a mesh axis = the core's coordinate),
 each operand one whole-array block carried from core to core, each core with its own fresh
 scratch. Cores that signal each other cannot run alone: `step` steps such kernels with
-`pallaslab.execute.core_stepper.CoreStepper` (their cores together under tpu-interpret, each
-held at its start until stepped).
+`pallaslab.execute.stepping.core_stepper.CoreStepper` (their cores together under tpu-interpret,
+each held at its start until stepped).
 
 The single-program function is compiled once (`jax.jit` of the kernel body, taking program
 ids, scalar-prefetch values, blocks and scratch). History keeps, per step, only the blocks and
 scratch values that step changed (their previous contents), so `back()` is cheap and memory
 grows with the blocks touched, not with the arrays.
 
-Each program runs in the executor worker process (`pallaslab.execute.isolation`), so a program
-that spins inside a compiled loop can be stopped: at the time limit (`timeout=` seconds per
+Each program runs in the executor worker process (`pallaslab.execute.worker.isolation`), so a
+program that spins inside a compiled loop can be stopped: at the time limit (`timeout=` seconds per
 program, else $PALLASLAB_TIMEOUT, else 300 s) the worker is killed and `StepTimeLimitError`
 raised; on Ctrl-C it is killed and `KeyboardInterrupt` raised. Either way the stepper stays
 where it was (the program that was stopped left no trace) and the next step opens the runner
@@ -42,25 +42,25 @@ import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError, UnavailableError
-from pallaslab.execute import capabilities, isolation
-from pallaslab.execute.choice import needs_tpu_semantics
 from pallaslab.execute.data import DEFAULT_SEED
-from pallaslab.execute.mesh_stepping import (
+from pallaslab.execute.executors import capabilities
+from pallaslab.execute.executors.choice import needs_tpu_semantics
+from pallaslab.execute.executors.semaphore_refusals import passed_semaphore
+from pallaslab.execute.prepared import prepare
+from pallaslab.execute.protocol import Prepared
+from pallaslab.execute.stepping.mesh_stepping import (
     CoresSignalEachOther,
     mesh_note,
     mesh_runner_or_raise,
     mesh_tiling,
 )
-from pallaslab.execute.monitor import Interruptible, progress
-from pallaslab.execute.prepared import Prepared, prepare
-from pallaslab.execute.semaphore_refusals import passed_semaphore
-from pallaslab.execute.step_worker import (  # the errors stay importable from here
+from pallaslab.execute.stepping.step_worker import (
     RUNNER_KEYS,
     CannotOpen,
     RemoteRunner,
-    StepFailedError,  # noqa: F401
-    StepTimeLimitError,  # noqa: F401
 )
+from pallaslab.execute.worker import isolation
+from pallaslab.execute.worker.monitor import Interruptible, progress
 from pallaslab.model import Kernel, _jax, select_kernel
 
 if TYPE_CHECKING:
@@ -454,9 +454,9 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
     """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet. Each program
     runs within `timeout` seconds (default $PALLASLAB_TIMEOUT, else 300 s). With `devices=N`,
     a kernel inside shard_map is stepped in lockstep on N simulated devices
-    (`pallaslab.execute.device_stepper.DeviceStepper`). A TPU mesh kernel whose cores signal
-    each other is stepped core by core with its cores running together under tpu-interpret
-    (`pallaslab.execute.core_stepper.CoreStepper`).
+    (`pallaslab.execute.stepping.device_stepper.DeviceStepper`). A TPU mesh kernel whose cores
+    signal each other is stepped core by core with its cores running together under tpu-interpret
+    (`pallaslab.execute.stepping.core_stepper.CoreStepper`).
 
     Args:
         fn: the function that launches the kernel.
@@ -477,12 +477,12 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
         UnavailableError: the kernel cannot be stepped here (the message says why).
     """
     if devices is not None:
-        from pallaslab.execute.device_stepper import DeviceStepper
+        from pallaslab.execute.stepping.device_stepper import DeviceStepper
 
         return DeviceStepper(fn, args, kwargs, devices=devices, seed=seed, timeout=timeout)
     try:
         return Stepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)
     except CoresSignalEachOther:
-        from pallaslab.execute.core_stepper import CoreStepper
+        from pallaslab.execute.stepping.core_stepper import CoreStepper
 
         return CoreStepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)
