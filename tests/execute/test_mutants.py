@@ -10,7 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mutants"))
 
-import dma_mutants  # noqa: F401  (each registers its mutants)
+import body_mutants  # noqa: F401  (each registers its mutants)
+import dma_mutants  # noqa: F401
 import gpu_mutants  # noqa: F401
 import tpu_mutants  # noqa: F401
 from mutant_registry import MUTANTS, ORIGINALS, caught_and_explained
