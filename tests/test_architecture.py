@@ -1,6 +1,7 @@
 """The import rules of docs/architecture.md, checked by walking every module's imports."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,71 @@ def test_no_module_reexports_another_modules_names():
              for line in path.read_text().splitlines()
              if "re-exported" in line and "noqa: F401" in line]
     assert shims == []
+
+
+TESTS_TABLE = "## Where the tests are"  # the section of docs/architecture.md that says where
+
+
+def table_of_tests(page: str) -> list[tuple[list[str], list[str]]]:
+    """The section's rows: the backticked module paths of the first cell, the backticked
+    `tests/...` paths of the second (a `<name>` stands for any name)."""
+    section = page.split(TESTS_TABLE, 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) != 2 or set(cells[0]) <= set("- "):
+            continue
+        code = [re.findall(r"`([^`]+)`", c) for c in cells]
+        if code[0] and code[0][0].endswith((".py", "/")):
+            rows.append((code[0], [t for t in code[1] if t.startswith("tests/")]))
+    return rows
+
+
+def named_tests(path: Path, root: Path = ROOT) -> list[Path]:
+    """Test files named after the module in its layer's test folder (docs/architecture.md)."""
+    parts = path.relative_to(root).parts
+    layer = parts[0] if parts[0] == "lowering" else parts[1] if len(parts) > 2 else ""
+    folder = root / "tests" / layer if (root / "tests" / layer).is_dir() else root / "tests"
+    stem = path.parent.name if path.stem == "__init__" else path.stem
+    prefixes = [f"test_{stem}"] + ([f"test_view_{stem}"] if layer == "views" else [])
+    return [t for t in folder.glob("test_*.py")
+            if any(t.stem == p or t.stem.startswith(p + "_") for p in prefixes)]
+
+
+def covered(relative: str, entries: list[str]) -> bool:
+    return any(relative == e or (e.endswith("/") and relative.startswith(e)) for e in entries)
+
+
+def test_every_module_has_tests_a_newcomer_can_find():
+    rows = table_of_tests((ROOT / "docs" / "architecture.md").read_text())
+    entries = [e for modules, _ in rows for e in modules]
+    unfound = [str(p.relative_to(ROOT)) for p in MODULES
+               if not named_tests(p) and not covered(str(p.relative_to(ROOT)), entries)]
+    assert unfound == [], (f"no test file named after these modules, and no row for them in "
+                           f"docs/architecture.md '{TESTS_TABLE}': {unfound}")
+    stale = [e for e in entries if not (ROOT / e).exists()]
+    assert stale == [], f"'{TESTS_TABLE}' names modules that do not exist: {stale}"
+    missing = [t for _, tests in rows for t in tests
+               if not (sorted(ROOT.glob(t.replace("<name>", "*"))) if "<name>" in t
+                       else (ROOT / t).exists())]
+    assert missing == [], f"'{TESTS_TABLE}' names tests that do not exist: {missing}"
+    assert all(tests for _, tests in rows), "a row of the table names no test"
+
+
+def test_the_tests_table_reader_and_the_naming_rule(tmp_path):
+    page = ("## Where the tests are\n\n| module or package | tests |\n| --- | --- |\n"
+            "| `pallaslab/a/`, `pallaslab/b.py` | `tests/a/test_x.py` (why), "
+            "`tests/test_<name>.py` |\n"
+            "\n## Next\n| `pallaslab/c.py` | `tests/test_c.py` |\n")
+    assert table_of_tests(page) == [(["pallaslab/a/", "pallaslab/b.py"],
+                                  ["tests/a/test_x.py", "tests/test_<name>.py"])]
+    assert covered("pallaslab/a/deep/m.py", ["pallaslab/a/"])
+    assert not covered("pallaslab/ab.py", ["pallaslab/a/", "pallaslab/a.py/"])
+    for name in ("tests/views/test_view_grid_more.py", "tests/views/test_grid.py",
+                 "tests/views/test_views_other.py", "tests/analysis/test_tilings.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).touch()
+    names = lambda p: sorted(t.name for t in named_tests(tmp_path / p, tmp_path))
+    assert names("pallaslab/views/grid.py") == ["test_grid.py", "test_view_grid_more.py"]
+    assert names("pallaslab/views/__init__.py") == ["test_views_other.py"]
+    assert names("pallaslab/analysis/tiling.py") == []  # test_tilings is not test_tiling
