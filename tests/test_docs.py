@@ -51,3 +51,34 @@ def test_the_link_pattern_finds_relative_links_only():
     page = ("[a](docs/x.md) [b](https://example.com) [c](#anchor) [d](../y.md#part) "
             "[e](mailto:someone@example.com)")
     assert relative_links(page) == ["docs/x.md", "../y.md#part"]
+
+
+# A path of ours in prose: `pallaslab/...` or `lowering/...` (not the tail of `tests/lowering/`)
+CODE_PATH = re.compile(r"(?<![\w./-])((?:pallaslab|lowering)/[\w./]*\w/?)")
+BARE_MODULE = re.compile(r"`((?:\w+/)*\w+\.py)`")  # `tiling.py`, `worker/isolation.py`
+
+
+def code_paths(markdown: str) -> list[str]:
+    return CODE_PATH.findall(markdown)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_docs_name_modules_that_exist(doc):
+    # the walk-through of a call and the causes name modules by path; a move or a rename
+    # must take the page along
+    text = doc.read_text()
+    missing = [p for p in code_paths(text) if not (ROOT / p).exists()]
+    assert missing == [], f"{doc.relative_to(ROOT)} names paths that do not exist: {missing}"
+    ours = ["/" + str(p.relative_to(ROOT)) for d in (*CODE_DIRS, "tools")
+            for p in (ROOT / d).rglob("*.py")]
+    unknown = [n for n in BARE_MODULE.findall(text) if not any(o.endswith("/" + n) for o in ours)]
+    assert unknown == [], f"{doc.relative_to(ROOT)} names modules found nowhere: {unknown}"
+
+
+def test_the_path_pattern_finds_our_paths_only():
+    text = ("`pallaslab/model/capture.py`, `tests/lowering/test_cache.py`, lowering/api.py. "
+            "pallaslab/views/ and `pallaslab.model`")
+    assert code_paths(text) == ["pallaslab/model/capture.py", "lowering/api.py",
+                                "pallaslab/views/"]
+    assert BARE_MODULE.findall("`tiling.py` and `worker/isolation.py` not `x.pyc`") == \
+        ["tiling.py", "worker/isolation.py"]
