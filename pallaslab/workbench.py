@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pallaslab.views import _html
 from pallaslab.views.base import View, display_live_and_saved, html_fragment
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import Tab, tab, tabs
+from pallaslab.views.session import Call, Session
 
 
 class WorkbenchError(PallasLabError, ValueError):
@@ -55,22 +57,25 @@ def inspect(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Workbench:
             with, its own failure is an `UntestedJaxError` naming that JAX.
     """
     from pallaslab.views.compare import user_call
-    from pallaslab.views.session import attach_workbench
 
-    wb = Workbench(capture(fn, *args, **kwargs))
+    cap = capture(fn, *args, **kwargs)
     own = {k: v for k, v in kwargs.items() if k != "chip"}  # `chip` is capture's
-    if (call := user_call(fn, args, own)) is not None:
-        attach_workbench(wb).call = call
-    return wb
+    return Workbench(cap, call=user_call(fn, args, own))
 
 
 class Workbench:
-    """Every kernel of a capture with its views, one tab per registered view."""
+    """Every kernel of a capture with its views, one tab per registered view.
+
+    `call`: the user's own `(fn, args, kwargs)`, which Compare, Step and a trace on simulated
+    devices re-run (None: the captured function). The workbench owns `session`, what its
+    Compare and Step views share (the call, the comparison once run), and hands it to them in
+    every context."""
 
     def __init__(self, cap: Capture, *, chips: Sequence[str] = (), targets: Sequence[str] = (),
                  tab: str | None = None, kernel: int | str | None = None,
-                 options: Mapping[str, Any] | None = None):
+                 options: Mapping[str, Any] | None = None, call: Call | None = None):
         self.capture = cap
+        self.session = Session(cap, call=call, workbench_ref=weakref.ref(self))
         self.chips = tuple(_chip(c) for c in chips)
         self.targets = tuple(_target(t) for t in targets)
         self.initial_tab = tab_name(tab) if tab is not None else None
@@ -81,12 +86,12 @@ class Workbench:
     @functools.cached_property
     def contexts(self) -> tuple[KernelContext, ...]:
         """One per kernel shown, made on first use: with `devices=N`, a kernel inside
-        shard_map is the one traced on N simulated devices (see `views.device_contexts`), by
-        then traced with the call the magic or `compare` attached."""
+        shard_map is the one traced on N simulated devices (see `views.device_contexts`), with
+        the call the workbench was made with."""
         from pallaslab.views.device_contexts import kernel_contexts
 
         return kernel_contexts(self.capture, self._chosen, self.chips, self.targets,
-                               self.options)
+                               self.options, self.session)
 
     # --- data ---------------------------------------------------------------------------
 
@@ -278,10 +283,8 @@ class HeaderVerdict:
 def header_verdict(ctx: KernelContext) -> HeaderVerdict:
     """The header's verdict of one kernel: its static errors, and, when a comparison (or a run
     on simulated devices) was made for the workbench, that run's errors and failures."""
-    from pallaslab.views.session import session
-
     static_errors = sum(1 for f in ctx.findings if f.severity == "error")
-    s = session(ctx.capture) if ctx.capture is not None else None
+    s = ctx.session
     comparison = s.comparison if s is not None else None
     if comparison is not None:
         run_errors = sum(1 for r in comparison.results for f in r.findings

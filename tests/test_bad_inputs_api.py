@@ -346,10 +346,9 @@ def test_the_workbenchs_compare_runs_the_users_call_in_the_worker(hang_guard):
     """`pallaslab.inspect(fn, x)` keeps the user's call, so its Compare view runs there too
     (the captured trace cannot travel): a spinning program is stopped at the time limit."""
     from pallaslab.views.compare import attach_comparison
-    from pallaslab.views.session import session
 
     wb = pallaslab.inspect(bk.spins_in_program_1, X)
-    assert session(wb.capture).call[0] is bk.spins_in_program_1
+    assert wb.session.call[0] is bk.spins_in_program_1
     c = attach_comparison(wb, executors="interpret,reference", reference=lambda x: x,
                           timeout=SPIN_TIMEOUT)
     assert c.statuses["interpret"].status == "timed-out" and not c.passed

@@ -265,31 +265,28 @@ def _workbench(cap: Any, traced: Traced, options: dict[str, Any]) -> tuple[Any, 
     simulated devices that `--devices` alone asks for (None when not asked)."""
     from pallaslab.errors import PallasLabError, untested_jax_failure
     from pallaslab.views.compare import attach_comparison, user_call
-    from pallaslab.views.session import attach_workbench
     from pallaslab.workbench import Workbench
 
     options["extra"]["arg_names"] = traced.arg_names
     comparison = device_run = None
     try:
         compared = options.get("compare")
+        # Step, Compare and a trace on simulated devices re-run the user's own call (it
+        # travels to the worker, where the captured jaxpr cannot): the workbench has it at once
+        call, reuse = _call_to_rerun(cap, traced, user_call)
         wb = Workbench(cap, chips=options["chips"], targets=options["targets"],
                        tab=options["tab"] or ("compare" if compared else None),
-                       kernel=options["kernel"], options=options["extra"])
-        call, reuse = _call_to_rerun(cap, traced, user_call)
+                       kernel=options["kernel"], options=options["extra"], call=call)
         if compared:
             reference = options.get("reference")
             if reuse and reference is not None and not all(traced.computed):
                 reference = ComputedPart(reference, traced.computed)
             comparison = attach_comparison(
-                wb, executors=compared[0], reference=reference, call=call,
+                wb, executors=compared[0], reference=reference,
                 timeout=options["timeout"], **reuse,
                 **({"devices": options["devices"]} if options["devices"] else {}))
         elif options["devices"]:
-            device_run = _run_on_devices(wb, call, options, reuse)
-        elif call is not None:
-            # Step and Compare, opened later from the tabs, re-run the user's own call: it
-            # travels to the worker, where the captured jaxpr (JAX's tracebacks) cannot
-            attach_workbench(wb).call = call
+            device_run = _run_on_devices(wb, options, reuse)
     except PallasLabError as err:
         raise UsageError(f"%%pallas: {err}") from None
     except Exception as err:  # pallaslab's own failure: on an untested JAX, said as such
@@ -315,16 +312,12 @@ def _call_to_rerun(cap: Any, traced: Traced, user_call: Any) -> tuple[Any, dict[
     return call, ({} if any_abstract(call[1:]) else {"captured": cap})
 
 
-def _run_on_devices(wb: Any, call: Any, options: dict[str, Any],
-                    reuse: dict[str, Any]) -> Any:
-    """`--devices N` without `--compare`: the call run once on N simulated devices (the
-    cell's value, and the run the Devices tab draws)."""
+def _run_on_devices(wb: Any, options: dict[str, Any], reuse: dict[str, Any]) -> Any:
+    """`--devices N` without `--compare`: the workbench's call run once on N simulated
+    devices (the cell's value, and the run the Devices tab draws)."""
     from pallaslab.execute import run
-    from pallaslab.views.session import attach_workbench
 
-    s = attach_workbench(wb)
-    if call is not None:
-        s.call = call
+    s = wb.session
     fn, args, kwargs = s.call_args()
     s.device_run = run(fn, *args, devices=options["devices"], timeout=options["timeout"],
                        **reuse, **kwargs)

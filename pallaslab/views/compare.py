@@ -39,7 +39,7 @@ from pallaslab.views.compare_payload import (
 )
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
-from pallaslab.views.session import Call, Session, session
+from pallaslab.views.session import Call, Session
 from pallaslab.views.step import StepView
 
 if TYPE_CHECKING:
@@ -75,9 +75,7 @@ def attach_comparison(wb: Any, comparison: Comparison | None = None, *,
     `(fn, args, kwargs)` when known (the magic); else the captured function is re-run. Each
     run has a time limit of `timeout` seconds (None: the default, see
     `pallaslab.execute.worker.isolation`)."""
-    from pallaslab.views.session import attach_workbench
-
-    s = attach_workbench(wb)
+    s = wb.session
     if call is not None:
         s.call = call
     return _set_comparison(s, comparison, executors=executors, reference=reference,
@@ -151,7 +149,7 @@ class CompareView(InteractiveView):
     def comparison(self) -> Comparison:
         if self._comparison is not None:
             return self._comparison
-        s = session(self.ctx.capture) if self.ctx.capture is not None else None
+        s = self.ctx.session
         if s is None or s.comparison is None:
             raise LookupError("no comparison: run compare_workbench(wb, executors=...) first")
         return s.comparison
@@ -160,8 +158,8 @@ class CompareView(InteractiveView):
         """Run the stepper to `program`, switch the shown workbench to its Step tab and select
         the program in its Grid tab; `opened_note` says which of these happened."""
         ids = tuple(int(p) for p in program)
-        assert self.ctx.capture is not None
-        s = session(self.ctx.capture)
+        s = self.ctx.session
+        assert s is not None
         step_view = s.step_view(self.ctx, StepView)
         step_view.goto(ids)
         self.error = step_view.error
@@ -359,7 +357,7 @@ def _static_maps(c: Comparison, ctx: KernelContext) -> list[str]:
 
 
 def _available(ctx: KernelContext) -> bool:
-    return ctx.capture is not None and session(ctx.capture).comparison is not None
+    return ctx.session is not None and ctx.session.comparison is not None
 
 
 def _build(ctx: KernelContext, *, executors: Sequence[str] | str | None = None,
@@ -367,8 +365,8 @@ def _build(ctx: KernelContext, *, executors: Sequence[str] | str | None = None,
            **options: Any) -> CompareView:
     """The Compare view of a kernel; with `executors` / `reference` (for a workbench that
     passes view options on: `wb.compare(executors=..., timeout=...)`), compare first."""
-    assert ctx.capture is not None
-    s = session(ctx.capture)
+    s = ctx.session
+    assert s is not None
     if executors is not None or reference is not None:
         _set_comparison(s, executors=executors, reference=reference, timeout=timeout,
                         **options)

@@ -6,13 +6,16 @@ import dataclasses
 import functools
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pallaslab.analysis.findings import Finding
 from pallaslab.analysis.inspection import KernelInspection, inspect_kernel
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.analysis.vmem_findings import vmem_findings
 from pallaslab.model import Capture, Kernel
+
+if TYPE_CHECKING:
+    from pallaslab.views.session import Session
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +41,15 @@ class KernelContext:
     # libtpu's exact scoped-VMEM need per chip, once measured (the Memory view's `measured=`
     # or `vmem_exact=True`): the fact overrules the spill-risk estimate for every view.
     vmem_measured: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
+    # What Compare and Step share (the call to re-run, the comparison): the workbench's, which
+    # it passes to every context; a context made alone with a capture gets one of its own.
+    session: Session | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.session is None and self.capture is not None:
+            from pallaslab.views.session import Session
+
+            object.__setattr__(self, "session", Session(self.capture))
 
     @property
     def backend(self) -> str | None:

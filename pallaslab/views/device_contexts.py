@@ -18,18 +18,21 @@ from typing import Any
 
 from pallaslab.model import Capture, Kernel
 from pallaslab.views.context import KernelContext
+from pallaslab.views.session import Session
 
 
 def kernel_contexts(cap: Capture, chosen: Sequence[Kernel], chips: tuple[str, ...],
-                    targets: tuple[str, ...], options: Mapping[str, Any]
+                    targets: tuple[str, ...], options: Mapping[str, Any], session: Session
                     ) -> tuple[KernelContext, ...]:
-    """One context per chosen kernel; with `options["devices"]` = N, kernels inside shard_map
-    traced here on another number of devices are those of the trace on N devices."""
-    local = tuple(KernelContext(k, cap, chips, targets, options) for k in chosen)
+    """One context per chosen kernel, each with the workbench's `session`; with
+    `options["devices"]` = N, kernels inside shard_map traced here on another number of
+    devices are those of the trace on N devices (traced with the session's call)."""
+    local = tuple(KernelContext(k, cap, chips, targets, options, session=session)
+                  for k in chosen)
     n = devices_asked(options)
     if n is None or not any(traced_on_other_devices(k, n) for k in chosen):
         return local
-    trace = _trace(cap, chosen, n, local[0].backend)
+    trace = _trace(cap, session, chosen, n, local[0].backend)
     if trace.error is not None:
         why = f"tracing it on {n} devices failed: {trace.error}"
         return tuple(dataclasses.replace(c, devices_trace_error=why)
@@ -61,11 +64,11 @@ def traced_on_other_devices(kernel: Kernel, devices: int) -> bool:
     return mesh is not None and math.prod(size for _, size in mesh.axes) != devices
 
 
-def _trace(cap: Capture, chosen: Sequence[Kernel], devices: int, backend: str | None) -> Any:
+def _trace(cap: Capture, session: Session, chosen: Sequence[Kernel], devices: int,
+           backend: str | None) -> Any:
     from pallaslab.execute.device_trace import DeviceTrace, trace_on_devices
-    from pallaslab.views.session import session
 
-    call = session(cap).traceable_call()
+    call = session.traceable_call()
     if call is None:
         return DeviceTrace(devices, error="the capture keeps no call to trace again")
     fn, args, kwargs = call

@@ -25,7 +25,6 @@ from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
 from pallaslab.views.names import semaphore_name, source_name
 from pallaslab.views.registry import register_tab
-from pallaslab.views.session import session
 
 DEFAULT_DEVICES = 4
 MAX_EVENTS = 5_000  # arrows and ticks sent to the widget (the text lists them all)
@@ -135,7 +134,7 @@ class DevicesView(View):
     @functools.cached_property
     def run(self) -> RunResult | None:
         """The tpu-interpret run on several devices to show (None: none could be made)."""
-        s = session(self.ctx.capture) if self.ctx.capture is not None else None
+        s = self.ctx.session
         comparison = s.comparison if s is not None else None
         if comparison is not None and "tpu-interpret" in comparison.executors:
             ran = comparison.result("tpu-interpret")

@@ -101,10 +101,10 @@ class LoweringView(InteractiveView):
         """A kernel traced on N simulated devices (no handle here): lowered where it was
         traced, by the worker that has those devices."""
         from pallaslab.execute.device_trace import lower_on_devices
-        from pallaslab.views.session import session
 
-        assert self.ctx.capture is not None and devices is not None
-        call = session(self.ctx.capture).traceable_call()
+        s = self.ctx.session
+        assert s is not None and self.ctx.capture is not None and devices is not None
+        call = s.traceable_call()
         if call is None:
             raise UnavailableError("the capture keeps no call to trace again on "
                                f"{devices} devices")

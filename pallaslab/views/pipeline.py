@@ -48,7 +48,6 @@ from pallaslab.views.pipeline_manual import (
 )
 from pallaslab.views.pipeline_record import RunRecord, record_html, record_text, run_record
 from pallaslab.views.registry import register_tab
-from pallaslab.views.session import session
 
 if TYPE_CHECKING:
     from pallaslab.execute.profile import ProfileTimeline
@@ -252,7 +251,7 @@ class PipelineView(InteractiveView):
         if not (k.dmas or k.semaphore_ops) or self.ctx.capture is None:
             return None
         executor = "gpu-interpret" if k.backend == "mosaic_gpu" else "tpu-interpret"
-        s = session(self.ctx.capture)
+        s = self.ctx.session
         comparison = s.comparison if s is not None else None
         if comparison is not None and executor in comparison.executors:
             ran = comparison.result(executor)

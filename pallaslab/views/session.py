@@ -1,18 +1,18 @@
-"""What the Compare and Step views of one capture share: the call to re-run, the comparison
+"""What the Compare and Step views of one workbench share: the call to re-run, the comparison
 (when one was made), the step views, and the workbench (to switch its tabs to the Step tab and
 select a program in its Grid tab).
+
+The workbench owns its `Session` (`wb.session`) and hands it to its views in each
+`KernelContext`; the frozen `Capture` holds no state of theirs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pallaslab.model import Capture
-from pallaslab.views.context import KernelContext
-from pallaslab.views.registry import tab
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison, RunResult
@@ -23,7 +23,7 @@ V = TypeVar("V")
 
 @dataclasses.dataclass(eq=False)
 class Session:
-    """The Compare/Step state of one capture (one workbench)."""
+    """The Compare/Step state of one workbench (or of a `KernelContext` made alone)."""
 
     capture: Capture
     call: Call | None = None  # the user's own call; None: re-run the captured jaxpr
@@ -60,9 +60,9 @@ class Session:
     def workbench(self) -> Any:
         return self.workbench_ref() if self.workbench_ref is not None else None
 
-    def step_view(self, ctx: KernelContext, make: Callable[[KernelContext], V]) -> V:
-        """The Step view of the context's kernel, one per kernel: made by `make` (`StepView`,
-        whose module imports this one) on first use."""
+    def step_view(self, ctx: Any, make: Callable[[Any], V]) -> V:
+        """The Step view of the `KernelContext`'s kernel, one per kernel: made by `make`
+        (`StepView`) on first use. (Typed loosely: the context module imports this one.)"""
         view = self.step_views.get(ctx.kernel.index)
         if view is None:
             view = self.step_views[ctx.kernel.index] = make(ctx)
@@ -116,21 +116,6 @@ class Session:
         tabs were fixed when the widget was made: found by title)."""
         tabs = self._tab_widget(i)
         titles = list(getattr(tabs, "titles", ()) or ())
-        title = tab(name).title
+        title = next((t.title for t in self.workbench.tabs(i) if t.name == name), None)
         return titles.index(title) if title in titles else None
 
-
-def session(capture: Capture) -> Session:
-    """The session of a capture, made on first use. It lives in the capture's own `__dict__`
-    (as a cached property would), so it goes when the capture goes."""
-    s = capture.__dict__.get("_pallaslab_session")
-    if s is None:
-        s = capture.__dict__["_pallaslab_session"] = Session(capture)
-    return s
-
-
-def attach_workbench(wb: Any) -> Session:
-    """Remember the workbench showing a capture (so Compare can highlight its Grid view)."""
-    s = session(wb.capture)
-    s.workbench_ref = weakref.ref(wb)
-    return s

@@ -33,7 +33,7 @@ from pallaslab.views.arrays import downsample, to_2d
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.registry import register_tab
-from pallaslab.views.session import Session, session
+from pallaslab.views.session import Session
 from pallaslab.views.step_devices import DeviceStepView, device_count, device_steppable
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ class StepView(InteractiveView):
 
     @property
     def session(self) -> Session | None:
-        return session(self.ctx.capture) if self.ctx.capture is not None else None
+        return self.ctx.session
 
     @functools.cached_property
     def stepper(self) -> Stepper:
@@ -446,8 +446,8 @@ def _build(ctx: KernelContext, devices: int | None = None, **options: Any
     if devices is not None or options:
         raise PallasLabError(f"kernel {ctx.kernel.name!r} is not inside shard_map: the Step "
                              "view takes devices=/call= for kernels inside shard_map only")
-    assert ctx.capture is not None
-    return session(ctx.capture).step_view(ctx, StepView)
+    assert ctx.session is not None
+    return ctx.session.step_view(ctx, StepView)
 
 
 register_tab("step", order=60, title="Step", available=_available, build=_build)

@@ -37,7 +37,7 @@ from pallaslab.views.devices import (
     run_error,
 )
 from pallaslab.views.names import semaphore_name, source_name
-from pallaslab.views.session import Call, session
+from pallaslab.views.session import Call
 
 if TYPE_CHECKING:
     from pallaslab.execute.stepping.device_stepper import DeviceStepper, DeviceStepSnapshot
@@ -222,8 +222,8 @@ class DeviceStepView(InteractiveView):
         cap = self.ctx.capture
         if cap is None:
             return None
-        s = session(cap)
-        if s.call is not None:
+        s = self.ctx.session
+        if s is not None and s.call is not None:
             return s.call
         handle = cap.handle
         if handle is not None and getattr(handle, "fn", None) is not None:

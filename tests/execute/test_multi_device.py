@@ -19,7 +19,6 @@ from kernels import CATALOG
 
 import pallaslab
 from pallaslab.cli import main
-from pallaslab.views.session import session
 
 DEVICES = 4
 COLLECTIVES = ["right_permute", "ring_all_gather", "ring_all_reduce", "reduce_scatter"]
@@ -181,7 +180,7 @@ def test_the_magics_devices_alone_run_the_cell_on_that_many_devices(shown):
         assert "the value is the tpu-interpret run's on 4 simulated devices" in out.stdout
         (wb,) = shown
         view = wb.view("devices")
-        assert view.run is session(wb.capture).device_run and view.run.status == "ran"
+        assert view.run is wb.session.device_run and view.run.status == "ran"
         assert len(view.payload()["transfers"]) == DEVICES
 
 
