@@ -21,29 +21,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pallaslab.execute.comparing.pair import is_float
-from pallaslab.util.text import visible
-from pallaslab.views import _html
 from pallaslab.views._html import esc
 from pallaslab.views.base import InteractiveView, View
 from pallaslab.views.compare_payload import (
     ComparePayload,
     compare_payload,
-    labelled_findings,
     last_two,
     last_two_dims,
     outcome,
-    pair_cells,
     run_status,
-    writer_lines,
 )
+from pallaslab.views.compare_tree import compare_tree
 from pallaslab.views.context import KernelContext
+from pallaslab.views.parts import Section, to_html, to_text
 from pallaslab.views.registry import register_tab
 from pallaslab.views.session import Call, Session
 from pallaslab.views.step import StepView
 
 if TYPE_CHECKING:
-    from pallaslab.execute import Comparison, OutputComparison, PairComparison
+    from pallaslab.execute import Comparison, OutputComparison
 
 __all__ = [
     "ComparePayload",
@@ -205,41 +201,15 @@ class CompareView(InteractiveView):
 
     # --- static forms -------------------------------------------------------------------------
 
-    def to_text(self) -> str:
+    def tree(self) -> Section:
+        """The comparison as one tree (`compare_tree`): what the text and HTML forms render."""
         c = self.comparison
-        lines = [f"Compare {', '.join(c.executors)} for kernel {self.ctx.kernel.index} "
-                 f"{self.ctx.kernel.name}: {c.verdict()}", "  executors:"]
-        for r in c.results:
-            lines.append(f"    {r.executor}: {run_status(r)}")
-            lines += [f"      note: {n}" for n in r.notes]
-        if c.findings:
-            lines.append("  findings of the runs:")
-            lines += [f"    {who}: {f.severity} {f.code}"
-                      + (f" ({f.operand})" if f.operand else "") + f": {f.message}"
-                      for who, f in labelled_findings(c)]
-        lines += [f"  warning: {w}" for w in c.warnings]
-        if incomplete := _incomplete_line(c):
-            lines.append(f"  {incomplete[0].lower()}{incomplete[1:]}")
-        for out in c.outputs:
-            lines.append(f"  {out.origin} {out.dtype}{list(out.shape)}"
-                         + (f" blocks {list(out.block_shape)}" if out.block_shape else ""))
-            for p in out.pairs:
-                if p.error is not None:
-                    lines.append(f"    {p.a} vs {p.b}: {p.error}")
-                    continue
-                abs_err, rel_err, ulp, nans = pair_cells(p, is_float(out.dtype))
-                lines.append(
-                    f"    {p.a} vs {p.b}: max abs {abs_err}, max rel {rel_err}, {ulp} ULP, "
-                    + (f"NaN (a / b) {nans}, " if nans != "-" else "")
-                    + f"{p.mismatched_elements:,} mismatched, "
-                    f"{'allclose' if p.allclose else 'NOT allclose'} (rtol {p.rtol:.3g}, "
-                    f"atol {p.atol:.3g})")
-                for b, progs in _block_rows(c, out, p, self.ctx)[:16]:
-                    lines.append(f"      block {b} written by {progs}")
-            lines += [f"    why ({cause.kind}): {cause.message}"
-                      for cause in getattr(out, "causes", ())]
-            lines += [f"    {w}" for w in writer_lines(c, out, self._tiling_of(out))]
-        return visible("\n".join(lines))
+        k = self.ctx.kernel
+        return compare_tree(c, f"Compare {', '.join(c.executors)} for kernel {k.index} "
+                               f"{k.name}: {c.verdict()}", self.ctx.tiling, k.index)
+
+    def to_text(self) -> str:
+        return to_text(self.tree())
 
     def to_html(self) -> str:
         c = self.comparison
@@ -247,88 +217,12 @@ class CompareView(InteractiveView):
         kind = outcome(c)
         verdict = (f'<span class="{"pl-ok" if kind == "pass" else "pl-cmp-bad"} pl-cmp-verdict" '
                    f'data-outcome="{kind}">{esc(c.verdict())}</span>')
-        parts = [f'<h3 class="pl-title">Compare <code>{esc(k.name)}</code> '
-                 f'<span class="pl-dim">{esc(", ".join(c.executors))}</span> {verdict}</h3>']
-        # the diagnosis first: a saved copy is read top down, the verdict then why
-        parts += [_causes_html(out, writer_lines(c, out, self._tiling_of(out)))
-                  for out in c.outputs if getattr(out, "causes", ())]
-        parts.append(_html.table(
-            ("executor", "status", "time (s)", "reason / notes"),
-            [(r.executor, r.status, f"{r.wall_time:.3g}" if r.status == "ran" else "-",
-              "; ".join([r.reason or "", *r.notes]).strip("; ") or "-") for r in c.results],
-            numeric=(2,)).replace('class="pl-table"', 'class="pl-table pl-cmp-runs"', 1))
-        if c.findings:
-            parts.append('<h4 class="pl-cmp-h">Findings of the runs</h4><ul class="pl-findings">'
-                         + "".join(
-                             f'<li class="pl-finding pl-{esc(f.severity)}"><span class="pl-badge">'
-                             f'{esc(f.severity)}</span> <code>{esc(f.code)}</code> '
-                             f'<span class="pl-dim">{esc(who)}</span> {esc(f.message)}</li>'
-                             for who, f in labelled_findings(c)) + "</ul>")
-        parts += [f'<p class="pl-finding pl-warning pl-cmp-warning">{esc(w)}</p>'
-                  for w in c.warnings]
-        if incomplete := _incomplete_line(c):
-            parts.append(f'<p class="pl-finding pl-warning">{esc(incomplete)}</p>')
-        rows = []
-        blocks = []
-        for out in c.outputs:
-            for p in out.pairs:
-                abs_err, rel_err, ulp, nans = pair_cells(p, is_float(out.dtype))
-                rows.append((out.origin, f"{p.a} vs {p.b}", abs_err, rel_err, ulp,
-                             f"{p.mismatched_elements:,}",
-                             p.error or ("yes" if p.allclose else "no"), nans))
-                blocks += [(out.origin, f"{p.a} vs {p.b}", b, progs)
-                           for b, progs in _block_rows(c, out, p, self.ctx)]
-        parts.append(_html.table(("output", "pair", "max abs err", "max rel err", "ULP",
-                                  "mismatched", "allclose", "NaN (a / b)"), rows,
-                                 numeric=(2, 3, 4, 5, 7)))
-        if blocks:
-            parts.append('<h4 class="pl-cmp-h">Mismatched blocks and the programs that wrote '
-                         "them</h4>")
-            parts.append(_html.table(("output", "pair", "block", "programs"), blocks[:200]))
-            parts += _static_maps(c, self.ctx)
-        return '<div class="pl-compare-static">' + "".join(parts) + "</div>"
-
-
-def _causes_html(out: OutputComparison, writers: Sequence[str]) -> str:
-    """Why an output is wrong, as the widget lists it, and who wrote its wrong elements."""
-    items = "".join(f'<li class="pl-finding pl-error pl-cmp-cause" data-kind="{esc(x.kind)}">'
-                    f'<span class="pl-badge">{esc(x.kind)}</span> {esc(x.message)}</li>'
-                    for x in getattr(out, "causes", ()))
-    items += "".join(f'<li class="pl-cmp-writer">{esc(w)}</li>' for w in writers)
-    # "output" before the name: it reads right whatever the output is called ("outputs")
-    return (f'<div class="pl-cmp-causes"><h4 class="pl-cmp-h">Why output '
-            f'<code>{esc(out.origin)}</code> is wrong</h4><ul class="pl-findings">{items}</ul>'
-            '</div>')
-
-
-def _incomplete_line(c: Comparison) -> str | None:
-    """What was not compared (None: the comparison is complete)."""
-    if len(c.ran) < 2:
-        return "Nothing compared: fewer than two executors ran."
-    if not c.complete:
-        names = ", ".join(r.executor for r in c.missing)
-        return f"Incomplete: {names} did not run; only {', '.join(c.ran)} were compared."
-    return None
-
-
-def _block_rows(c: Comparison, out: OutputComparison, p: PairComparison, ctx: KernelContext
-                ) -> list[tuple[str, str]]:
-    """(block, its writer programs) of a pair, as text."""
-    ot = None
-    infos = c.results[0].output_info if c.results else ()
-    info = next((i for o, i in zip(c.outputs, infos, strict=False) if o is out), None)
-    if out.kernel == ctx.kernel.index and ctx.tiling is not None and info is not None:
-        ot = ctx.tiling.operands.get(info.origin or "")
-    rows = []
-    for b in p.mismatched_blocks:
-        if ot is not None and ctx.tiling is not None:
-            steps = ot.steps_with_block(b)
-            progs = ", ".join(str(q) for q in ctx.tiling.programs_at(steps, limit=8))
-            progs += " …" if len(steps) > 8 else ""
-        else:
-            progs = ", ".join(str(q) for q in p.programs[:8])
-        rows.append((str(tuple(b)), progs or "none (never written)"))
-    return rows
+        head = (f'<h3 class="pl-title">Compare <code>{esc(k.name)}</code> '
+                f'<span class="pl-dim">{esc(", ".join(c.executors))}</span> {verdict}</h3>')
+        body = "".join(to_html(part) for part in self.tree().children)
+        wrong = any(p.mismatched_blocks for out in c.outputs for p in out.pairs)
+        maps = "".join(_static_maps(c, self.ctx)) if wrong else ""
+        return f'<div class="pl-compare-static">{head}{body}{maps}</div>'
 
 
 def _static_maps(c: Comparison, ctx: KernelContext) -> list[str]:

@@ -60,7 +60,7 @@ def test_causes_are_said_in_text_and_html(explained_):
     view = CompareView(wb.context(0), comparison)
     said = "8,192 wrong elements, all last written by kernels.py:390 in program (2,)"
     text = view.to_text()
-    assert f"    why (line): {said}" in text
+    assert f"  Why output outputs is wrong:\n    line: {said}" in text
     writer = ("8,192 wrong elements last written by program (2,) at kernels.py:390, which read "
               "x_ref[")
     assert f"    {writer}" in text
