@@ -207,24 +207,6 @@ def stage_name(text: str) -> str:
         "(a kernel's N-th Mosaic module) and mosaic:PASS (with --compile)")
 
 
-def executor_list(text: str) -> list[str]:
-    from pallaslab.execute import executor_names
-
-    names = [e.strip() for e in text.split(",") if e.strip()]
-    known = executor_names()
-    valid = f"valid executors: {', '.join(known)}"
-    for name in names:
-        if name not in known:
-            raise argparse.ArgumentTypeError(f"unknown executor {name!r}; {valid}")
-    for name in names:
-        if names.count(name) > 1:
-            raise argparse.ArgumentTypeError(f"executor {name!r} is listed twice in {text!r}")
-    if len(names) < 2:
-        raise argparse.ArgumentTypeError(
-            f"a comparison needs at least two executors, got {text!r}; {valid}")
-    return names
-
-
 # --- the console and user text -----------------------------------------------------------
 
 

@@ -29,7 +29,6 @@ from pallaslab.cli._shared import (
     console,
     device_count,
     error_json,
-    executor_list,
     fill_help_later,
     nonnegative_float,
     positive_float,
@@ -39,15 +38,8 @@ from pallaslab.cli._shared import (
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-    from rich.table import Table
-
     from pallaslab.execute import Comparison
-    from pallaslab.execute.comparing.comparison import OutputComparison
-    from pallaslab.execute.comparing.pair import PairComparison
-
-STATUS_STYLE = {"ran": "green", "unavailable": "yellow", "failed": "bold red",
-                "timed-out": "bold red"}
+    from pallaslab.execute.registry import ExecutorList
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,13 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "pair of outputs; a mismatch names the grid programs that "
                                    "wrote the wrong blocks.")
     p.add_argument("cases", nargs="+", metavar="CASE", help=CASES_HELP)
-    executors = p.add_argument(
+    p.add_argument(
         "--executors", default=None, metavar="E1,E2,...", type=executors_arg,
         help="two or more (or one with --reference), comma-separated, from: {names} "
-             "(default: the interpreter that can run the kernels, against --reference if "
-             "given, else interpret against tpu-interpret; the result's notes say which). "
-             "With --reference, 'reference' is added when not listed. Every executor named "
-             "must run, else the comparison is incomplete (exit 2)")
+             "(default: {default}; the result's notes say which). With --reference, "
+             "'{reference}' is added when not listed. Every executor named must run, else the "
+             "comparison is incomplete (exit 2)")
     p.add_argument("--reference", metavar="FILE.py:FUNC",
                    help="a pure-JAX function with the kernel function's signature")
     p.add_argument("--rtol", type=nonnegative_float, default=None,
@@ -77,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", type=device_count, default=None, metavar="N",
                    help="run on N simulated CPU devices (a worker process configured for them): "
                         "kernels inside shard_map that talk to other devices (remote DMAs, "
-                        "semaphores) run under tpu-interpret; build the mesh from "
+                        "semaphores) run under {on_devices}; build the mesh from "
                         "jax.devices()")
     p.add_argument("--equal-nan", action="store_true",
                    help="count NaN == NaN as equal (by default NaN equals nothing: output no "
@@ -87,36 +78,48 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
     def fill_help(parser: argparse.ArgumentParser) -> None:
-        from pallaslab.execute import executor_names
+        from pallaslab.execute.registry import executor_help_names
 
-        executors.help = (executors.help or "").replace(
-            "{names}", ", ".join(executor_names()))
+        for action in parser._actions:  # the executors' names, from the registry
+            for key, text in executor_help_names().items():
+                action.help = action.help and action.help.replace(f"{{{key}}}", text)
         parser.epilog = "\n\n".join(filter(None, (executors_epilog(), parser.epilog)))
 
     fill_help_later(p, fill_help)
 
 
-def executors_arg(text: str) -> list[str]:
-    """--executors: as `executor_list`, but one name is accepted (--reference, when given,
-    is the second; `run` refuses one name without it)."""
-    from pallaslab.execute import executor_names
+def executors_arg(text: str) -> ExecutorList:
+    """--executors: an `ExecutorList` (`run` checks its count once --reference is known)."""
+    from pallaslab.execute.registry import ExecutorError, ExecutorList
 
-    names = [e.strip() for e in text.split(",") if e.strip()]
-    if len(names) == 1 and names[0] in executor_names():
-        return names
-    return executor_list(text)
+    try:
+        return ExecutorList.parse(text)
+    except ExecutorError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def check_executors(args: argparse.Namespace) -> None:
+    """The --executors, with the reference --reference adds, are two or more, and the
+    reference executor is named only with --reference."""
+    from pallaslab.execute.registry import ExecutorError, executor_spec
+
+    if args.executors is None:
+        return
+    try:
+        args.executors.with_reference(args.reference)[0].compared()
+    except ExecutorError as err:
+        raise UsageError(f"argument --executors: {err}; or give --reference FILE.py:FUNC "
+                         "(the reference is then the second)", prog="pallaslab compare"
+                         ) from None
+    for name in args.executors.names:
+        if executor_spec(name).takes_reference and not args.reference:
+            raise UsageError(f"argument --executors: the {name!r} executor needs --reference "
+                             "FILE.py:FUNC (a pure-JAX function with the kernel function's "
+                             "signature)", prog="pallaslab compare")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.executors is not None and len(args.executors) == 1 and not args.reference:
-        raise UsageError(f"argument --executors: a comparison needs at least two executors, "
-                         f"got {args.executors[0]!r} alone; name another, or give --reference "
-                         "FILE.py:FUNC (the reference is then the second)",
-                         prog="pallaslab compare")
-    if args.executors is not None and "reference" in args.executors and not args.reference:
-        raise UsageError("argument --executors: the 'reference' executor needs --reference "
-                         "FILE.py:FUNC (a pure-JAX function with the kernel function's "
-                         "signature)", prog="pallaslab compare")
+    check_executors(args)
     if args.devices:  # traced here as on N devices too (a case may skip its kernel on one)
         simulate_cpu_devices(args.devices)
     from pallaslab.cases import load_function
@@ -160,70 +163,13 @@ def executors_epilog() -> str:
 
 
 def render(result: Comparison) -> None:
+    """The comparison's one tree (`compare_tree`, what the Compare view shows) on the terminal,
+    then the verdict (incomplete: said on stderr, as the error)."""
+    from pallaslab.cli._parts import to_rich
+    from pallaslab.views.compare_tree import compare_tree
+
     out = console()
-    by_name = {r.executor: r for r in result.results}
-    for note in result.notes:
-        out.print(f"[dim]note: {safe(note)}[/]")
-    for name, status in result.statuses.items():
-        style = STATUS_STYLE.get(status.status, "bold red")
-        r = by_name.get(name)
-        if status.status == "ran" and r is not None:
-            out.print(f"[{style}]{safe(name)}[/]: {r.wall_time * 1e3:.1f} ms "
-                      f"(compile {r.compile_time * 1e3:.0f} ms)")
-        else:
-            out.print(f"[{style}]{safe(name)}: {status.status}[/] ({safe(status.reason or '')})")
-        for f in r.findings if r is not None else ():
-            if f"{f.code}: {f.message}" != status.reason:  # else just said, as the reason
-                out.print(f"    [bold red]{safe(f.code)}[/]: {safe(f.message)}")
-    for s in result.static_findings:
-        out.print(f"[bold red]static analysis of {safe(s.name)}[/] (as pallaslab check):")
-        out.print(f"    [bold red]{safe(s.finding.code)}[/]: {safe(s.finding.message)}")
-    for o in (o for o in result.outputs if o.pairs):  # no pair ran: nothing to tabulate
-        out.print(_table(o))
-    for warning in result.warnings:
-        out.print(f"[yellow]warning: {safe(warning)}[/]")
-    for line in result.cause_lines():  # why a mismatch is wrong, one cause a line
-        out.print(f"[bold red]cause[/] {safe(line)}")
-    if result.outcome != "incomplete":  # (incomplete: said on stderr, as the error)
+    out.print(to_rich(compare_tree(result, "")))
+    if result.outcome != "incomplete":
         style = "green" if result.passed else "bold red"
         out.print(f"[{style}]{safe(result.verdict())}[/]")
-
-
-def _table(o: OutputComparison) -> Table:
-    from rich.table import Table
-
-    nans = any(p.nan_a or p.nan_b for p in o.pairs)
-    table = Table(title=f"{safe(o.origin)} {o.dtype}{list(o.shape)}", show_edge=False,
-                  header_style="bold")
-    columns = ["a", "b", "max abs", "max rel", "max ulp", *(["NaN a / b"] if nans else []),
-               "mismatched", "allclose", "programs"]
-    for col in columns:
-        table.add_column(col)
-    for p in o.pairs:
-        programs = ", ".join(str(pr) for pr in p.programs[:8])
-        if len(p.programs) > 8:
-            programs += f", ... ({len(p.programs)})"
-        abs_err, rel_err, ulp = pair_figures(p, o.dtype)
-        table.add_row(safe(p.a), safe(p.b), abs_err, rel_err, ulp,
-                      *([f"{p.nan_a:,} / {p.nan_b:,}"] if nans else []),
-                      f"{p.mismatched_elements:,}",
-                      "[green]yes[/]" if p.allclose else "[bold red]no[/]",
-                      safe(programs) or "-")
-    return table
-
-
-def pair_figures(p: PairComparison, dtype: np.dtype) -> tuple[str, str, str]:
-    """max abs, max rel and max ULP as shown: "nan" where a NaN on one side makes the error
-    infinite, "-" for ULP of integer outputs (their |a - b| is max abs already)."""
-    import numpy as np
-
-    from pallaslab.execute.comparing.pair import is_float
-
-    nan = bool(p.nan_a or p.nan_b)
-
-    def figure(x: float) -> str:
-        return "nan" if nan and not np.isfinite(x) else f"{x:.3g}"
-
-    ulp = "-" if not is_float(dtype) or (nan and not np.isfinite(p.max_abs_err)) else \
-        f"{p.max_ulp:,}"
-    return figure(p.max_abs_err), figure(p.max_rel_err), ulp

@@ -47,8 +47,19 @@ class ExecutorSpec:
     interpreter: str | None = None
     # What it can run: why it cannot run these kernels, or None.
     refusal: Callable[[Sequence[Kernel]], str | None] = runs_anything
-    # The registry builds it with the comparison's reference function (`reference=`).
+    # The registry builds it with the comparison's reference function (`reference=`): the
+    # reference executor, which a comparison given `reference=` adds.
     takes_reference: bool = False
+    # The choice, as data (`pallaslab.execute.executors.choice` reads these, never names).
+    # The semantics it interprets kernels under: "hlo" (interpret mode), "tpu" (TPU
+    # interpret mode: DMAs in flight, blocking waits, several devices), "gpu" (Mosaic GPU
+    # interpret mode); None: not an interpreter (a device, a reference).
+    mode: Literal["hlo", "tpu", "gpu"] | None = None
+    # Chosen over the others of its mode on a CPU host (the fast everyday default there).
+    cpu_preferred: bool = False
+    # Where it stands among the interpreters that check interpret mode's results, best
+    # first (lowest); None: never chosen as that second executor.
+    second_rank: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

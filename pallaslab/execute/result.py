@@ -77,6 +77,9 @@ class RunResult:
     batching: tuple[KernelBatching, ...] = ()  # how `vectorized` ran each kernel
     default_choice: DefaultChoice | None = None  # set when no executor was named
     in_process: str | None = None  # why it ran in the caller's process, not the worker
+    # the worker process could not rebuild or capture the call as the caller did (the
+    # caller may run it in its own process instead)
+    worker_refused: bool = False
 
     @property
     def ran_as(self) -> str:

@@ -120,10 +120,10 @@ CATALOG: dict[str, Bad] = {
     "compare-unknown-executor": bad("compare", f"{K}:vector_add", "--executors",
                                     "interpret,nope",
                                     message="argument --executors: unknown executor 'nope'; "
-                                            "valid executors: interpret, tpu-interpret"),
+                                            "the executors are: interpret, tpu-interpret"),
     "compare-single-executor": bad("compare", f"{K}:vector_add", "--executors", "interpret",
-                                   message="a comparison needs at least two executors, got "
-                                           "'interpret'"),
+                                   message="a comparison needs at least two executors; got "
+                                           "1 (interpret)"),
     "compare-executor-twice": bad("compare", f"{K}:vector_add", "--executors",
                                   "interpret,interpret",
                                   message="executor 'interpret' is listed twice"),

@@ -69,7 +69,8 @@ def test_one_executor_with_a_reference_is_a_comparison(capsys):
     assert payload["executors"] == ["vectorized", "reference"]
     code, _, err = _cli(capsys, "compare", f"{K}:double", "--executors", "vectorized")
     assert code == 2
-    assert "a comparison needs at least two executors, got 'vectorized' alone" in err
+    assert "a comparison needs at least two executors; got 1 (vectorized)" in err
+    assert "or give --reference FILE.py:FUNC" in err
 
 
 def test_a_reference_that_does_not_trace_runs_as_written():

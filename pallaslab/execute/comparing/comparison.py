@@ -76,6 +76,7 @@ from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors.choice import default_executors
 from pallaslab.execute.prepared import prepare
 from pallaslab.execute.protocol import Executor, Prepared
+from pallaslab.execute.registry import ExecutorList, reference_executor
 from pallaslab.execute.result import OutputInfo, RunResult, RunStatus
 from pallaslab.execute.runs import execute
 from pallaslab.execute.stepping.mesh_stepping import core_mismatches
@@ -236,7 +237,7 @@ class Comparison:
             return (f"only {len(self.ran)} of {len(self.results)} executor(s) ran, nothing "
                     f"was compared with two: {why}")
         names = [r.executor for r in self.missing]
-        against = "its reference" if names == ["reference"] else (
+        against = "its reference" if names == [reference_executor()] else (
             "them" if len(names) > 1 else "it")
         agree = " and ".join(self.ran) if len(self.ran) == 2 else ", ".join(self.ran)
         return (f"{', '.join(names)} did not run, so the kernel was not checked against "
@@ -298,7 +299,7 @@ def _kernel_errors(findings: Sequence[Finding]) -> tuple[Finding, ...]:
 
 
 def compare(fn: Callable[..., Any] | Kernel, *args: Any,
-            executors: Sequence[str | Executor] | str | None = None,
+            executors: ExecutorList | Sequence[str | Executor] | str | None = None,
             reference: Callable[..., Any] | None = None, rtol: float | None = None,
             atol: float | None = None, seed: int = DEFAULT_SEED, timeout: float | None = None,
             equal_nan: bool = False, devices: int | None = None,
@@ -349,27 +350,26 @@ def compare(fn: Callable[..., Any] | Kernel, *args: Any,
     notes: tuple[str, ...] = ()
     named = None
     if executors is not None:
-        named, added = compare_args.with_reference(executors, reference)
-        named = compare_args.check_executors(named)
+        named, added = compare_args.named(executors, reference)
         notes = (added,) if added else ()
     runners = None if named is None else compare_args.runners(named, reference)
     time_limit(timeout)  # a bad limit is an error before anything runs
     prepared = prepare(fn, args, kwargs, seed=seed, devices=devices, captured=captured)
     if runners is None:
         names, note = default_executors(prepared.capture, reference, prepared.devices)
-        runners, notes = compare_args.runners(list(names), reference), (note,)
+        runners, notes = compare_args.runners(ExecutorList(names), reference), (note,)
     results = tuple(unwritten_confirmed(execute(r, prepared, timeout=timeout), prepared.capture)
                     for r in runners)
     compared = compare_results(prepared, results, rtol=rtol, atol=atol, equal_nan=equal_nan)
     if compared._mismatch and not devices_note(prepared):  # a pass pays nothing for causes
         compared = with_causes(compared, prepared, reference)
     required = tuple(r.name for r in runners) if named is not None else (
-        ("reference",) if reference is not None else ())
+        (reference_executor(),) if reference is not None else ())
     if on_devices := devices_note(prepared):
         notes = (*notes, on_devices)
     # How the reference ran (under jax.jit when it traces, else as written), said once here.
     notes = (*notes, *compared.notes,
-             *(n for r in results if r.executor == "reference" for n in r.notes),
+             *(n for r in results if r.executor == reference_executor() for n in r.notes),
              *device_mismatches(compared), *core_mismatches(compared),
              *why_the_runs_agree(compared.static_findings))
     return dataclasses.replace(compared, notes=notes, required=required)

@@ -33,7 +33,7 @@ from pallaslab.execute.executors.choice import (
 from pallaslab.execute.executors.device import attached_accelerator
 from pallaslab.execute.prepared import output_info
 from pallaslab.execute.protocol import Prepared
-from pallaslab.execute.registry import executor_spec, find_spec, get_executor
+from pallaslab.execute.registry import executor_of_mode, executor_spec, find_spec, get_executor
 from pallaslab.execute.result import ProgramPrint, RunResult
 from pallaslab.execute.runs import execute
 from pallaslab.execute.worker import isolation
@@ -110,9 +110,8 @@ def stopped_in(comparison: Any) -> Evaluation | None:
     computing the value would not end either (in this process nothing can stop a program
     spinning inside a compiled loop): the evaluation is that stop. Else None."""
     result = None
-    interpret_mode = executor_spec("interpret").label  # `vectorized` gives its results too
     for name in getattr(comparison, "executors", ()) if comparison is not None else ():
-        if (spec := find_spec(name)) is not None and spec.label == interpret_mode:
+        if (spec := find_spec(name)) is not None and spec.mode == "hlo":  # interpret mode's
             result = comparison.result(name)
     if result is None or result.status != "timed-out":
         return None
@@ -126,8 +125,9 @@ def run_on_devices(comparison: Any) -> Evaluation | None:
     """When a comparison ran the kernels on simulated devices this process does not have
     (`--devices N`), the value is that run's: computing it here would use another device
     count. Else None."""
-    if comparison is not None and "tpu-interpret" in getattr(comparison, "executors", ()):
-        return devices_evaluation(comparison.result("tpu-interpret"))
+    on_devices = executor_of_mode("tpu")  # the one that runs kernels on several devices
+    if comparison is not None and on_devices in getattr(comparison, "executors", ()):
+        return devices_evaluation(comparison.result(on_devices))
     return None
 
 
@@ -163,7 +163,7 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
             return execute_here(get_executor(executor), here, limit)
         sent = Prepared(call[0], tuple(call[1]), dict(call[2]), cap, here.output_info)
         result = execute(get_executor(executor), sent, timeout=limit)
-        if result.status != "failed" or "executor worker process" not in (result.error or ""):
+        if not result.worker_refused:
             return result
         # the worker could not rebuild or trace the call as this process did: run here
         why = (result.error or "").splitlines()[0][:200]
@@ -209,5 +209,7 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
 def _shares_interpret_label(result: RunResult) -> bool:
     """Whether the run's own executor (not the HLO interpreter, and not one it handed the run
     to) goes by interpret mode's label, so the note must name it."""
-    return (result.ran_under is None and result.executor != "interpret"
-            and executor_spec(result.executor).label == executor_spec("interpret").label)
+    spec = executor_spec(result.executor)
+    return (result.ran_under is None and spec.mode is not None
+            and result.executor != executor_of_mode(spec.mode)
+            and spec.label == executor_spec(executor_of_mode(spec.mode)).label)

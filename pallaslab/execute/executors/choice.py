@@ -1,9 +1,11 @@
 """Which executor runs a capture when none is named (`auto`: the fastest that applies),
 and which two a comparison runs by default, with the reason in words.
 
-Names only: nothing here runs an executor (see `pallaslab.execute.runs.run` and
-`pallaslab.execute.executors.auto.evaluate`), so the executors themselves may ask it (`vectorized`
-falls back to `interpreter_for`'s choice).
+Names only, read from the registry's declarations (`ExecutorSpec.mode`, `cpu_preferred`,
+`second_rank`, `takes_reference`): no executor is named here. Nothing here runs an
+executor (see `pallaslab.execute.runs.run` and `pallaslab.execute.executors.auto.evaluate`),
+so the executors themselves may ask it (`vectorized` falls back to `interpreter_for`'s
+choice).
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ import jax
 
 from pallaslab.execute.executors import capabilities
 from pallaslab.execute.protocol import ExecutorError
-from pallaslab.execute.registry import executor_spec
+from pallaslab.execute.registry import (
+    executor_of_mode,
+    executor_spec,
+    reference_executor,
+    second_choices,
+)
 from pallaslab.model import Kernel
 from pallaslab.model.source_names import short_source
 
@@ -24,14 +31,16 @@ def interpreter_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
     """The executor that can run every kernel of the capture interpreted: the HLO
     interpreter (the fastest) unless it cannot (TPU mesh kernels, kernels that talk between
     devices, shard_map kernels run on several devices: TPU interpret mode)."""
+    return executor_of_mode(_mode_for(cap, devices))
+
+
+def _mode_for(cap: Sequence[Kernel], devices: int | None) -> str:
     if _on_devices(cap, devices):
-        return "tpu-interpret"
+        return "tpu"
     mesh = [k for k in cap if k.kind == "mesh"]
     if mesh and all(k.backend == "mosaic_gpu" for k in mesh):
-        return "gpu-interpret"
-    if capabilities.hlo_interpreter_refusal(cap) is not None:
-        return "tpu-interpret"
-    return "interpret"
+        return "gpu"
+    return "tpu" if capabilities.hlo_interpreter_refusal(cap) is not None else "hlo"
 
 
 def _on_devices(cap: Sequence[Kernel], devices: int | None) -> bool:
@@ -44,20 +53,24 @@ def default_executor_for(cap: Sequence[Kernel], devices: int | None = None) -> s
     """`interpreter_for`, with the `vectorized` executor (interpret mode's results, programs
     batched where provably equivalent, else interpreted) in place of the HLO interpreter on a
     CPU host: the fast everyday default."""
-    name = interpreter_for(cap, devices)
-    return "vectorized" if name == "interpret" and jax.default_backend() == "cpu" else name
+    return executor_of_mode(_mode_for(cap, devices), cpu=jax.default_backend() == "cpu")
+
+
+def _interprets_hlo(name: str) -> bool:
+    return executor_spec(name).mode == "hlo"
 
 
 def interpreter_choice(cap: Sequence[Kernel], devices: int | None = None) -> str | None:
     """Why `interpreter_for` did not choose the HLO interpreter (None when it did)."""
-    if interpreter_for(cap, devices) == "interpret":  # (or `vectorized`: interpret mode)
+    mode = _mode_for(cap, devices)
+    if mode == "hlo":
         return None
     if why := capabilities.hlo_interpreter_refusal(cap):
         return why
     if _on_devices(cap, devices):
         return (f"kernels inside shard_map on {devices} devices may talk to each other "
-                "(remote DMAs, semaphores): tpu-interpret runs them")
-    return "Mosaic GPU kernels: gpu-interpret"
+                f"(remote DMAs, semaphores): {executor_of_mode('tpu')} runs them")
+    return f"Mosaic GPU kernels: {executor_of_mode(mode)}"
 
 
 def needs_tpu_semantics(cap: Sequence[Kernel]) -> str | None:
@@ -91,8 +104,8 @@ def run_executor_for(cap: Sequence[Kernel], devices: int | None = None
     keeps a DMA in flight until it is waited on and blocks on a wait as the chip does (and
     reports a deadlock) where interpret mode passes both by."""
     name = default_executor_for(cap, devices)
-    if name in ("interpret", "vectorized") and (why := needs_tpu_semantics(cap)) is not None:
-        return "tpu-interpret", why
+    if _interprets_hlo(name) and (why := needs_tpu_semantics(cap)) is not None:
+        return executor_of_mode("tpu"), why
     return name, interpreter_choice(cap, devices)
 
 
@@ -110,8 +123,8 @@ def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] |
         # against a reference alone, a kernel with DMAs or semaphore waits runs where they
         # take effect (TPU interpret mode lacks pl.semaphore_read: those stay in interpret mode)
         first, why = run_executor_for(kernels, devices)
-    second = "reference" if reference is not None else (
-        _second_interpreter(first, kernels) if first in ("interpret", "vectorized") else None)
+    second = reference_executor() if reference is not None else (
+        _second_interpreter(first, kernels) if _interprets_hlo(first) else None)
     if second is None:
         raise ExecutorError(
             f"only {first} can run these kernels here ({why}), so there is nothing to compare "
@@ -121,26 +134,23 @@ def default_executors(kernels: Sequence[Kernel], reference: Callable[..., Any] |
     return (first, second), f"executors chosen by default: {first}, {second}{because}"
 
 
-# What interpret mode's results are checked against, best first: TPU interpret mode (a
-# memory model, races), else the other of interpret mode's two executors.
-_SECOND_CHOICES = ("tpu-interpret", "interpret", "vectorized")
-
-
 def _second_interpreter(first: str, kernels: Sequence[Kernel]) -> str | None:
-    """The first of `_SECOND_CHOICES` other than `first` that does not refuse the kernels
+    """The first of `second_choices()` (TPU interpret mode: a memory model, races; else the
+    other of interpret mode's executors) other than `first` that does not refuse the kernels
     (a Triton kernel has no TPU compiler params for TPU interpret mode); None when only
-    `first` runs them; TPU interpret mode when none does (both then say why not)."""
+    `first` runs them; the best when none does (both then say why not)."""
     def runs(name: str) -> bool:
         return executor_spec(name).refusal(kernels) is None
 
-    accepted = [name for name in _SECOND_CHOICES if name != first and runs(name)]
+    choices = second_choices()
+    accepted = [name for name in choices if name != first and runs(name)]
     if accepted:
         return accepted[0]
-    return None if runs(first) else "tpu-interpret"
+    return None if runs(first) else choices[0]
 
 
 def fallback_note(unavailable: str, executor: str) -> str:
     """Why a run that needed TPU interpret mode's semaphores ran under another executor."""
     short = unavailable.split(", used by")[0]
-    return (f"tpu-interpret could not run it: {short}; ran under {executor}, which "
+    return (f"{executor_of_mode('tpu')} could not run it: {short}; ran under {executor}, which "
             "does not block on semaphore waits: a missing signal would not be seen")

@@ -37,7 +37,8 @@ class GpuInterpretExecutor:
         name="gpu-interpret", label="GPU interpret mode",
         description="Mosaic GPU interpret mode, for plgpu.kernel kernels (warpgroup races "
                     "found)",
-        interpreter="JAX's Mosaic GPU interpreter", refusal=gpu_interpret_refusal)
+        interpreter="JAX's Mosaic GPU interpreter", refusal=gpu_interpret_refusal,
+        mode="gpu")
     name = spec.name
 
     def unavailable(self) -> str | None:

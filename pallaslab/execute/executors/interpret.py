@@ -19,6 +19,7 @@ class InterpretExecutor:
         name="interpret", label="interpret mode",
         description="JAX's HLO interpreter (interpret=True): fast, no TPU memory model",
         integer_fill="min", interpreter="JAX's HLO interpreter (interpret=True)",
+        mode="hlo", second_rank=1,
         refusal=semaphore_refusals.with_hlo_semaphore_refusal(
             lambda kernels: capabilities.hlo_interpreter_refusal(kernels)
             or capabilities.hlo_interpreter_gap(kernels)))

@@ -37,7 +37,8 @@ class TpuInterpretExecutor:
         name="tpu-interpret", label="TPU interpret mode",
         description="TPU interpret mode: HBM/VMEM/SMEM, DMAs, semaphores, races, "
                     "out-of-bounds reads and deadlocks found (slow)",
-        integer_fill="max", interpreter=capabilities.TPU_INTERPRETER,
+        integer_fill="max", interpreter=capabilities.TPU_INTERPRETER, mode="tpu",
+        second_rank=0,
         refusal=tpu_interpret_refusal)
     name = spec.name
 

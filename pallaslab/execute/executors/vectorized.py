@@ -220,7 +220,8 @@ class VectorizedExecutor:
         name="vectorized", label="interpret mode",
         description="the fast CPU executor: interpret mode's results, programs batched "
                     "where provably equivalent, else interpreted (the rule is reported)",
-        integer_fill="min", refusal=semaphore_refusals.with_hlo_semaphore_refusal(
+        integer_fill="min", mode="hlo", cpu_preferred=True, second_rank=2,
+        refusal=semaphore_refusals.with_hlo_semaphore_refusal(
             capabilities.hlo_interpreter_gap))  # what it interprets, the HLO interpreter runs
     name = spec.name
 

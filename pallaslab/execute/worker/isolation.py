@@ -138,7 +138,8 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
                          timed_out=f"{name} stopped by its time limit of {limit:g} s, "
                                    f"while running {done.timed_out}")
     if isinstance(done.reply, dict):  # the worker could not rebuild or run the request
-        return _failed(name, prepared, done.reply["error"])
+        return dataclasses.replace(_failed(name, prepared, done.reply["error"]),
+                                   worker_refused=True)
     return _with_user_sources(dataclasses.replace(done.reply, inputs=_inputs(prepared)),
                               prepared)
 
