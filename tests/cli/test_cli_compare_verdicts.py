@@ -123,9 +123,10 @@ def compare(cases, case, reference=None, *options):
 def test_static_out_of_bounds_blocks_exit_1_with_the_check_message(cases, capsys):
     assert compare(cases, "reverse_negative", "reversed_double") == 1
     out = " ".join(capsys.readouterr().out.split())
-    assert "static analysis of _double (as pallaslab check):" in out
-    assert ("block-out-of-bounds: args[0]: 4 program(s) use a block outside the array (256, "
-            "128) (block shape (64, 128)); e.g. program (0,) gets block index (-1, 0)") in out
+    # worded as the Compare view words it (views/compare_tree.py)
+    assert ("Findings of the runs static analysis: error block-out-of-bounds (args[0]): args[0]: "
+            "4 program(s) use a block outside the array (256, 128) (block shape (64, 128)); "
+            "e.g. program (0,) gets block index (-1, 0)") in out
     assert out.endswith("all close, but static analysis found errors: block-out-of-bounds")
 
 

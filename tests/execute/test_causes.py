@@ -96,7 +96,8 @@ def test_text_lists_one_line_per_cause(swapped, capsys):
     assert len(lines) == 2 and lines[0].startswith("outputs: index-map: outputs (o_ref) block")
     render(swapped)
     printed = " ".join(capsys.readouterr().out.split())
-    assert "cause outputs: index-map:" in printed and "looks transposed" in printed
+    assert "Why output outputs is wrong index-map: outputs (o_ref)" in printed
+    assert "looks transposed" in printed
 
 
 def test_block_sets_read_as_patterns():
