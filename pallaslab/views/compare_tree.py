@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pallaslab.analysis.tiling import tile
 from pallaslab.execute.comparing.pair import is_float
 from pallaslab.views.compare_payload import labelled_findings, pair_cells, writer_lines
 from pallaslab.views.parts import Badge, Code, Inline, Line, Note, Part, Section, Table, Text
 
 if TYPE_CHECKING:
-    from pallaslab.analysis import Tiling
+    from pallaslab.analysis.tiling import Tiling
     from pallaslab.execute import Comparison, OutputComparison, PairComparison
 
 BLOCKS_SAID = 16  # mismatched blocks listed per pair
@@ -25,9 +26,15 @@ def compare_tree(c: Comparison, title: str, tiling: Tiling | None = None,
                  kernel: int | None = None) -> Section:
     """`c` as one tree: the diagnosis first (a saved copy is read top down: the verdict, then
     why), then the runs, what they found, and per output its pairs and mismatched blocks.
-    `tiling` is kernel `kernel`'s (it names the programs that wrote a block)."""
+    `tiling` is kernel `kernel`'s; other kernels are tiled here (a tiling names the programs
+    that wrote a block and what they read), so the terminal says what the view says."""
+    tilings: dict[int | None, Tiling | None] = {kernel: tiling} if tiling is not None else {}
+    kernels = {k.index: k for k in c.kernels}
+
     def tiling_of(out: OutputComparison) -> Tiling | None:
-        return tiling if out.kernel == kernel else None
+        if out.kernel not in tilings:
+            tilings[out.kernel] = tile(kernels[out.kernel]) if out.kernel in kernels else None
+        return tilings[out.kernel]
 
     children: list[Part] = [s for out in c.outputs
                             if (s := cause_section(out, writer_lines(c, out, tiling_of(out))))]

@@ -150,3 +150,24 @@ def test_a_workbench_that_cannot_trace_on_more_devices_says_which_trace_its_tabs
     mm, mm_args = CATALOG["matmul_f32"].case()[:2]
     plain = Workbench(pallaslab.capture(mm, *mm_args), options={"devices": 4})
     assert plain.overview().payload()["devices_note"] is None  # not inside shard_map
+
+
+def test_compare_text_html_and_terminal_render_one_tree(compared, capsys):
+    """Issue 37 item 1: the Compare view's text and static HTML and `pallaslab compare`'s output
+    are renderings of one tree, so a cause or a pair's figures cannot be worded twice."""
+    from pallaslab.cli.compare import render
+    from pallaslab.views.parts import Section, Table, plain, to_html, to_text
+
+    view = compared.view("compare", 0)
+    tree = view.tree()
+    assert view.to_text() == to_text(tree)
+    html = view.to_html()
+    assert all(to_html(part) in html for part in tree.children)
+    render(view.comparison)
+    printed = " ".join(capsys.readouterr().out.split())
+    causes = next(p for p in tree.children if isinstance(p, Section) and p.css == "pl-cmp-causes")
+    assert plain(causes.title) in printed
+    assert all(" ".join(to_text(n).split()) in printed for n in causes.children)
+    output = next(p for p in tree.children if isinstance(p, Section) and p.css == "pl-cmp-output")
+    pairs = next(p for p in output.children if isinstance(p, Table))
+    assert all(plain(cell) in printed for cell in pairs.rows[0])
