@@ -52,8 +52,8 @@ from pallaslab.magic.line import (
     tracer_holders,
     value_tracer_error,
 )
+from pallaslab.magic.options import COMPARE_HELP, compare_reference, list_executors, parse_flags
 from pallaslab.magic.options import EXTRA_OPTIONS as _EXTRA_OPTIONS
-from pallaslab.magic.options import compare_reference, parse_flags
 from pallaslab.magic.options import options_from as _options
 from pallaslab.magic.user_code import (
     capture_line,
@@ -82,14 +82,7 @@ class PallasMagics(Magics):
               help="target whose rules the findings follow, e.g. tpu-v5e, gpu-h100 (repeatable)")
     @argument("--kernel", default=None, metavar="N",
               help="show only this kernel (launch index or name) when the call launches several")
-    @argument("--compare", default=None, metavar="EXECUTORS",
-              help="run these executors, compare their outputs and open the Compare tab, e.g. "
-                   "interpret,reference=my_ref. my_ref, a function of the notebook, takes what "
-                   "the last line's call takes (`matmul(x, y)`: my_ref(x, y)); when the last "
-                   "line is not a single call (`matmul(x, y).sum()`), it takes the arrays the "
-                   "line names, in the order they appear (my_ref(x, y)), and returns what the "
-                   "line returns (`print(f(x))`: what f(x) takes and returns). Executors: "
-                   "vectorized, interpret, tpu-interpret, gpu-interpret, device, reference=NAME")
+    @argument("--compare", default=None, metavar="EXECUTORS", help=COMPARE_HELP)
     @argument("--timeout", default=None, metavar="SECONDS",
               help="time limit of each run: the interpreted run that computes the cell's value "
                    "when no TPU/GPU is attached (in a worker process, so even a program "
@@ -328,6 +321,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext pallaslab`: register the `%%pallas` cell magic."""
     ipython.register_magics(PallasMagics)
     _handle_cell_syntax_errors(ipython)
+    list_executors(PallasMagics.pallas)
 
 
 add_exercise_flags(PallasMagics.pallas)  # `%%pallas --exercise NAME [--hint]`

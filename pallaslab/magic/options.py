@@ -27,6 +27,39 @@ FLAG_EXAMPLES = {
 }
 
 
+COMPARE_HELP = (
+    "run these executors, compare their outputs and open the Compare tab, e.g. "
+    "interpret,reference=my_ref. my_ref, a function of the notebook, takes what the last "
+    "line's call takes (`matmul(x, y)`: my_ref(x, y)); when the last line is not a single call "
+    "(`matmul(x, y).sum()`), it takes the arrays the line names, in the order they appear "
+    "(my_ref(x, y)), and returns what the line returns (`print(f(x))`: what f(x) takes and "
+    "returns). Executors: {executors}")
+
+_LISTING: list[Any] = []  # the magics whose help lists the registered executors
+
+
+def list_executors(magic: Any) -> None:
+    """`%%pallas?` lists the registered executors in --compare's help, now and after each
+    registration (called when the extension loads: the registry brings JAX in)."""
+    from pallaslab.execute.registry import watch_executors
+
+    if magic not in _LISTING:
+        _LISTING.append(magic)
+    watch_executors(_list_in_help)
+
+
+def _list_in_help() -> None:
+    from pallaslab.execute.registry import executor_specs
+
+    names = ", ".join(f"{s.name}=NAME" if s.takes_reference else s.name
+                      for s in executor_specs())
+    for magic in _LISTING:
+        for action in magic.parser._actions:
+            if action.dest == "compare":
+                action.help = COMPARE_HELP.replace("{executors}", names)
+        magic.__doc__ = magic.parser.format_help()
+
+
 def parse_flags(magic: Any, line: str) -> Any:
     """IPython's `parse_argstring`, with an example value when a flag is given without one."""
     from IPython.core.magic_arguments import parse_argstring
@@ -98,30 +131,30 @@ def timeout_option(text: str | None) -> float | None:
 
 
 def compare_option(text: str | None) -> tuple[tuple[str, ...], str | None] | None:
-    """`--compare interpret,reference=my_ref` -> (executors, reference name)."""
+    """`--compare interpret,reference=my_ref` -> (executors, reference name): the names are an
+    `ExecutorList`, checked as the API and the CLI check theirs."""
     if text is None:
         return None
-    from pallaslab.execute import executor_names
+    from pallaslab.execute.registry import ExecutorError, ExecutorList, executor_spec
 
-    known = executor_names()
-    executors: list[str] = []
+    items = [item.partition("=") for item in (t.strip() for t in _unquoted(text).split(","))]
+    try:
+        listed = ExecutorList.parse([name.strip().lower() for name, _, _ in items],
+                                    flag="--compare")
+    except ExecutorError as err:
+        raise UsageError(f"%%pallas: {err} (reference=NAME)") from None
     reference = None
-    for item in (t.strip() for t in _unquoted(text).split(",")):
-        name, _, value = item.partition("=")
-        name = name.strip().lower()
-        if name not in known:
-            raise UsageError(f"%%pallas: unknown executor {item!r} in --compare: the executors "
-                             f"are {', '.join(known)} (reference=NAME)")
-        if name == "reference":
+    for name, (_, _, value) in zip(listed.names, items, strict=True):
+        if executor_spec(name).takes_reference:
             if not value.strip():
-                raise UsageError("%%pallas: --compare reference needs the reference function: "
-                                 "reference=my_ref (a function with the kernel call's signature)")
+                raise UsageError(f"%%pallas: --compare {name} needs the reference function: "
+                                 f"{name}=my_ref (a function with the kernel call's signature)")
             reference = value.strip()
-        executors.append(name)
-    if len(executors) < 2:
-        raise UsageError(f"%%pallas: --compare needs at least two executors to compare, e.g. "
-                         f"interpret,reference=my_ref; got {text!r}")
-    return tuple(executors), reference
+    try:
+        listed.compared(flag="--compare")
+    except ExecutorError as err:
+        raise UsageError(f"%%pallas: {err}") from None
+    return listed.names, reference
 
 
 def _unquoted(text: str) -> str:

@@ -86,11 +86,9 @@ def _set_comparison(s: Session, comparison: Comparison | None = None, *,
 
     if comparison is None:
         fn, args, kwargs = s.call_args()
-        chosen: Sequence[str] | str = executors or (
-            ("interpret", "reference") if reference is not None
-            else ("interpret", "tpu-interpret"))
-        comparison = compare(fn, *args, executors=chosen, reference=reference, timeout=timeout,
-                             **options, **kwargs)
+        # none named: the API's one default (`choice.default_executors`), said in its notes
+        comparison = compare(fn, *args, executors=executors or None, reference=reference,
+                             timeout=timeout, **options, **kwargs)
     s.comparison = comparison
     for view in (*s.compare_views.values(), *s.step_views.values()):
         view._refresh()

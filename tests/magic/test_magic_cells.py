@@ -252,7 +252,7 @@ def test_a_kernel_on_an_earlier_line_fails_as_written_with_a_hint(shell):
 
 def test_help_lists_every_executor(shell):
     doc = re.sub(r"-\s+", "-", " ".join(shell.find_cell_magic("pallas").__doc__.split()))
-    assert "Executors: vectorized, interpret, tpu-interpret, gpu-interpret, device, " \
+    assert "Executors: interpret, tpu-interpret, gpu-interpret, vectorized, device, " \
            "reference=NAME" in doc
 
 
