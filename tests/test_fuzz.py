@@ -69,7 +69,7 @@ def test_a_wrong_kernel_judged_among_right_ones_gets_its_own_verdict():
     right = [g for g in drawn if not g.mutation][:3]
     mutant = next(g for g in drawn if g.mutation)
     disguised = dataclasses.replace(mutant, mutation=None)  # judged as a correct kernel
-    verdicts = judge_many([right[0], disguised, *right[1:], mutant])
+    verdicts = judge_many([right[0], disguised, *right[1:], mutant], batch=8)
     assert [v.outcome for v in verdicts] == [PASSED, DISAGREEMENT, PASSED, PASSED, MUTANT_CAUGHT]
     assert verdicts[1].detail == judge(disguised).detail
 

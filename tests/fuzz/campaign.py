@@ -21,7 +21,7 @@ from fuzz.runner import (
     judge_many,
 )
 
-WINDOW = 24  # kernels drawn, then judged together (correct ones in batches of 8)
+WINDOW = 24  # kernels drawn, then judged (`judge_many`), between looks at the clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,17 +68,18 @@ def run_campaign(seed: int, *, seconds: float = 60.0, max_kernels: int | None = 
                  start: int = 0, timeout: float = 60.0, out_dir: Path | None = None,
                  families: tuple[str, ...] = FAMILIES, avoid: frozenset[str] = frozenset(),
                  on_verdict: Callable[[Verdict], None] | None = None,
-                 window: int = WINDOW) -> Tally:
-    """Kernels judged `window` at a time (`judge_many`), the time budget checked between."""
+                 batch: int = 1) -> Tally:
+    """Kernels judged WINDOW at a time (`judge_many`, `batch` per compare), the time budget
+    checked between."""
     t0 = time.perf_counter()
     verdicts: list[Verdict] = []
     index = start
     while time.perf_counter() - t0 < seconds and (max_kernels is None
                                                    or len(verdicts) < max_kernels):
-        count = window if max_kernels is None else min(window, max_kernels - len(verdicts))
+        count = WINDOW if max_kernels is None else min(WINDOW, max_kernels - len(verdicts))
         drawn = [generate(seed, i, families=families, avoid=avoid)
                  for i in range(index, index + count)]
-        for verdict in judge_many(drawn, timeout=timeout, out_dir=out_dir):
+        for verdict in judge_many(drawn, timeout=timeout, out_dir=out_dir, batch=batch):
             verdicts.append(verdict)
             if on_verdict is not None:
                 on_verdict(verdict)

@@ -2,11 +2,13 @@
 then pallaslab's `compare` and its check (the tiling analysis's error findings, what
 `pallaslab check` fails on), and one outcome per kernel.
 
-`judge_many` judges correct kernels together: one `compare` (and one check) of a function
-that calls a batch of them, each output against its own kernel's NumPy model. A batch with
-anything short of a clean pass (a failed or unavailable executor, a mismatch, an error
-finding) is split in halves and judged again, down to single kernels, so every verdict that
-is not a pass is the kernel's own."""
+`judge_many(batch=N)` judges kernels together: one `compare` (and one check) of a function
+that calls N of them, each output against its own kernel's NumPy model. A batch whose
+verdicts might not be each kernel's own (a failed or unavailable executor, a mismatch of a
+correct kernel, an error finding, a mutant whose output matched) is split in halves and
+judged again, down to single kernels. Off by default (N = 1): on 2 CPU cores a batch costs
+more than its kernels one by one (XLA compiles the batch's computations no faster, and nothing
+compiled is reused across batches); benchmarks/bench_fuzz.py measures both."""
 
 from __future__ import annotations
 
@@ -133,7 +135,7 @@ Pending = tuple[int, Generated, Args, np.ndarray]
 
 
 def judge_many(gs: Sequence[Generated], *, timeout: float = 60.0, out_dir: Path | None = None,
-               batch: int = 8) -> list[Verdict]:
+               batch: int = 1) -> list[Verdict]:
     """`judge` of each of `gs`, in order: the kernels the oracles leave to pallaslab compared
     `batch` at a time (see the module's docstring)."""
     verdicts: dict[int, Verdict] = {}
