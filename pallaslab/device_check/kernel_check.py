@@ -35,13 +35,14 @@ def check_kernel(case: CheckCase, folder: str | Path, limit: float, *,
 def _compared(case: CheckCase, limit: float, subject: str) -> KernelReport:
     from pallaslab.cases import capture_case, load_case
     from pallaslab.execute import compare
+    from pallaslab.execute.registry import executor_of_mode, reference_executor
 
     loaded = load_case(case.spec)
     reference = registered_reference(case.name)
     kernel = capture_case(loaded)[0]
-    interpreter = "gpu-interpret" if kernel.backend == "mosaic_gpu" else "interpret"
-    executors = list(dict.fromkeys([subject, interpreter,
-                                    *(["reference"] if reference is not None else [])]))
+    interpreter = executor_of_mode("gpu" if kernel.backend == "mosaic_gpu" else "hlo")
+    executors = list(dict.fromkeys([subject, interpreter, *(
+        [reference_executor()] if reference is not None else [])]))
     # The supervisor stops the kernel at `limit`; the runs' own limit is only a backstop.
     comparison = compare(loaded.fn, *loaded.args, executors=executors, reference=reference,
                          timeout=limit + BACKSTOP, **loaded.kwargs)

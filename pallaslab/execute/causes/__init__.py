@@ -38,6 +38,7 @@ from pallaslab.execute.causes.wrapped import (
 )
 from pallaslab.execute.comparing.pair import PairComparison
 from pallaslab.execute.protocol import Prepared
+from pallaslab.execute.registry import reference_executor
 from pallaslab.model import Kernel
 
 __all__ = ["Cause", "CauseKind", "Provenance", "find_causes"]
@@ -104,7 +105,7 @@ def _output_causes(prepared: Prepared, target: _Target, pair: PairComparison,
     kernel, trace = target.kernel, target.trace
     wrong = pair.mismatch if trace is None else trace.to_kernel(pair.mismatch)
     causes: list[Cause] = []
-    if reference is not None and "reference" in (pair.a, pair.b):
+    if reference is not None and reference_executor() in (pair.a, pair.b):
         causes += _blame_index_maps(prepared, target, pair, reference, i)
     if kernel.index not in recorded:
         recorded[kernel.index] = record_provenance(prepared, kernel, target.tiling)
@@ -124,7 +125,7 @@ def _expected(prepared: Prepared, pair: PairComparison, reference: Callable[...,
               output: int) -> Callable[[], Expected | None]:
     """The reference's values of output `output`, computed only when asked for."""
     def values() -> Expected | None:
-        if reference is None or "reference" not in (pair.a, pair.b):
+        if reference is None or reference_executor() not in (pair.a, pair.b):
             return None
         out = jax.tree.leaves(reference(*prepared.args, **prepared.kwargs))[output]
         return Expected(np.asarray(out), pair.rtol, pair.atol)
@@ -166,7 +167,7 @@ def _blame_index_maps(prepared: Prepared, target: _Target, pair: PairComparison,
 def _judged_pair(pairs: Sequence[PairComparison]) -> PairComparison | None:
     """The mismatched pair to explain: against the reference when there is one."""
     bad = [p for p in pairs if not p.allclose and p.error is None and p.mismatch.size]
-    with_ref = [p for p in bad if "reference" in (p.a, p.b)]
+    with_ref = [p for p in bad if reference_executor() in (p.a, p.b)]
     chosen = with_ref or bad
     return chosen[0] if chosen else None
 

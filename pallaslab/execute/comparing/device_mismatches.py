@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from pallaslab.execute.registry import executor_of_mode
 from pallaslab.model.source_names import short_source
 
 
@@ -14,10 +15,11 @@ def device_mismatches(comparison: Any) -> list[str]:
     """For a run on several devices: which device's shard of each output mismatches, and the
     DMA (its ring step, sending device and line) that last wrote the first wrong element."""
     lines = []
+    on_devices = executor_of_mode("tpu")  # the executor whose record numbers devices
     for result in comparison.results:
         record = result.device_record
-        if record is None or record.num_devices < 2 or result.executor != "tpu-interpret":
-            continue  # (gpu-interpret's record numbers blocks, not devices)
+        if record is None or record.num_devices < 2 or result.executor != on_devices:
+            continue  # (GPU interpret mode's record numbers blocks, not devices)
         for out in comparison.outputs:
             for pair in out.pairs:
                 if result.executor in (pair.a, pair.b) and pair.mismatch.any():
