@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any, TypedDict
 
+from pallaslab.execute.registry import executor_of_mode
 from pallaslab.execute.result import RunResult
 from pallaslab.model import Kernel
 from pallaslab.model.devices import DeviceRecord
@@ -133,11 +134,12 @@ class DevicesView(View):
 
     @functools.cached_property
     def run(self) -> RunResult | None:
-        """The tpu-interpret run on several devices to show (None: none could be made)."""
+        """The TPU interpret mode run on several devices to show (None: none could be made)."""
         s = self.ctx.session
         comparison = s.comparison if s is not None else None
-        if comparison is not None and "tpu-interpret" in comparison.executors:
-            ran = comparison.result("tpu-interpret")
+        on_devices = executor_of_mode("tpu")  # the executor that runs several devices
+        if comparison is not None and on_devices in comparison.executors:
+            ran = comparison.result(on_devices)
             if ran.device_record is not None:
                 return ran
         if s is not None and s.device_run is not None and s.device_run.device_record:
@@ -147,7 +149,7 @@ class DevicesView(View):
         from pallaslab.execute import run
 
         fn, args, kwargs = s.call
-        return run(fn, *args, executor="tpu-interpret", devices=self.devices,
+        return run(fn, *args, executor=on_devices, devices=self.devices,
                    timeout=self.timeout, **kwargs)
 
     def _payload(self) -> DevicesPayload:

@@ -29,6 +29,7 @@ from pallaslab.analysis.occupancy import applies
 from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overlap, pipeline
 from pallaslab.analysis.published import published_lines
 from pallaslab.analysis.tiling import Tiling
+from pallaslab.execute.registry import executor_of_mode
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -250,7 +251,8 @@ class PipelineView(InteractiveView):
         k = self.ctx.kernel
         if not (k.dmas or k.semaphore_ops) or self.ctx.capture is None:
             return None
-        executor = "gpu-interpret" if k.backend == "mosaic_gpu" else "tpu-interpret"
+        mode = "gpu" if k.backend == "mosaic_gpu" else "tpu"
+        executor = executor_of_mode(mode)  # the interpreter that records DMAs or TMA copies
         s = self.ctx.session
         comparison = s.comparison if s is not None else None
         if comparison is not None and executor in comparison.executors:
@@ -263,7 +265,7 @@ class PipelineView(InteractiveView):
             return s.device_run  # the run on N devices the other tabs describe
         from pallaslab.execute import run
 
-        devices = self.ctx.options.get("devices") if executor == "tpu-interpret" else None
+        devices = self.ctx.options.get("devices") if mode == "tpu" else None
         if devices and (call := s.traceable_call()) is not None:
             return run(call[0], *call[1], executor=executor, devices=int(devices), **call[2])
         handle = self.ctx.capture.handle

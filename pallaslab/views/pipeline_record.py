@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TypedDict
 
+from pallaslab.execute.registry import executor_of_mode, find_spec
 from pallaslab.model import Kernel
 from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
 from pallaslab.views import _html
@@ -43,13 +44,16 @@ class RunRecord(TypedDict):
     note: str | None  # what the log leaves out
 
 
-def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interpret"
+def run_record(kernel: Kernel, record: DeviceRecord, executor: str | None = None
                ) -> RunRecord:
-    """The kernel's part of a run's record, in the order it happened."""
+    """The kernel's part of a run's record, in the order it happened (`executor`: the one
+    that recorded it, by default TPU interpret mode's)."""
+    executor = executor or executor_of_mode("tpu")
+    mode = _mode(executor)
     transfers = [_attributed(t, kernel) for t in record.transfers]
     transfers = [t for t in transfers if _belongs(t.source, kernel)]
     # TPU interpret mode's ids of the kernel's semaphore operands (a sync_copy's own has none)
-    tpu = executor == "tpu-interpret"
+    tpu = mode == "tpu"
     started: Counter[tuple[int, str | None]] = Counter()  # the lines as attributed here
     ops = []
     for t in transfers:
@@ -66,9 +70,9 @@ def run_record(kernel: Kernel, record: DeviceRecord, executor: str = "tpu-interp
             for s, source in _semaphore_sources(record, transfers) if _belongs(source, kernel)]
     ops.sort(key=lambda o: (o["seq"], o["op"] != "dma"))
     return RunRecord(executor=executor, ops=ops[:MAX_RECORDED],
-                     lines=_per_line(ops, executor == "gpu-interpret"),
+                     lines=_per_line(ops, mode == "gpu"),
                      truncated=record.truncated or len(ops) > MAX_RECORDED,
-                     note=GPU_NOTE if executor == "gpu-interpret" else None)
+                     note=GPU_NOTE if mode == "gpu" else None)
 
 
 def _attributed(t: Transfer, kernel: Kernel) -> Transfer:
@@ -167,6 +171,12 @@ def op_line(o: RecordedOp, barriers: bool = False) -> str:
            f"{where}"
 
 
+def _mode(executor: str) -> str | None:
+    """What the recording executor interprets (`ExecutorSpec.mode`: "tpu", "gpu")."""
+    spec = find_spec(executor)
+    return None if spec is None else spec.mode
+
+
 def semaphore_label(o: RecordedOp) -> str:
     """The kernel's name for the semaphore, else the interpreter's id ("#2002")."""
     if o["semaphore"] is None:
@@ -179,7 +189,7 @@ def record_text(rec: RunRecord, limit: int = 40) -> list[str]:
              + (f" ({rec['note']})" if rec["note"] else ""),
              *(f"  {line}" for line in rec["lines"]),
              f"  in order ({len(rec['ops'])} events):"]
-    lines += [f"  {op_line(o, rec['executor'] == 'gpu-interpret')}"
+    lines += [f"  {op_line(o, _mode(rec['executor']) == 'gpu')}"
               for o in rec["ops"][:limit]]
     if len(rec["ops"]) > limit:
         lines.append(f"    ... {len(rec['ops']) - limit} more")

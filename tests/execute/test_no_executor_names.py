@@ -29,13 +29,6 @@ EXCEPTIONS = {
     ("device_check/kernel_check.py", "device"): "the device check's subject, which is also "
                                                 "the executor it compares",
     ("views/step_devices.py", "device"): "a column header of the Step tab's device table",
-    # Pending: views/ is being restructured by another engineer (issue 37 item 1); these
-    # read `ExecutorSpec.mode` ("tpu": several devices, "gpu": Mosaic GPU) once it lands.
-    ("views/devices.py", "tpu-interpret"): "pending (views restructure)",
-    ("views/pipeline.py", "tpu-interpret"): "pending (views restructure)",
-    ("views/pipeline.py", "gpu-interpret"): "pending (views restructure)",
-    ("views/pipeline_record.py", "tpu-interpret"): "pending (views restructure)",
-    ("views/pipeline_record.py", "gpu-interpret"): "pending (views restructure)",
 }
 
 
