@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("IPython")
@@ -46,9 +48,10 @@ def test_compare_flag_opens_the_compare_tab_on_the_wrong_program(shell, shown):
     view = wb.view("compare")
     assert view.comparison.executors == ("interpret", "reference")
     text = view.to_text()
-    assert "scale_kernel: MISMATCH" in text and "block (2, 0) written by (2,)" in text
+    assert "scale_kernel: MISMATCH" in text
+    assert re.search(r"interpret vs reference +\(2, 0\) +\(2,\)", text), text  # block, writers
     texts = "\n".join(o.data.get("text/plain", "") for o in out.outputs)
-    assert "block (2, 0) written by (2,)" in texts
+    assert re.search(r"interpret vs reference +\(2, 0\) +\(2,\)", texts), texts
     # the magic passed the user's own call: my_ref saw the array as written
     assert view.comparison.result("reference").ok
     # and the step tab can run straight to the program the comparison blamed
