@@ -1,0 +1,209 @@
+"""Predicted time of a Triton or Mosaic GPU kernel on an NVIDIA GPU (issue 42, first version).
+
+A roofline over waves of blocks: the kernel's blocks (Triton programs; Mosaic GPU programs
+less the warpgroup axis) are spread over the GPU's SMs, `blocks_per_sm` resident at once
+(the CUDA occupancy calculation of `occupancy_gpu`, from the compiler's shared memory and
+registers when the caller hands them over, else from the block's own shared memory need);
+each wave's blocks share their SM's tensor cores. The time is
+
+    launch + max(compute, memory) + waves x wave_latency
+
+compute: the dots' flops at the tensor-core peak of their operands' dtype, quantized to whole
+waves (a last, partial wave costs a full one on the SMs it uses); memory: the bytes the kernel
+must move through HBM (every input read and every output written once: re-reads of a block by
+several programs are taken as L2 hits) at the HBM bandwidth; wave latency: one HBM round trip
+per wave to fill its software pipeline (`num_stages` copies in flight hide the rest).
+The bound is the largest of the three terms: "compute", "memory" or "latency".
+
+Every constant is a public specification, cited where it is defined; nothing is fitted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pallaslab.analysis.occupancy_gpu import gpu_occupancy, mosaic_gpu_resources
+from pallaslab.model import Kernel, _jax
+
+Bound = Literal["compute", "memory", "latency"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSpec:
+    """Throughput figures of one GPU (dense tensor-core peaks, no sparsity)."""
+
+    name: str
+    sms: int
+    hbm_bytes_per_s: float
+    peak_flops: Mapping[str, float]  # operand dtype -> flop/s ("float32": TF32 tensor cores)
+    launch_s: float  # a kernel's start and drain on the device
+    wave_latency_s: float  # one HBM round trip: a wave's pipeline fill
+
+
+# Launch: the device-side start of a grid and drain of its last blocks, ~2 us (NVIDIA, "CUDA
+# C++ Best Practices Guide", section "Concurrent Kernel Execution"/"Kernel launch" and the
+# Nsight Systems kernel-overhead figures: a few microseconds per kernel).
+LAUNCH_S = 2e-6
+# HBM access latency: ~600-800 ns on Hopper (Luo et al., "Benchmarking and Dissecting the
+# Nvidia Hopper GPU Architecture", IPDPS 2024, global-memory latency tables); 0.7 us taken.
+HBM_LATENCY_S = 0.7e-6
+
+GPUS: dict[str, GpuSpec] = {
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): HBM3 3.35 TB/s; dense BF16/FP16
+    # 989.5 TFLOPS, TF32 494.7 TFLOPS, FP8 1,979 TFLOPS (the datasheet's figures "with
+    # sparsity" halved); 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 3).
+    "h100": GpuSpec("h100", 132, 3.35e12,
+                    {"bfloat16": 989.5e12, "float16": 989.5e12, "float32": 494.7e12,
+                     "float8_e4m3fn": 1979e12, "float8_e5m2": 1979e12, "int8": 1979e12},
+                    LAUNCH_S, HBM_LATENCY_S),
+    # NVIDIA HGX B200 datasheet (per GPU): HBM3e 8 TB/s; dense FP16/BF16 2.25 PFLOPS, TF32
+    # 1.1 PFLOPS, FP8 4.5 PFLOPS (sparse figures halved); 148 SMs (NVIDIA Blackwell
+    # architecture technical brief: two dies of 74 SMs enabled).
+    "b200": GpuSpec("b200", 148, 8.0e12,
+                    {"bfloat16": 2.25e15, "float16": 2.25e15, "float32": 1.1e15,
+                     "float8_e4m3fn": 4.5e15, "float8_e5m2": 4.5e15, "int8": 4.5e15},
+                    LAUNCH_S, HBM_LATENCY_S),
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB): HBM2e 2,039 GB/s; BF16/FP16 312
+    # TFLOPS, TF32 156 TFLOPS, INT8 624 TOPS; 108 SMs (NVIDIA A100 architecture whitepaper).
+    "a100": GpuSpec("a100", 108, 2.039e12,
+                    {"bfloat16": 312e12, "float16": 312e12, "float32": 156e12,
+                     "int8": 624e12},
+                    LAUNCH_S, HBM_LATENCY_S),
+}
+
+
+def gpu_spec(gpu: str) -> GpuSpec:
+    key = gpu.lower().removeprefix("gpu-")
+    if key not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}: known: {', '.join(GPUS)}")
+    return GPUS[key]
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuWork:
+    """What a GPU kernel does, in the model's terms."""
+
+    blocks: int  # thread blocks (CTAs) launched
+    flops: float  # the dots' flops, whole kernel
+    dot_dtype: str  # the dots' operand dtype: picks the tensor-core peak
+    hbm_bytes: float  # bytes moved through HBM, whole kernel
+    num_warps: int
+    num_stages: int
+    shared_bytes: int  # per block
+    registers: int  # per thread (0: unknown, not a limit)
+    flops_source: str  # "body dots", "cost estimate", or what the caller handed over
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPrediction:
+    gpu: str
+    work: GpuWork
+    blocks_per_sm: int
+    occupancy_limit: str  # what limits resident blocks: "warps", "shared memory", ...
+    waves: int
+    compute_s: float
+    memory_s: float
+    latency_s: float  # launch + the waves' pipeline fills
+    time_s: float
+    bound: Bound
+
+    def line(self) -> str:
+        return (f"predicted on {self.gpu.upper()}: {self.time_s * 1e3:.3f} ms, {self.bound}-bound "
+                f"({self.work.blocks:,} blocks in {self.waves} waves of {self.blocks_per_sm}/SM, "
+                f"limited by {self.occupancy_limit}; compute {self.compute_s * 1e3:.3f} ms, "
+                f"memory {self.memory_s * 1e3:.3f} ms, latency {self.latency_s * 1e3:.3f} ms)")
+
+
+def predict_work(work: GpuWork, gpu: str = "h100") -> GpuPrediction:
+    """The model on given work (the pure core: no capture needed)."""
+    spec = gpu_spec(gpu)
+    occ = gpu_occupancy(work.shared_bytes, work.registers, max(1, work.num_warps), spec.name)
+    per_sm = max(1, occ.blocks_per_sm)  # a block that does not fit is still timed as one
+    waves = max(1, math.ceil(work.blocks / (spec.sms * per_sm)))
+    peak = spec.peak_flops.get(work.dot_dtype, spec.peak_flops["float32"])
+    block_compute = work.flops / max(1, work.blocks) / (peak / spec.sms)
+    used_per_wave = min(per_sm, max(1, math.ceil(work.blocks / spec.sms)))
+    compute = waves * used_per_wave * block_compute
+    memory = work.hbm_bytes / spec.hbm_bytes_per_s
+    latency = spec.launch_s + waves * spec.wave_latency_s
+    time = max(compute, memory) + latency
+    terms: dict[Bound, float] = {"compute": compute, "memory": memory, "latency": latency}
+    bound = max(terms, key=lambda b: terms[b])
+    return GpuPrediction(spec.name, work, occ.blocks_per_sm,
+                         occ.limited_by if occ.blocks_per_sm else "does not fit", waves,
+                         compute, memory, latency, time, bound)
+
+
+# --- from a captured kernel -------------------------------------------------------------------
+
+
+def kernel_work(kernel: Kernel, *, flops: float | None = None, shared_bytes: int | None = None,
+                registers: int | None = None, flops_source: str = "given") -> GpuWork:
+    """The work of a captured Triton or Mosaic GPU kernel. `flops`, `shared_bytes` and
+    `registers` are what a caller knows better (the compiler's figures from a real compile,
+    a problem's analytic flops); otherwise they come from the capture."""
+    backend = kernel.backend or "triton"
+    params = dict(kernel.compiler_params.get(backend, {}))
+    warpgroups = _warpgroups(kernel)
+    blocks = max(1, (kernel.programs or 1) // warpgroups)
+    if backend == "mosaic_gpu":
+        res = mosaic_gpu_resources(kernel)
+        warps, stages = res.num_warps, int(params.get("max_concurrent_steps") or 1)
+        est_shared, est_regs = res.shared_bytes, res.registers
+    else:
+        warps, stages = int(params.get("num_warps") or 4), int(params.get("num_stages") or 3)
+        est_shared, est_regs = _triton_shared_bytes(kernel, stages), 0
+    if flops is None:
+        flops, flops_source = _captured_flops(kernel, blocks)
+    return GpuWork(blocks=blocks, flops=float(flops), dot_dtype=_dot_dtype(kernel),
+                   hbm_bytes=float(_hbm_bytes(kernel)), num_warps=warps, num_stages=stages,
+                   shared_bytes=est_shared if shared_bytes is None else shared_bytes,
+                   registers=est_regs if registers is None else registers,
+                   flops_source=flops_source)
+
+
+def gpu_prediction(kernel: Kernel, gpu: str = "h100", **given: Any) -> GpuPrediction:
+    """Predicted time of a captured GPU kernel on `gpu` ("h100", "b200", "a100") and its bound;
+    keyword arguments as `kernel_work` (the compiler's shared memory and registers)."""
+    return predict_work(kernel_work(kernel, **given), gpu)
+
+
+def _warpgroups(kernel: Kernel) -> int:
+    if kernel.mesh is not None and kernel.mesh.warpgroups:
+        return max(1, int(kernel.mesh.warpgroups[1]))
+    return 1
+
+
+def _captured_flops(kernel: Kernel, blocks: int) -> tuple[float, str]:
+    if kernel.cost_estimate is not None and kernel.cost_estimate.flops > 0:
+        return float(kernel.cost_estimate.flops), "cost estimate"
+    dots = sum(2.0 * m * k * n * c for m, k, n, c in _jax.kernel_body_dots(kernel))
+    return dots * blocks, "body dots (loops of unknown trip count once)"
+
+
+def _arrays(kernel: Kernel) -> list[Any]:
+    return [o for o in kernel.operands if o.role in ("input", "output")]
+
+
+def _hbm_bytes(kernel: Kernel) -> int:
+    return sum(math.prod(o.shape) * o.dtype.itemsize for o in _arrays(kernel))
+
+
+def _dot_dtype(kernel: Kernel) -> str:
+    """The narrowest float input dtype: the dots' operands (an f32 dot runs as TF32)."""
+    floats = [o.dtype for o in kernel.operands if o.role == "input"
+              and (o.dtype.kind == "f" or o.dtype.name.startswith(("bfloat16", "float8")))]
+    if not floats:
+        return "float32"
+    return min(floats, key=lambda d: d.itemsize).name
+
+
+def _triton_shared_bytes(kernel: Kernel, stages: int) -> int:
+    """A Triton block's shared memory: each dot's operand tiles, `num_stages` deep (Triton's
+    software pipeline keeps that many loads in flight); elementwise kernels use none."""
+    itemsize = min((o.dtype.itemsize for o in _arrays(kernel)), default=4)
+    tiles = max(((m * k + k * n) for m, k, n, _ in _jax.kernel_body_dots(kernel)), default=0)
+    return tiles * itemsize * stages

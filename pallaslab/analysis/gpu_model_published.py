@@ -1,0 +1,201 @@
+"""The GPU rows of tokamax's published autotuning table: built through tokamax with their
+config, captured on this CPU for their GPU, predicted by `gpu_model` (issue 42).
+
+The row reader, problem parser and `BuildError` are `published`'s. tokamax's
+`pallas_triton_{gated_linear_unit,ragged_dot,normalization}` ops are `jax_triton.triton_call`
+kernels, not Pallas: pallaslab cannot capture them, and such rows are refused with that reason.
+A row's flops are the problem's (its dots' work, from its shapes): the captured Triton and
+Mosaic GPU bodies loop over key/value or k tiles with trip counts known only at run time, and
+Mosaic GPU's matrix products are `wgmma`/`tcgen05` ops that the jaxpr's dot count does not see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pallaslab.analysis import published as pub
+from pallaslab.analysis.gpu_model import GpuPrediction, gpu_prediction
+from pallaslab.errors import PallasLabError
+
+HARDWARE_GPUS = {"H100 80GB HBM3": "h100", "B200": "b200"}
+# The compute capability tokamax picks its kernel generation by (sm90: Hopper, sm100: Blackwell;
+# CUDA C Programming Guide, "Compute Capabilities").
+_CAPABILITY = {"h100": 9.0, "b200": 10.0}
+NOT_PALLAS = "not a Pallas kernel (tokamax runs it through jax_triton.triton_call)"
+
+
+def gpu_of(row: pub.Row) -> str | None:
+    return HARDWARE_GPUS.get(row.hardware)
+
+
+def gpu_rows(rows: list[pub.Row]) -> Iterator[pub.Row]:
+    return (r for r in rows if r.hardware in HARDWARE_GPUS)
+
+
+def backend_op(row: pub.Row) -> tuple[str, str]:
+    """("triton" | "mosaic_gpu", op) from the op file name."""
+    name = row.op_file.removeprefix("pallas_")
+    for backend in ("mosaic_gpu", "triton"):
+        if name.startswith(backend + "_"):
+            return backend, name.removeprefix(backend + "_")
+    return "?", name
+
+
+@contextlib.contextmanager
+def _as_gpu(gpu: str) -> Iterator[None]:
+    """tokamax picks a kernel generation from the default device's compute capability; on this
+    CPU it is told the row's GPU's (and cross-compiles, as for TPU rows)."""
+    import tokamax
+    from tokamax._src import gpu_utils
+
+    saved = gpu_utils._compute_capability
+    gpu_utils._compute_capability = lambda device=None: _CAPABILITY[gpu]
+    try:
+        with tokamax.config.cross_compile(True):
+            yield
+    finally:
+        gpu_utils._compute_capability = saved
+
+
+def _attention(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
+    arrays = pub.problem_arrays(row.problem)
+    q, k, v = pub._need(arrays, "q", "k", "v")
+    for name in ("bool_mask", "q_start", "k_start", "bias", "softcap", "paging"):
+        if pub._field(row.problem, name) not in (None, "None"):
+            raise pub.BuildError(f"{name} not supported", f"{row.problem[:120]!r}")
+    causal = pub._flag(row.problem, "causal")
+    if backend == "triton":
+        from tokamax._src.ops.attention import pallas_triton as mod
+
+        op: Any = mod.PallasTritonFlashAttention(config=mod.Config(**cfg),
+                                                 bypass_device_check=True)
+    else:
+        from tokamax._src.ops.attention import pallas_mosaic_gpu as mgpu
+
+        config = mgpu.ConfigSM100 if gpu == "b200" else mgpu.ConfigSM90
+        op = mgpu.PallasMosaicGpuFlashAttention(config=config(**cfg), bypass_device_check=True)
+
+    def fn(q: Any, k: Any, v: Any) -> Any:
+        return op(q, k, v, is_causal=causal)
+
+    return pub.Built(fn, (pub._sds(q), pub._sds(k), pub._sds(v)))
+
+
+def _glu(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
+    import jax
+    from tokamax._src.ops.gated_linear_unit import pallas_mosaic_gpu as mod
+
+    x, w = pub._need(pub.problem_arrays(row.problem), "x", "weights")
+    act = pub._field(row.problem, "activation") or ""
+    activation = {"sigmoid": jax.nn.sigmoid, "silu": jax.nn.silu, "swish": jax.nn.swish,
+                  "gelu": jax.nn.gelu, "relu": jax.nn.relu}.get(act.rsplit(".", 1)[-1])
+    op = mod.PallasMosaicGpuGatedLinearUnit(config=mod.Config(**cfg), bypass_device_check=True)
+
+    def fn(x: Any, w: Any) -> Any:
+        return op(x, w, activation=activation)
+
+    return pub.Built(fn, (pub._sds(x), pub._sds(w)))
+
+
+def _ragged_dot(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
+    import jax.numpy as jnp
+    from tokamax._src.ops.ragged_dot import pallas_mosaic_gpu as mod
+
+    lhs, rhs = pub._need(pub.problem_arrays(row.problem), "lhs", "rhs")
+    if "dot_dims=[[[1], [1]], [[], []]]" not in row.problem:
+        raise pub.BuildError("dot dimensions not supported", f"{row.problem[:120]!r}")
+    if pub._field(row.problem, "activation") not in (None, "None"):
+        raise pub.BuildError("activation not supported", f"{row.problem[:120]!r}")
+    op = mod.PallasMosaicGpuRaggedDot(config=mod.Config(**cfg), bypass_device_check=True)
+
+    def fn(a: Any, b: Any, gs: Any) -> Any:
+        return op(a, b, group_sizes=gs)
+
+    return pub.Built(fn, (pub._sds(lhs), pub._sds(rhs),
+                          jnp.asarray(pub.group_sizes(row.problem))))
+
+
+_BUILDERS: dict[str, Callable[[pub.Row, dict[str, Any], str, str], pub.Built]] = {
+    "flash_attention": _attention,
+    "gated_linear_unit": _glu,
+    "ragged_dot": _ragged_dot,
+}
+
+
+def build(row: pub.Row) -> pub.Built:
+    gpu = gpu_of(row)
+    if gpu is None:
+        raise pub.BuildError("not a GPU row", f"hardware {row.hardware!r}")
+    backend, op = backend_op(row)
+    if backend == "triton" and op != "flash_attention" and not op.startswith("flash_attention"):
+        raise pub.BuildError(NOT_PALLAS, row.op_file)
+    builder = _BUILDERS.get(op)
+    if builder is None:
+        raise pub.BuildError(f"op not supported yet ({op})", row.op_file)
+    try:
+        return builder(row, pub._config(row), backend, gpu)
+    except pub.BuildError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise pub.BuildError(f"config rejected by tokamax ({type(err).__name__})",
+                             f"line {row.line}: {str(err).splitlines()[0]}") from err
+
+
+def problem_flops(row: pub.Row) -> float:
+    """The dots' flops of a row's problem, from its shapes (the matrix products it defines)."""
+    _, op = backend_op(row)
+    a = pub.problem_arrays(row.problem)
+    if op == "flash_attention":
+        (b, sq, hq, d), (_, sk, _, dv) = a["q"][0], a["v"][0]
+        causal = 0.5 if pub._field(row.problem, "causal") == "True" else 1.0
+        return 2.0 * b * hq * sq * sk * (d + dv) * causal
+    if op == "gated_linear_unit":
+        x, w = a["x"][0], a["weights"][0]
+        return 2.0 * math.prod(x[:-1]) * x[-1] * math.prod(w[1:])
+    if op == "ragged_dot":
+        (m, k), (_, _, n) = a["lhs"][0], a["rhs"][0]
+        return 2.0 * m * k * n
+    raise pub.BuildError(f"op not supported yet ({op})", row.op_file)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuRowPrediction:
+    row: pub.Row
+    predicted_s: float
+    kernels: tuple[str, ...]
+    bounds: tuple[str, ...]
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_s / self.row.median_s
+
+
+def predict(row: pub.Row) -> GpuRowPrediction:
+    """Build, capture for the row's GPU and predict; the problem's flops spread over the
+    kernels in proportion to the blocks each launches."""
+    from pallaslab.model import capture
+
+    built = build(row)
+    gpu = gpu_of(row) or "h100"
+    try:
+        with _as_gpu(gpu):
+            cap = capture(built.fn, *built.args)
+    except PallasLabError as err:
+        raise pub.BuildError(f"capture failed ({type(err).__name__})", str(err)) from err
+    except NotImplementedError as err:
+        raise pub.BuildError("tokamax: not implemented", str(err).splitlines()[0]) from err
+    flops = problem_flops(row)
+    preds = _kernel_predictions(cap.kernels, gpu, flops)
+    return GpuRowPrediction(row, sum(p.time_s for p in preds),
+                            tuple(k.name for k in cap.kernels), tuple(p.bound for p in preds))
+
+
+def _kernel_predictions(kernels: tuple[Any, ...], gpu: str, flops: float) -> list[GpuPrediction]:
+    blocks = [max(1, k.programs or 1) for k in kernels]
+    total = sum(blocks)
+    return [gpu_prediction(k, gpu, flops=flops * b / total, flops_source="problem")
+            for k, b in zip(kernels, blocks, strict=True)]
