@@ -48,7 +48,7 @@ def main() -> int:
         return 1
     rows = [r for r in pub.tpu_rows(pub.read_rows(opts.csv)) if opts.op in (r.op or "")
             and opts.chip in ("", r.chip)]
-    rows = _round_robin(rows)  # every op and chip early, so a partial run covers them all
+    rows = pub.round_robin(rows)  # every op and chip early, so a partial run covers them all
     rows = rows[: opts.limit] if opts.limit else rows
     done = _load(opts.resume) if opts.resume else {}
     if opts.report_only:
@@ -56,14 +56,6 @@ def main() -> int:
     results, failures = run(rows, done, opts.resume or None)
     report(rows, results, failures)
     return 0
-
-
-def _round_robin(rows: list[pub.Row]) -> list[pub.Row]:
-    groups: dict[tuple[str, str], list[pub.Row]] = collections.defaultdict(list)
-    for row in rows:
-        groups[(row.op_file, row.hardware)].append(row)
-    queues = list(groups.values())
-    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
 def _key_text(row: pub.Row) -> str:
@@ -127,15 +119,6 @@ def run(rows: list[pub.Row], done: dict[str, dict[str, Any]] | None = None,
     return results, failures
 
 
-def _stats(ratios: list[float]) -> str:
-    if not ratios:
-        return "median ratio   -   within 1.25x   -   within 2x   -"
-    r = np.asarray(ratios)
-    off = np.maximum(r, 1 / r)
-    return (f"median ratio {np.median(r):5.2f}  within 1.25x {np.mean(off <= 1.25):4.0%}  "
-            f"within 2x {np.mean(off <= 2):4.0%}")
-
-
 def report(rows: list[pub.Row], results: dict[int, pub.Prediction],
            failures: dict[int, str]) -> None:
     groups: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
@@ -144,7 +127,7 @@ def report(rows: list[pub.Row], results: dict[int, pub.Prediction],
     print(f"{'op':<22}{'chip':<5}{'rows':>5}{'built':>6}  predicted/measured")
     for (op, chip), idx in sorted(groups.items()):
         ratios = [results[i].ratio for i in idx if i in results]
-        print(f"{op:<22}{chip:<5}{len(idx):>5}{len(ratios):>6}  {_stats(ratios)}")
+        print(f"{op:<22}{chip:<5}{len(idx):>5}{len(ratios):>6}  {pub.ratio_stats(ratios)}")
     methods = collections.Counter(m for p in results.values() for m in p.methods)
     print("kernel models used: " + ", ".join(f"{m} {n}" for m, n in methods.most_common()))
     if failures:

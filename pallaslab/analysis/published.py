@@ -91,6 +91,25 @@ def tpu_rows(rows: list[Row]) -> Iterator[Row]:
     return (r for r in rows if r.hardware.startswith("TPU"))
 
 
+def round_robin(rows: list[Row]) -> list[Row]:
+    """Rows reordered one per (op, hardware) in turn, so a partial run covers them all."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.op_file, row.hardware), []).append(row)
+    queues = list(groups.values())
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
+def ratio_stats(ratios: list[float]) -> str:
+    """Median predicted/measured and the shares within 1.25x and 2x, as one text."""
+    if not ratios:
+        return "median ratio   -   within 1.25x   -   within 2x   -"
+    r = np.asarray(ratios)
+    off = np.maximum(r, 1 / r)
+    return (f"median ratio {np.median(r):5.2f}  within 1.25x {np.mean(off <= 1.25):4.0%}  "
+            f"within 2x {np.mean(off <= 2):4.0%}")
+
+
 # --- parsing the flattened problem text ------------------------------------------------------
 
 _ARRAY = re.compile(r"(\w+)=\"?(bf16|f32|i32|f16|i8)\[([\d,]*)\]")
