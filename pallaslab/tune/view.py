@@ -1,0 +1,88 @@
+"""The tune as one tree of parts (`pallaslab.views.parts`): the text form, the HTML (with the
+heatmap) and the CLI (`pallaslab.cli._parts.to_rich`) render the same structure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pallaslab.tune.result import Candidate, TuneResult
+from pallaslab.views.parts import Badge, Code, Line, Markup, Note, Part, Section, Table, Text
+
+
+def tune_tree(result: TuneResult, *, heatmap: bool = False) -> Section:
+    children: list[Part] = [_summary(result)]
+    if result.best is not None:
+        children.append(Line(("chosen: ", Code(best_dict(result.best)))))
+    if result.ranked:
+        children.append(ranked_table(result))
+    outs = [c for c in result.candidates if c.out]
+    if outs:
+        children.append(Section((Text("Out"),), (out_table(outs),)))
+    if result.stopped:
+        children.append(Note(f"stopped: {result.stopped}", "warning", kind="time limit"))
+    if heatmap:
+        from pallaslab.tune.heatmap import heatmap_part
+
+        children.append(heatmap_part(result))
+    return Section((Text("Tune"),), tuple(children), css="pl-tune")
+
+
+def best_dict(c: Candidate) -> str:
+    """The config as a dict to copy into code: `{'bm': 256, 'bk': 512}`."""
+    return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in c.config.items()) + "}"
+
+
+def _summary(result: TuneResult) -> Line:
+    n, ranked = len(result.candidates), len(result.ranked)
+    compiled = sum(1 for c in result.candidates if c.verdicts)
+    parts: list[Any] = [f"{n} candidate(s): {ranked} ranked, {n - ranked} out; modelled on "
+                        f"{', '.join(result.chips)}"]
+    if result.targets:
+        parts.append(f"; the {compiled} fastest compiled for {', '.join(result.targets)}")
+    else:
+        parts.append("; not compiled (model only)")
+    return Line(tuple(parts))
+
+
+def ranked_table(result: TuneResult) -> Table:
+    columns = ["rank", *result.params]
+    for chip in result.chips:
+        columns += [f"{chip} us", f"{chip} bound", f"{chip} VMEM KiB"]
+    columns += [f"{t} compiler" for t in result.targets]
+    numeric = tuple(i for i, c in enumerate(columns)
+                    if c == "rank" or c.endswith((" us", " KiB")))
+    rows = tuple(_ranked_row(result, c) for c in result.ranked)
+    return Table(tuple(columns), rows, caption="fastest predicted first (slowest chip)",
+                 numeric=numeric)
+
+
+def _ranked_row(result: TuneResult, c: Candidate) -> tuple[Any, ...]:
+    cells: list[Any] = [str(c.rank), *(_value(c.config.get(p)) for p in result.params)]
+    for chip in result.chips:
+        e = c.chip(chip)
+        cells += [f"{e.time * 1e6:.2f}" if e.time is not None else "?", e.bound or "?",
+                  f"{e.vmem_bytes / 1024:.0f}"]
+    by_target = {v.target: v for v in c.verdicts}
+    for t in result.targets:
+        v = by_target.get(t)
+        cells.append(Badge("-") if v is None else Badge(v.text, "ok" if v.compiles else "bad"))
+    return tuple(cells)
+
+
+def out_table(outs: list[Candidate]) -> Table:
+    return Table(("config", "why it is out"),
+                 tuple((Code(c.label), c.reason or "") for c in outs))
+
+
+def _value(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def heatmap_note(text: str) -> Markup:
+    return Markup(f'<p class="pl-note">{_escape(text)}</p>', text)
+
+
+def _escape(text: str) -> str:
+    from pallaslab.views._html import esc
+
+    return esc(text)
