@@ -20,7 +20,6 @@ from pallaslab.analysis.findings import Finding, Rules, concurrent_dims, write_b
 from pallaslab.analysis.inspection import caller_names, inspect_kernel, operand_labels
 from pallaslab.analysis.tiling import OperandTiling, Tiling, tiling_unavailable_reason
 from pallaslab.model import Kernel, Operand
-from pallaslab.model.source_names import short_source
 from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
@@ -32,6 +31,7 @@ from pallaslab.views.grid_accesses import (
     accesses_payload,
     accesses_text,
 )
+from pallaslab.views.names import source_name
 from pallaslab.views.pipeline_manual import nested_grid_text
 from pallaslab.views.registry import register_tab
 
@@ -143,7 +143,7 @@ def grid_payload(kernel: Kernel, tiling: Tiling, findings: tuple[Finding, ...],
     rank = len(tiling.grid)
     return visible_payload(GridPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
-        source=_short(kernel.source), grid=list(tiling.grid),
+        source=source_name(kernel.source, kernel), grid=list(tiling.grid),
         grid_names=list(kernel.grid_names) if kernel.grid_names else None,
         semantics=list(kernel.dimension_semantics) if kernel.dimension_semantics else None,
         programs=tiling.programs,
@@ -161,7 +161,7 @@ def nested_grids(kernel: Kernel, backend: str | None = None) -> list[NestedGrid]
     out = []
     for i, pipe in enumerate(kernel.pipelines):
         insp = inspect_kernel(pipe, backend=backend, chips=())
-        where = f" ({_short(pipe.source)})" if pipe.source else ""
+        where = f" ({source_name(pipe.source, kernel)})" if pipe.source else ""
         label = f"pipeline {i}{where}: grid {nested_grid_text(pipe)}"
         if insp.tiling is None:  # e.g. windows known only at run time: said why
             out.append(NestedGrid(label=label, payload=empty_grid_payload(pipe, backend)))
@@ -199,7 +199,8 @@ def empty_grid_payload(kernel: Kernel, backend: str | None = None) -> GridPayloa
     """A kernel with no tiling of its own: only its nested pipelines and the reason."""
     return visible_payload(GridPayload(
         version=PAYLOAD_VERSION, kernel=kernel.name, index=kernel.index,
-        source=_short(kernel.source), grid=[], grid_names=None, semantics=None, programs=0,
+        source=source_name(kernel.source, kernel), grid=[], grid_names=None, semantics=None,
+        programs=0,
         axes=[0, 0], operands=[], findings=[], tables=[],
         pipelines=nested_grids(kernel, backend), note=no_grid_note(kernel), accesses=None))
 
@@ -271,10 +272,6 @@ def kernel_grid_payload(ctx: KernelContext) -> GridPayload:
 
 def _callers(ctx: KernelContext) -> dict[str, str]:
     return caller_names(ctx.capture, ctx.kernel, ctx.options.get("arg_names"))
-
-
-def _short(source: str | None) -> str | None:
-    return short_source(source)
 
 
 def payload_nbytes(payload: GridPayload) -> int:

@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from pallaslab.model._jax.deadlock import semaphore_names
+from pallaslab.model._jax.param_names import _function_at
 from pallaslab.model.source_names import short_source
 from pallaslab.util.names import ref_name
 
@@ -28,9 +29,23 @@ def source_name(source: str | None, kernel: Kernel | None = None) -> str | None:
     m = _DYNAMIC.match(source)
     if m and kernel is not None:
         known = {s for s in _sources(kernel) if s.rpartition(":")[2] == m[1]}
+        if not known:  # a line of a body (a Step equation's): the file whose body holds it
+            known = {f"{path}:{m[1]}" for path, lines in _bodies(kernel) if int(m[1]) in lines}
         if len(known) == 1:
             source = known.pop()
     return short_source(source)
+
+
+def _bodies(kernel: Kernel) -> list[tuple[str, range]]:
+    """The file and lines of the kernel's body and its nested pipelines' bodies, read from
+    the file as the capture named it (a notebook's cell included)."""
+    found = []
+    for k in (kernel, *kernel.pipelines):
+        node = _function_at(k.source)
+        if node is not None and k.source:
+            found.append((k.source.rpartition(":")[0],
+                          range(node.lineno, (node.end_lineno or node.lineno) + 1)))
+    return found
 
 
 def _sources(kernel: Kernel) -> set[str]:

@@ -25,13 +25,13 @@ from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
-from pallaslab.model.source_names import short_source
 from pallaslab.util.text import strip_ansi, visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.arrays import downsample, to_2d
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
+from pallaslab.views.names import source_name
 from pallaslab.views.registry import register_tab
 from pallaslab.views.session import Session
 from pallaslab.views.step_devices import DeviceStepView, device_count, device_steppable
@@ -132,7 +132,8 @@ def step_payload(kernel: Kernel, tiling: Tiling, *, position: int = 0,
         grid=list(tiling.grid), programs=tiling.programs, position=position, step=step,
         program=list(tiling.program_at(step)) if step is not None else None,
         blocks=out_blocks,
-        equations=[equation_entry(e) for e in eqs[:MAX_EQUATIONS]], equations_total=len(eqs),
+        equations=[equation_entry(e, kernel) for e in eqs[:MAX_EQUATIONS]],
+        equations_total=len(eqs),
         mismatch_steps=sorted(int(s) for s in mismatch_steps)[:MAX_MISMATCH_STEPS],
         has_comparison=has_comparison, interactive=interactive, revision=revision,
         error=error, tables=[memoryview(t) for t in tables], notes=list(notes),
@@ -156,10 +157,11 @@ def _block(b: ProgramBlocks, kernel: Kernel, tables: list[np.ndarray], label: st
         summary_before=summarize(b.read), summary_after=summarize(b.written))
 
 
-def equation_entry(e: EquationValue) -> StepEquation:
+def equation_entry(e: EquationValue, kernel: Kernel | None = None) -> StepEquation:
     # colour first: cutting a coloured jaxpr line can split an escape sequence in two
     return StepEquation(index=e.index, primitive=e.primitive, text=_cap(strip_ansi(e.text)),
-                        source=_short(e.source), values=[summarize(v) for v in e.outputs])
+                        source=source_name(e.source, kernel),
+                        values=[summarize(v) for v in e.outputs])
 
 
 def block_heat(block: np.ndarray) -> tuple[np.ndarray, HeatMap]:
@@ -200,10 +202,6 @@ def summarize(value: Any) -> str:
 
 def _cap(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
-
-
-def _short(source: str | None) -> str | None:
-    return short_source(source)
 
 
 def comparison_steps(comparison: Comparison | None, kernel: Kernel, tiling: Tiling

@@ -66,9 +66,12 @@ def test_memory_view_fits_its_pane(page, matmul_workbench, size, results_dir):
     mount(page, "memory.js", matmul_workbench.memory().payload())
     width, height, pane = PANES[size]
     in_pane(page, width, height, pane)
+    # inside a table's own sideways-scrolling box a cell may lie past the pane: not clipped
     sizes = page.evaluate("""() => Array.from(document.querySelectorAll('#root *'))
         .filter(e => e.getBoundingClientRect().right > document.getElementById('root')
-                 .getBoundingClientRect().right + 0.5 && e.getClientRects().length)
+                 .getBoundingClientRect().right + 0.5 && e.getClientRects().length
+                 && !(e.closest('.pl-table') && e.closest('.pl-table') !== e
+                      && getComputedStyle(e.closest('.pl-table')).overflowX === 'auto'))
         .map(e => e.className + ' ' + Math.round(e.getBoundingClientRect().right))""")
     assert not sizes, sizes  # nothing sticks out of the pane
     root = page.evaluate("() => { const r = document.getElementById('root');"
@@ -109,3 +112,30 @@ def test_star_args_labels_and_fact_names_stay_on_one_line(page, matmul_workbench
     page.evaluate("() => { document.getElementById('root').style.width = '260px'; }")
     facts = page.evaluate(LINES, ".pl-facts dt")
     assert ["call site", 1] in facts and all(n == 1 for _, n in facts), facts
+
+
+CELLS_WRAPPED = """() => Array.from(document.querySelectorAll('#root table td, #root table th'))
+    .filter((e) => e.offsetParent !== null && e.textContent.trim()).map((e) => {
+      const r = document.createRange(); r.selectNodeContents(e);
+      const tops = new Set(Array.from(r.getClientRects()).filter((q) => q.width > 0)
+        .map((q) => Math.round(q.top)));
+      return [e.closest('table').className, e.textContent.trim(), tops.size]; })
+    .filter(([, , n]) => n > 1)"""
+
+
+def test_memory_tables_keep_one_line_per_cell_grid_legend_explains_in_vmem(
+        page, matmul_workbench, results_dir):
+    """Issue 39 item 6: at 1280x760 (an 812 px output pane) no cell of the Memory tab's tables
+    wraps onto a second line (a wide table scrolls sideways in its own box); the Grid legend
+    says what its "in VMEM" badge means."""
+    mount(page, "memory.js", matmul_workbench.memory().payload())
+    in_pane(page, *PANES["1280x760"])
+    assert page.eval_on_selector_all("#root table", "ts => ts.length") >= 1
+    assert page.evaluate(CELLS_WRAPPED) == []
+    root = page.evaluate("() => { const r = document.getElementById('root');"
+                         " return [r.scrollWidth, r.clientWidth]; }")
+    assert root[0] <= root[1] + 1, root
+    page.screenshot(path=str(results_dir / "layout-memory-cells-1280x760.png"), full_page=True)
+    mount(page, "grid.js", matmul_workbench.grid().payload())
+    legend = page.inner_text(".pl-legend")
+    assert "in VMEM: the output block stays in VMEM across consecutive programs" in legend

@@ -131,3 +131,42 @@ def test_a_static_compare_says_the_verdict_then_why_before_its_tables():
 def test_the_saved_copy_is_not_scrolled_into_notebook_7s_short_box():
     assert (f".jp-CodeCell.jp-mod-outputsScrolled .jp-Cell-outputArea:has(.{SAVED_CLASS})"
             " { max-height: none; }") in saved_fragment("<p>copy</p>")
+
+
+def _doubling(x_ref, o_ref):
+    y = x_ref[...] * 2.0
+    o_ref[...] = y + 1.0
+
+
+def _doubled(x):
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+    return pl.pallas_call(_doubling, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(2,), in_specs=[spec], out_specs=spec, interpret=True)(x)
+
+
+def test_single_device_step_names_a_body_line_sent_by_value_as_the_users_file():
+    """A notebook's body runs in the worker as "<dynamic-code>": the Step table's equation
+    lines read as the user's file names them (as Devices does), even for a line no DMA or
+    semaphore shares."""
+    from pallaslab.model._jax.stepper import EquationValue
+    from pallaslab.views.step import equation_entry
+
+    kernel = pallaslab.capture(_doubled, jnp.ones((16, 128), jnp.float32)).kernels[0]
+    line = line_ref("o_ref[...] = y + 1.0", __file__)
+    n = line.rpartition(":")[2]
+    eq = EquationValue(index=0, primitive="add", text="c = add b 1.0",
+                       source=f"<dynamic-code>:{n}", outputs=())
+    assert equation_entry(eq, kernel)["source"] == line
+    assert equation_entry(eq)["source"] == f"<dynamic-code>:{n}"  # no kernel: not guessed
+    outside = EquationValue(index=0, primitive="add", text="", source="<dynamic-code>:1",
+                            outputs=())
+    assert equation_entry(outside, kernel)["source"] == "<dynamic-code>:1"  # not the body's
+
+
+def test_the_grid_names_its_kernel_and_nested_pipelines_through_the_shared_names():
+    from pallaslab.views import grid
+
+    kernel = pallaslab.capture(_doubled, jnp.ones((16, 128), jnp.float32)).kernels[0]
+    assert grid.empty_grid_payload(kernel)["source"] == line_ref("def _doubling", __file__)
+    body = Path(grid.__file__).read_text()
+    assert "short_source" not in body and "source_name(" in body

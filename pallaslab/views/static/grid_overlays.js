@@ -97,6 +97,10 @@ export function drawLegend(v) {
   if (state.overlay === "fetches") { item(colors.accent, "more fetches of a block / more operands copying at a step"); item(colors.empty, "step with no copy"); }
   if (state.overlay === "coverage") { item(mix(colors.bg, colors.accent, 0.55), "output block written back once (a run of consecutive programs)"); item(colors.warn, "written by several (see findings)"); item(colors.error, "never written"); }
   if (state.overlay === "findings") item(colors.error, "programs and blocks named by findings");
+  if (v.t.operands.some((op) => op.role === "output" && op.windowed)) {
+    legend.append(h("span", "pl-legend-note",
+      "in VMEM: the output block stays in VMEM across consecutive programs, with no copy back until its block index changes or the last program ends (then: write-back)"));
+  }
   if (v.payload.accesses && v.payload.accesses.steps.length) {
     const c = accessColors(v);
     item(c.read, "inside its block: read"); item(c.write, "written"); item(c.both, "read and written");
