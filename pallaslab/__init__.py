@@ -2,8 +2,9 @@
 
 The public API: `capture` (describe every kernel a call launches), `inspect` (a `Workbench` of
 views over them), `run`, `compare` and `step` (execute them), `lower` (lower and compile them
-for a TPU or GPU target), and `load_ipython_extension` (`%load_ext pallaslab`, the `%%pallas`
-magic). The packages, in the order data flows (docs/architecture.md):
+for a TPU or GPU target), `tune` (rank a kernel's block sizes by the model and the compiler),
+and `load_ipython_extension` (`%load_ext pallaslab`, the `%%pallas` magic). The packages, in
+the order data flows (docs/architecture.md):
 
 - `pallaslab.model`: frozen descriptions of captured kernels; `model._jax` is the only code
   touching JAX's private modules;
@@ -13,6 +14,7 @@ magic). The packages, in the order data flows (docs/architecture.md):
 - `pallaslab.views` and `pallaslab.workbench`: one view per tab, and the tabbed workbench;
 - `pallaslab.exercises`: the course's exercises and their checker; `pallaslab.device_check`:
   `make device-check`, the GPU catalog on a real GPU;
+- `pallaslab.tuning`: `tune`, block configs ranked by the model and the compiler;
 - `pallaslab.magic` and `pallaslab.cli`: thin shells; `pallaslab.util`: leaf helpers;
   `pallaslab.cases` loads `file.py:function` cases, `pallaslab.errors` holds the errors.
 
@@ -31,11 +33,12 @@ from pallaslab.errors import PallasLabError  # noqa: E402
 if TYPE_CHECKING:
     from pallaslab.execute import compare, run, step
     from pallaslab.model import Capture, Kernel, Operand, capture
+    from pallaslab.tuning import tune
 
 __version__ = "0.1.0"
 
 __all__ = ["Capture", "Kernel", "Operand", "PallasLabError", "Workbench", "__version__", "capture",
-           "compare", "inspect", "load_ipython_extension", "lower", "run", "step"]
+           "compare", "inspect", "load_ipython_extension", "lower", "run", "step", "tune"]
 
 
 def load_ipython_extension(ipython: object) -> None:
@@ -51,7 +54,7 @@ def load_ipython_extension(ipython: object) -> None:
 # which `pallaslab --help` and a usage error never need.
 _LAZY = {"compare": "pallaslab.execute", "run": "pallaslab.execute", "step": "pallaslab.execute",
          "Capture": "pallaslab.model", "Kernel": "pallaslab.model", "Operand": "pallaslab.model",
-         "capture": "pallaslab.model"}
+         "capture": "pallaslab.model", "tune": "pallaslab.tuning.search"}
 
 
 def __getattr__(name: str) -> object:

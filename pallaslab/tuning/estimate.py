@@ -19,7 +19,7 @@ from pallaslab.analysis.pipeline import (
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.analysis.vmem_findings import overflow_finding, spill_risk_finding
 from pallaslab.model import Kernel
-from pallaslab.tune.result import ChipEstimate
+from pallaslab.tuning.result import ChipEstimate
 
 HBM_SHARE = 0.9  # copies busy this share of the predicted time: the kernel is HBM-bound
 

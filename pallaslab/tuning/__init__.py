@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pallaslab.tune.result import Candidate, ChipEstimate, TuneResult
-    from pallaslab.tune.search import tune, tune_captures
-    from pallaslab.tune.space import TuneSpaceError, configs, parse_param
+    from pallaslab.tuning.result import Candidate, ChipEstimate, TuneResult
+    from pallaslab.tuning.search import tune, tune_captures
+    from pallaslab.tuning.space import TuneSpaceError, configs, parse_param
 
 __all__ = ["Candidate", "ChipEstimate", "TuneResult", "TuneSpaceError", "configs",
            "parse_param", "tune", "tune_captures"]
@@ -34,5 +34,5 @@ def __getattr__(name: str) -> object:
     if name in _HOMES:
         import importlib
 
-        return getattr(importlib.import_module(f"pallaslab.tune.{_HOMES[name]}"), name)
-    raise AttributeError(f"module 'pallaslab.tune' has no attribute {name!r}")
+        return getattr(importlib.import_module(f"pallaslab.tuning.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'pallaslab.tuning' has no attribute {name!r}")

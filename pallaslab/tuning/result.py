@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from pallaslab.tune.space import config_text
+from pallaslab.tuning.space import config_text
 
 BOUNDS = ("compute", "HBM", "exposed DMA", "per-step overhead")
 
@@ -130,7 +130,7 @@ class TuneResult:
                 "candidates": [c.to_json() for c in self.candidates]}
 
     def tree(self, *, heatmap: bool = False) -> Any:
-        from pallaslab.tune.view import tune_tree
+        from pallaslab.tuning.view import tune_tree
 
         return tune_tree(self, heatmap=heatmap)
 

@@ -14,9 +14,9 @@ from pallaslab.analysis.findings import find
 from pallaslab.analysis.tiling import tile
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Capture, capture
-from pallaslab.tune.estimate import estimate
-from pallaslab.tune.result import Candidate, TuneResult, Verdict
-from pallaslab.tune.space import Config, TuneSpaceError, configs
+from pallaslab.tuning.estimate import estimate
+from pallaslab.tuning.result import Candidate, TuneResult, Verdict
+from pallaslab.tuning.space import Config, TuneSpaceError, configs
 
 CaptureOf = Callable[[Config], Capture]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pallaslab.tune.result import Candidate, TuneResult
+from pallaslab.tuning.result import Candidate, TuneResult
 from pallaslab.views.parts import Badge, Code, Line, Markup, Note, Part, Section, Table, Text
 
 
@@ -21,7 +21,7 @@ def tune_tree(result: TuneResult, *, heatmap: bool = False) -> Section:
     if result.stopped:
         children.append(Note(f"stopped: {result.stopped}", "warning", kind="time limit"))
     if heatmap:
-        from pallaslab.tune.heatmap import heatmap_part
+        from pallaslab.tuning.heatmap import heatmap_part
 
         children.append(heatmap_part(result))
     return Section((Text("Tune"),), tuple(children), css="pl-tune")

@@ -8,7 +8,7 @@ import io
 import math
 from typing import Any
 
-from pallaslab.tune.result import TuneResult
+from pallaslab.tuning.result import TuneResult
 from pallaslab.views.parts import Markup
 
 
@@ -84,7 +84,7 @@ def heatmap_svg(result: TuneResult) -> str | None:
 
 
 def heatmap_part(result: TuneResult) -> Markup:
-    from pallaslab.tune.view import heatmap_note
+    from pallaslab.tuning.view import heatmap_note
 
     try:
         svg = heatmap_svg(result)
