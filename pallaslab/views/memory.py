@@ -36,18 +36,12 @@ from pallaslab.analysis.whatif import (
 )
 from pallaslab.model import Capture, Kernel
 from pallaslab.util.names import ref_name
-from pallaslab.util.text import visible
-from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
-from pallaslab.views.memory_gpu import (
-    GpuSection,
-    gpu_html,
-    gpu_section,
-    gpu_text,
-    mosaic_gpu_section,
-)
+from pallaslab.views.memory_gpu import GpuSection, gpu_section, mosaic_gpu_section
+from pallaslab.views.memory_tree import memory_tree, what_if_section
+from pallaslab.views.parts import Section, to_html, to_text
 from pallaslab.views.registry import register_tab
 
 PAYLOAD_VERSION = 1
@@ -320,195 +314,26 @@ class MemoryView(View):
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
 
+    def tree(self) -> Section:
+        """The kernel's memory as one tree (`memory_tree`): what the text and HTML render."""
+        return memory_tree(self._payload(), self.occupancies)
+
     def to_text(self) -> str:
-        k = self.ctx.kernel
-        lines = [f"Memory of kernel {k.index} {k.name}"]
-        p = self._payload()
-        if p["note"]:
-            lines.append(f"  {p['note']}")
-        named = {o["origin"]: o["label"] for c in p["chips"] for o in c["operands"]
-                 if o["label"] != o["origin"]}
-        if named:
-            lines.append("  operands: " + "; ".join(named.values()))
-        for occ, cm in zip(self.occupancies, p["chips"], strict=True):
-            lines += ["  " + line for line in str(occ).splitlines()]
-            lines.append(f"    SMEM {_bytes(cm['smem_bytes'])} of {_bytes(cm['smem_capacity'])}"
-                         + (f", {cm['semaphores']} semaphore(s)" if cm["semaphores"] else ""))
-        lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in p["findings"]]
-        if p["gpu"] is not None:
-            lines += gpu_text(p["gpu"])
-        if self.table is not None:
-            lines.append("What-if (best first; VMEM = buffers+the body's matrix product; "
-                         "'!!' = does not fit" + ("; libtpu = the compiler's verdict):"
-                                                   if self.table.compiled else "):"))
-            lines += ["  " + line for line in str(self.table).splitlines()]
-        return visible("\n".join(lines))
+        return to_text(self.tree())
 
     def to_html(self) -> str:
         k = self.ctx.kernel
-        p = self._payload()
-        chips = ", ".join(c["chip"] for c in p["chips"])
-        parts = [f'<h3 class="pl-title">Memory <code>{esc(k.name)}</code> '
-                 f'<span class="pl-dim">{esc(chips)}</span></h3>']
-        if p["note"]:
-            parts.append(f'<p class="pl-dim">{esc(p["note"])}</p>')
-        if p["chips"]:
-            parts.append(static_bars(p["chips"]))
-            parts.append(operand_table(p["chips"]))
-            parts.append(findings_html(p["findings"]))
-            parts += [f'<p class="pl-dim pl-mem-note">note · {esc(c["chip"])}: '
-                      f'{esc(c["spill_note"])}</p>' for c in p["chips"] if c["spill_note"]]
-        if p["gpu"] is not None:
-            parts.append(gpu_html(p["gpu"]))
-        if p["what_if"] is not None:
-            parts.append(what_if_table_html(p["what_if"]))
-        return f'<div class="pl-memory-static">{"".join(parts)}</div>'
-
-
-# --- static HTML ------------------------------------------------------------------------------
-
-
-def findings_html(findings: Sequence[MemoryFinding]) -> str:
-    """The VMEM findings, badged with the severity the header counts them with."""
-    return "".join(f'<p class="pl-finding pl-{esc(f["severity"])}"><span class="pl-badge">'
-                   f'{esc(f["severity"])}</span> <code>{esc(f["code"])}</code> '
-                   f'{esc(f["message"])}</p>' for f in findings)
-
-
-def _bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    if n < 1 << 20:
-        return f"{n / 1024:,.1f} KiB"
-    return f"{n / (1 << 20):,.2f} MiB"
-
-
-def bar_scale(chips: Sequence[ChipMemory]) -> int:
-    """Bytes the full bar width stands for: the chip's VMEM (or a larger limit or need), so
-    that a bar's fill is the kernel's share of VMEM."""
-    return max([max(c["capacity"], c["limit"], c["bytes"]) for c in chips] or [1]) or 1
-
-
-def _scale_name(chips: Sequence[ChipMemory], scale: int) -> str:
-    return "the chip's VMEM" if scale == max(c["capacity"] for c in chips) \
-        else "the largest limit or need"
-
-
-def _pct(n: int, scale: int) -> str:
-    return f"{100 * n / scale:.3f}%"
-
-
-def static_bars(chips: Sequence[ChipMemory]) -> str:
-    scale = bar_scale(chips)
-    rows = []
-    for c in chips:
-        segs = []
-        for i, o in enumerate(o for o in c["operands"] if o["space"] == "vmem"):
-            tip = (f"{o['origin']} ({o['role']}): {o['buffers']} x "
-                   f"{'x'.join(map(str, o['padded_shape']))} {o['dtype']} = {_bytes(o['bytes'])}")
-            segs.append(f'<span class="pl-seg pl-mem-{esc(o["role"])} pl-shade{i % 3}" '
-                        f'style="width:{_pct(o["bytes"], scale)}" title="{esc(tip)}"></span>')
-        if c["over"]:  # the part of the bar beyond the limit, hatched
-            segs.append(f'<span class="pl-mem-overzone" style="left:{_pct(c["limit"], scale)};'
-                        f'width:{_pct(c["over"], scale)}"></span>')
-        over = f" by {_bytes(c['over'])}" if c["over"] else ""
-        verdict = ('<span class="pl-mem-fits">fits</span>' if c["fits"] else
-                   f'<span class="pl-mem-over">overflow{over}</span>')
-        rows.append(
-            f'<div class="pl-mem-row" data-chip="{esc(c["chip"])}">'
-            f'<span class="pl-mem-label">{esc(c["chip"])}</span>'
-            f'<span class="pl-mem-track">{"".join(segs)}'
-            f'<span class="pl-mem-limit" style="left:{_pct(min(c["limit"], scale), scale)}" '
-            f'title="limit {esc(_bytes(c["limit"]))} ({esc(c["limit_source"])})"></span></span>'
-            f'<span class="pl-mem-total">{esc(_bytes(c["bytes"]))} / '
-            f'{esc(_bytes(c["limit"]))} {verdict}</span></div>')
-    legend = ('<div class="pl-mem-legend pl-dim"><span class="pl-key pl-mem-input"></span> '
-              'input <span class="pl-key pl-mem-output"></span> output '
-              '<span class="pl-key pl-mem-scratch"></span> scratch '
-              '<span class="pl-key pl-mem-overzone"></span> over the limit · bar = '
-              f"{esc(_bytes(scale))} ({_scale_name(chips, scale)}); the mark is the scoped-VMEM "
-              "limit</div>")
-    return f'<div class="pl-mem-bars">{"".join(rows)}{legend}</div>'
-
-
-def operand_table(chips: Sequence[ChipMemory]) -> str:
-    """Per-operand bytes per chip, with the totals, limits and fits."""
-    origins: dict[str, MemoryOperand] = {}
-    for c in chips:
-        for o in c["operands"]:
-            origins.setdefault(o["origin"], o)
-    by_chip = [{o["origin"]: o for o in c["operands"]} for c in chips]
-    headers = ["operand", "role", "space", "block", "buffers",
-               *[f"{c['chip']} bytes" for c in chips]]
-    rows: list[list[Any]] = []
-    for origin, o in origins.items():
-        cells = [by.get(origin) for by in by_chip]
-        rows.append([o["label"], o["role"], o["space"],
-                     f"{'x'.join(map(str, o['shape'])) or '()'} {o['dtype']}", o["buffers"],
-                     *[_html.num(x["bytes"]) if x else "-" for x in cells]])
-    n = len(chips)
-    rows.append(["total VMEM", "", "", "", "", *[_html.num(c["bytes"]) for c in chips]])
-    rows.append(["limit", "", "", "", "", *[f"{_html.num(c['limit'])} ({c['limit_source']})"
-                                            for c in chips]])
-    rows.append(["SMEM", "", "", "", "", *[_html.num(c["smem_bytes"]) for c in chips]])
-    rows.append(["fits", "", "", "", "", *["yes" if c["fits"] else "NO" for c in chips]])
-    html = _html.table(headers, rows, numeric=tuple(range(4, 5 + n)))
-    # mark the verdict cells (the table helper escapes every cell; classes added afterwards)
-    return html.replace("<td class=\"num\">NO</td>", '<td class="num pl-mem-over">NO</td>')
-
-
-def _us(t: float | None) -> str:
-    return "-" if t is None else f"{t * 1e6:,.2f}"
-
-
-def _row_verdict(r: WhatIfRowPayload) -> str:
-    """The row's verdict naming the chips it fails on: a block size too big for v5e may be
-    the fastest fit on v6e."""
-    if r["compiles"] is not None:
-        refused = [c["chip"] for c in r["chips"] if c["compiles"] is False]
-        return "libtpu refuses it on " + ", ".join(refused) if refused else "libtpu compiles it"
-    over = [c["chip"] for c in r["chips"] if not c["fits"]]
-    if not over:
-        return "fits"
-    return "fits no chip" if len(over) == len(r["chips"]) else "does not fit " + ", ".join(over)
-
-
-def _what_if_cells(c: WhatIfChip, compiled: bool) -> str:
-    """Buffers + the body's product against the limit, libtpu's verdict, the time."""
-    need = _bytes(c["vmem_bytes"]) + (f" + {_bytes(c['body_bytes'])}" if c["body_bytes"] else "")
-    cells = (f'<td class="num{"" if c["fits"] else " pl-mem-over"}" title="limit '
-             f'{esc(_bytes(c["limit"]))}">{esc(need)}{"" if c["fits"] else " ✗"}</td>')
-    if compiled:
-        over = "" if c["compiles"] in (True, None) else " pl-mem-over"
-        cells += f'<td class="num{over}">{esc(c["compiler"] or "-")}</td>'
-    return cells + f'<td class="num">{_us(c["predicted_time"])}</td>'
+        tree = self.tree()
+        chips = ", ".join(self.chips if self.occupancies else ())
+        head = (f'<h3 class="pl-title">Memory <code>{esc(k.name)}</code> '
+                f'<span class="pl-dim">{esc(chips)}</span></h3>')
+        body = "".join(to_html(part) for part in tree.children)
+        return f'<div class="pl-memory-static">{head}{body}</div>'
 
 
 def what_if_table_html(w: WhatIfPayload) -> str:
-    compiled = any(r["compiles"] is not None for r in w["rows"])
-    head = "".join(f"<th class=\"num\">{esc(c)} VMEM (buffers + body)</th>"
-                   + (f"<th class=\"num\">{esc(c)} libtpu</th>" if compiled else "")
-                   + f"<th class=\"num\">{esc(c)} µs</th>" for c in w["chips"])
-    body = []
-    for i, r in enumerate(w["rows"]):
-        accepted = r["fits"] if r["compiles"] is None else r["compiles"]
-        cls = "pl-best" if i == w["best"] else ("" if accepted else "pl-nofit")
-        if r["error"]:
-            span = 4 + (3 if compiled else 2) * len(w["chips"])
-            body.append(f'<tr class="pl-nofit"><td>{esc(r["block_sizes"])}</td>'
-                        f'<td colspan="{span}">error: {esc(r["error"])}</td></tr>')
-            continue
-        chips = "".join(_what_if_cells(c, compiled) for c in r["chips"])
-        verdict = "best" if i == w["best"] else _row_verdict(r)
-        body.append(f'<tr class="{cls}"><td>{esc(r["block_sizes"])}</td><td>{verdict}</td>'
-                    f'<td class="num">{_html.num(r["programs"])}</td>'
-                    f'<td class="num">{_html.num(r["fetches"])}</td>'
-                    f'<td class="num">{_html.num(r["hbm_bytes"])}</td>{chips}</tr>')
-    return ('<h4 class="pl-title">What-if: block sizes, best first</h4>'
-            '<table class="pl-table pl-whatif"><thead><tr><th>block sizes</th><th>verdict</th>'
-            '<th class="num">programs</th><th class="num">fetches</th>'
-            f'<th class="num">HBM bytes</th>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
-            "</table>")
+    """The what-if table alone, as the view shows it."""
+    return to_html(what_if_section(w))
 
 
 def _available(ctx: KernelContext) -> bool:

@@ -24,8 +24,8 @@ from pallaslab.analysis.occupancy_gpu import (
 )
 from pallaslab.errors import MissingDependencyError
 from pallaslab.model import Kernel
-from pallaslab.views import _html
-from pallaslab.views._html import esc
+from pallaslab.views._html import num
+from pallaslab.views.parts import Line, Part, Section, Table, Text
 
 if TYPE_CHECKING:
     from pallaslab.lowering import KernelLowering
@@ -166,47 +166,26 @@ def _problem(kl: KernelLowering) -> str | None:
     return None
 
 
-def _bytes(n: int | None) -> str:
-    return "-" if n is None else f"{n:,} B"
-
-
-def gpu_text(section: GpuSection) -> list[str]:
-    lines = [f"  {section.get('title', TRITON_TITLE)}:"]
+def gpu_tree(section: GpuSection) -> Section:
+    """The GPU figures as parts: why there are none, Mosaic GPU's shared buffers, how the
+    registers were estimated, and one row per GPU."""
+    title = (section.get("title", TRITON_TITLE),)
     if section["error"]:
-        return [*lines, f"    {section['error']}"]
-    lines += [f"    shared memory {b['label']}: {b['dtype']}{list(b['shape'])} {b['bytes']:,} B"
-              for b in section.get("buffers", [])]
+        return Section(title, (Line((Text(section["error"], "dim"),), css="pl-dim"),),
+                       css="pl-mem-gpu")
+    children: list[Part] = []
+    if buffers := section.get("buffers"):
+        children.append(Table(("shared memory", "shape", "dtype", "bytes"), tuple(
+            (b["label"], str(tuple(b["shape"])), b["dtype"], num(b["bytes"])) for b in buffers),
+            numeric=(3,)))
     if section.get("note"):
-        lines.append(f"    {section['note']}")
-    for g in section["gpus"]:
-        if g["error"]:
-            lines.append(f"    {g['gpu']}: {g['error']}")
-            continue
-        lines.append(
-            f"    {g['gpu']}: shared memory {_bytes(g['shared_bytes'])}, {g['registers']} "
-            f"registers/thread, {_bytes(g['spills'])} spilled, {g['num_warps']} warps -> "
-            f"{g['blocks_per_sm']} blocks/SM (limited by {g['limited_by']}; "
-            f"{g['warps_per_sm']} warps/SM, {100 * (g['occupancy'] or 0):.0f}% occupancy)")
-    return lines
-
-
-def gpu_html(section: GpuSection) -> str:
-    title = f'<h4 class="pl-title">{esc(section.get("title", TRITON_TITLE))}</h4>'
-    if section["error"]:
-        return f'<div class="pl-mem-gpu">{title}<p class="pl-dim">{esc(section["error"])}</p></div>'
-    buffers = section.get("buffers")
-    if buffers:
-        title += _html.table(["shared memory", "shape", "dtype", "bytes"],
-                             [[b["label"], str(tuple(b["shape"])), b["dtype"],
-                               _html.num(b["bytes"])] for b in buffers], numeric=(3,))
-    if section.get("note"):
-        title += f'<p class="pl-dim">{esc(section["note"] or "")}</p>'
-    headers = ["GPU", "shared memory B", "registers/thread", "spills B", "num_warps",
-               "blocks/SM", "limited by", "occupancy"]
-    rows = [[g["gpu"], _html.num(g["shared_bytes"]), _html.num(g["registers"]),
-             _html.num(g["spills"]), g["num_warps"], _html.num(g["blocks_per_sm"]),
-             g["limited_by"] or g["error"] or "-",
-             "-" if g["occupancy"] is None else f"{100 * g['occupancy']:.0f}%"]
-            for g in section["gpus"]]
-    table = _html.table(headers, rows, numeric=(1, 2, 3, 4, 5, 7))
-    return f'<div class="pl-mem-gpu">{title}{table}</div>'
+        children.append(Line((Text(section["note"] or "", "dim"),), css="pl-dim"))
+    columns = ("GPU", "shared memory B", "registers/thread", "spills B", "num_warps",
+               "blocks/SM", "limited by", "occupancy")
+    rows = tuple((g["gpu"], num(g["shared_bytes"]), num(g["registers"]), num(g["spills"]),
+                  str(g["num_warps"]), num(g["blocks_per_sm"]),
+                  g["limited_by"] or g["error"] or "-",
+                  "-" if g["occupancy"] is None else f"{100 * g['occupancy']:.0f}%")
+                 for g in section["gpus"])
+    children.append(Table(columns, rows, numeric=(1, 2, 3, 4, 5, 7)))
+    return Section(title, tuple(children), css="pl-mem-gpu")

@@ -45,8 +45,8 @@ def test_a_spill_risk_is_shown_as_the_header_counts_it():
     assert _shown(wb) == [c for c in counted if c[0].startswith("vmem-")]
     assert header_verdict(wb.context(0)).findings == len(counted)
     html = wb.memory().to_html()
-    assert ("<p class=\"pl-finding pl-warning\"><span class=\"pl-badge\">warning</span> "
-            "<code>vmem-spill-risk</code> matmul_kernel on TPU v5e: its buffers need 16.00 MiB"
+    assert ("<p class=\"pl-finding pl-warning\"><span class=\"pl-badge \">warning</span> "
+            "<code>vmem-spill-risk</code>: matmul_kernel on TPU v5e: its buffers need 16.00 MiB"
             in html)
     assert "warning vmem-spill-risk: matmul_kernel on TPU v5e" in wb.memory().to_text()
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from kernels import matmul
 
 import pallaslab
-from pallaslab.views.memory import bar_scale
+from pallaslab.views.memory_tree import bar_scale
 
 MiB = 1 << 20
 F32 = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)  # tutorial 02's matmul

@@ -1,0 +1,71 @@
+"""Each view that builds one tree (`views.parts`) renders its text and static HTML from it: the
+text is the tree's text, and every part of the tree is in the HTML, so neither can word a
+finding its own way."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from helpers import workbench
+from kernels import matmul
+
+from pallaslab.views.parts import Section, to_html, to_text
+
+
+def assert_renders_its_tree(view) -> Section:
+    tree = view.tree()
+    assert view.to_text() == to_text(tree)
+    html = view.to_html()
+    for part in tree.children:
+        assert to_html(part) in html, part
+    return tree
+
+
+def _make_matmul(block):
+    x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
+    return functools.partial(matmul, bm=block, bk=block, bn=block), (x, x)
+
+
+def test_memory_renders_its_tree():
+    # over the limit (a spill note per chip) and a what-if with a row that fits no chip
+    tree = assert_renders_its_tree(workbench("vmem_overflow").memory())
+    assert to_text(tree).count("note: the kernel body computes") == 2
+    view = workbench("matmul_f32").memory(what_if=(_make_matmul, [256, 2048]))
+    assert "fits no chip" in to_text(assert_renders_its_tree(view))
+
+
+def test_overview_renders_its_tree():
+    tree = assert_renders_its_tree(workbench("racy_parallel_accumulate").overview())
+    text = to_text(tree)
+    assert text.startswith("Kernel 0: row_sum_kernel  (")
+    assert "grid 4 = 4 programs; semantics: parallel; backend:" in text
+    assert "error parallel-write-conflict: " in text
+    assert "no findings" in to_text(assert_renders_its_tree(workbench("matmul_f32").overview()))
+
+
+def test_inspect_prints_the_overview_tree(capsys):
+    """`pallaslab inspect` prints the Overview's tree: the same heading, facts, operand rows
+    and findings, and the terminal's extras (VMEM per chip) before the findings."""
+    from pallaslab.cli import main
+
+    view = workbench("matmul_f32").overview()
+    assert main(["inspect", "tests/kernels.py:matmul_f32"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in to_text(view.tree()).splitlines()]
+    for line in lines[:2] + [lines[-1]]:  # heading, facts, "no findings"
+        assert line in out
+    assert out.index("VMEM on tpu-v5e: 448 KiB of 16,384 KiB") < out.index("no findings")
+    assert "acc_ref (scratch[0])" in out
+
+
+def test_devices_renders_its_tree():
+    import pallaslab
+    from kernels import CATALOG
+
+    fn, args = CATALOG["ring_all_gather"].case()
+    wb = pallaslab.Workbench(pallaslab.capture(fn, *args))
+    view = wb.view("devices", result=pallaslab.run(fn, *args, devices=4))
+    tree = assert_renders_its_tree(view)
+    assert "<svg" in to_html(tree) and "semaphores: " in to_text(tree).splitlines()[-1]
