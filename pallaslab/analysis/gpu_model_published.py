@@ -188,6 +188,8 @@ def predict(row: pub.Row) -> GpuRowPrediction:
         raise pub.BuildError(f"capture failed ({type(err).__name__})", str(err)) from err
     except NotImplementedError as err:
         raise pub.BuildError("tokamax: not implemented", str(err).splitlines()[0]) from err
+    except AttributeError as err:  # tokamax's kernel asks the JAX version for what it lacks
+        raise pub.BuildError("tokamax failed tracing (AttributeError)", repr(err)) from err
     flops = problem_flops(row)
     preds = _kernel_predictions(cap.kernels, gpu, flops)
     return GpuRowPrediction(row, sum(p.time_s for p in preds),

@@ -1,0 +1,137 @@
+"""The GPU time model (issue 42) on real Triton kernels captured on this CPU, and on the
+first published H100/B200 rows that build through tokamax."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
+from kernels_gpu import masked_vector_add
+
+from pallaslab.analysis import gpu_model, gpu_model_published, published
+from pallaslab.model import capture
+
+
+def _matmul_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+
+def _matmul(n: int, dtype, block: int = 128):
+    def fn(x, y):
+        return pl.pallas_call(
+            _matmul_kernel, out_shape=jax.ShapeDtypeStruct((n, n), jnp.float32),
+            grid=(n // block, n // block),
+            in_specs=[pl.BlockSpec((block, n), lambda i, j: (i, 0)),
+                      pl.BlockSpec((n, block), lambda i, j: (0, j))],
+            out_specs=pl.BlockSpec((block, block), lambda i, j: (i, j)),
+            compiler_params=plt.CompilerParams(num_warps=4, num_stages=3))(x, y)
+
+    args = [jax.ShapeDtypeStruct((n, n), dtype)] * 2
+    return capture(fn, *args).kernels[0]
+
+
+def _add_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + y_ref[...]
+
+
+def _big_add(n: int = 1 << 26, block: int = 1024):
+    def fn(x, y):
+        spec = pl.BlockSpec((block,), lambda i: (i,))
+        return pl.pallas_call(_add_kernel, out_shape=jax.ShapeDtypeStruct((n,), jnp.float32),
+                              grid=(n // block,), in_specs=[spec, spec], out_specs=spec,
+                              compiler_params=plt.CompilerParams(num_warps=4))(x, y)
+
+    return capture(fn, *[jax.ShapeDtypeStruct((n,), jnp.float32)] * 2).kernels[0]
+
+
+def test_matmul_time_scales_with_problem_size():
+    small = gpu_model.gpu_prediction(_matmul(1024, jnp.bfloat16), "h100")
+    large = gpu_model.gpu_prediction(_matmul(4096, jnp.bfloat16), "h100")
+    assert large.work.flops == pytest.approx(64 * small.work.flops)
+    assert large.bound == "compute"
+    assert large.time_s > 20 * small.time_s
+
+
+def test_elementwise_kernel_is_memory_bound_at_bytes_over_bandwidth():
+    pred = gpu_model.gpu_prediction(_big_add(), "h100")
+    spec = gpu_model.GPUS["h100"]
+    moved = 3 * (1 << 26) * 4  # two inputs read, one output written
+    assert pred.bound == "memory" and pred.work.hbm_bytes == moved
+    assert pred.work.flops == 0
+    assert abs(pred.time_s - moved / spec.hbm_bytes_per_s) <= pred.latency_s + 1e-12
+
+
+def test_tiny_catalog_kernel_is_latency_bound():
+    fn, args = masked_vector_add()
+    pred = gpu_model.gpu_prediction(capture(fn, *args).kernels[0], "h100")
+    assert pred.bound == "latency" and pred.waves == 1
+
+
+def test_bf16_matmul_is_faster_than_f32_on_the_tensor_cores():
+    bf16 = gpu_model.gpu_prediction(_matmul(4096, jnp.bfloat16), "h100")
+    f32 = gpu_model.gpu_prediction(_matmul(4096, jnp.float32), "h100")
+    assert (bf16.work.dot_dtype, f32.work.dot_dtype) == ("bfloat16", "float32")
+    assert f32.compute_s == pytest.approx(2 * bf16.compute_s, rel=1e-3)  # 989.5 vs 494.7 TFLOPS (TF32)
+    assert bf16.time_s < f32.time_s
+
+
+def test_shared_memory_limits_occupancy_and_changes_the_waves():
+    kernel = _matmul(8192, jnp.bfloat16)  # 4,096 blocks
+    roomy = gpu_model.gpu_prediction(kernel, "h100", shared_bytes=16 * 1024, registers=64)
+    tight = gpu_model.gpu_prediction(kernel, "h100", shared_bytes=200 * 1024, registers=64)
+    assert tight.occupancy_limit == "shared memory" and tight.blocks_per_sm == 1
+    assert roomy.blocks_per_sm > tight.blocks_per_sm
+    assert tight.waves == -(-4096 // 132) and roomy.waves < tight.waves
+
+
+def test_b200_is_faster_than_h100_on_a_large_matmul():
+    kernel = _matmul(4096, jnp.bfloat16)
+    assert (gpu_model.gpu_prediction(kernel, "b200").time_s
+            < gpu_model.gpu_prediction(kernel, "h100").time_s)
+
+
+def test_the_prediction_line_names_the_bound():
+    line = gpu_model.gpu_prediction(_big_add(), "h100").line()
+    assert "memory-bound" in line and "H100" in line
+
+
+def test_work_without_a_capture():
+    work = gpu_model.GpuWork(blocks=264, flops=0.0, dot_dtype="float32", hbm_bytes=3.35e9,
+                             num_warps=4, num_stages=1, shared_bytes=0, registers=0,
+                             flops_source="given")
+    pred = gpu_model.predict_work(work, "h100")
+    assert pred.memory_s == pytest.approx(1e-3) and pred.bound == "memory"
+    with pytest.raises(ValueError, match="unknown GPU"):
+        gpu_model.predict_work(dataclasses.replace(work), "v5e")
+
+
+_CSV = Path(__file__).resolve().parents[3] / "shared/published/tokamax_autotune_pallas.csv"
+
+
+@pytest.mark.skipif(not _CSV.is_file(), reason="no published table next to the checkout")
+def test_first_published_gpu_rows_that_build_are_within_4x():
+    rows = published.round_robin(list(gpu_model_published.gpu_rows(published.read_rows(_CSV))))
+    built = []
+    for row in rows[:40]:
+        try:
+            built.append(gpu_model_published.predict(row))
+        except published.BuildError:
+            continue
+        if len(built) == 3:
+            break
+    assert len(built) == 3
+    for pred in built:
+        assert 0.25 <= pred.ratio <= 4, (pred.row.line, pred.ratio)
+
+
+def test_a_jax_triton_row_is_refused_with_its_reason():
+    row = published.Row("H100 80GB HBM3", "pallas_triton_gated_linear_unit", "x=\"bf16[8,8]\"",
+                        "{}", 1e-3, (1e-3,), 2)
+    with pytest.raises(published.BuildError) as err:
+        gpu_model_published.build(row)
+    assert err.value.reason == gpu_model_published.NOT_PALLAS
