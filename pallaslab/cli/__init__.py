@@ -5,7 +5,7 @@ Each subcommand lives in its own module exposing `register(subparsers)`; the mod
 that end a command propagate to `main`, which reports them the same way for every
 subcommand (see `_shared.EXIT_STATUS_HELP`).
 
-Its modules: `inspect`, `check`, `lower`, `compare`, `report` and `cache` (one subcommand
+Its modules: `inspect`, `check`, `lower`, `compare`, `tune`, `report` and `cache` (one subcommand
 each), `_shared` (loading cases, option checks, exit statuses, one JSON object on stdout
 with --json) and `_many` (several cases in one call). It is a shell: it may import any layer,
 and nothing of pallaslab imports it. Parsing the command line imports no JAX (each
@@ -55,7 +55,7 @@ class Terminated(BaseException):
 
 
 # Subcommand modules, in the order `pallaslab --help` lists them.
-COMMANDS = ("inspect", "check", "lower", "compare", "report", "cache")
+COMMANDS = ("inspect", "check", "lower", "compare", "tune", "report", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -132,6 +132,8 @@ def judge(capture_of: CaptureOf, config: Config, chips: Sequence[str]) -> Candid
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
+    if isinstance(err, PallasLabError) and text:  # ours (a case's error): it names its cause
+        return text.splitlines()[0]
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 

@@ -74,13 +74,14 @@ def parse_param(text: str, flag: str = "--param") -> tuple[str, list[Any]]:
     else strings."""
     name, sep, values = text.partition("=")
     name = name.strip()
+    head = f"{flag} {text!r}" if flag else repr(text)
     rule = "NAME=V1,V2,... with NAME a Python identifier and at least one value"
     if not sep or not name.isidentifier():
-        raise TuneSpaceError(f"{flag} {text!r}: expected {rule}, e.g. {flag} bm=128,256,512")
+        raise TuneSpaceError(f"{head}: expected {rule}, e.g. bm=128,256,512")
     items = [v.strip() for v in values.split(",")]
     if not values.strip() or any(not v for v in items):
-        raise TuneSpaceError(f"{flag} {text!r}: an empty value; expected {rule}, e.g. "
-                             f"{flag} {name}=128,256")
+        raise TuneSpaceError(f"{head}: an empty value; expected {rule}, e.g. "
+                             f"{name}=128,256")
     return name, [_value(v) for v in items]
 
 
