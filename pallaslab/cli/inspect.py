@@ -25,9 +25,9 @@ from pallaslab.cli._shared import (
 
 if TYPE_CHECKING:
     from pallaslab.analysis.inspection import KernelInspection
+    from pallaslab.views.parts import Part
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="show the grid, BlockSpecs, fetches and findings",
@@ -71,61 +71,42 @@ def inspect_case(spec: str, args: argparse.Namespace) -> CaseOutcome:
 
 
 def render(insp: KernelInspection, out) -> None:
-    """Human-readable: a header, the operand table and the findings of one kernel."""
-    from rich.table import Table
-
-    from pallaslab.analysis.inspection import kernel_json
-    from pallaslab.analysis.occupancy import spill_note
+    """Human-readable: the Overview's tree of one kernel, with the VMEM it needs per chip and
+    what its body does beyond its BlockSpecs."""
+    from pallaslab.analysis.inspection import kernel_json, operand_labels
+    from pallaslab.cli._parts import to_rich
+    from pallaslab.views.overview_tree import overview_tree
 
     data = kernel_json(insp)
-    grid = " x ".join("?" if g is None else str(g) for g in data["grid"]) or "()"
-    semantics = safe(", ".join(data["dimension_semantics"] or []) or "-")
-    where = data["source"] or "?"
-    context = f"  [dim]inside {safe(' > '.join(data['context']))}[/]" if data["context"] else ""
-    out.print(f"[bold]kernel {insp.kernel.index}: {safe(data['name'])}[/]  "
-              f"[dim]{safe(where)}[/]{context}")
-    programs = "?" if data["programs"] is None else f"{data['programs']:,}"
-    out.print(f"  grid {grid} = {programs} programs   semantics: {semantics}   "
-              f"backend: {data['backend'] or 'unspecified'}")
-    table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for col in ("operand", "role", "shape", "dtype", "block", "memory", "bufs", "fetches",
-                "HBM bytes"):
-        table.add_column(col, justify="right" if col in ("fetches", "HBM bytes", "bufs")
-                         else "left")
-    arrays = (data["fusion"] or {}).get("operand_arrays", {})
+    labels = operand_labels(insp.kernel)
     for op in data["operands"]:
-        origin = f"{op['origin']} = {arrays[op['origin']]}" if op["origin"] in arrays \
-            else op["origin"]
-        table.add_row(
-            safe(f"{op['param']} ({origin})" if op["param"] else origin),
-            op["role"] + (" (prefetch)" if op["scalar_prefetch"] else ""),
-            _shape(op["shape"]), op["dtype"],
-            _shape(op["block_shape"]) if op["block_shape"] is not None else "-",
-            safe(op["memory_space"]), _num(op.get("buffers")), _num(op["fetches"]),
-            _num(op["hbm_bytes"]),
-        )
-    out.print(table)
+        op["label"] = labels[op["origin"]]
+    out.print(to_rich(overview_tree(data, insp.kernel.index, details=details(insp, data),
+                                    jaxprs=False)))
+    out.print()
+
+
+def details(insp: KernelInspection, data: dict) -> list[Part]:
+    """What the terminal adds to the Overview: the abstract chip it traced under, nested
+    pipelines, scoped buffers and DMAs, fused functions in a line each, VMEM per chip."""
+    from pallaslab.analysis.occupancy import spill_note
+    from pallaslab.views.parts import Line, Text
+
+    parts: list[Part] = []
     if data["traced_for_chip"]:
         why = ("a SparseCore kernel, traced for a chip with SparseCores"
                if data["mesh"] and "Subcore" in data["mesh"]["kind"]
                else "its tracing asks the chip")
-        out.print(f"  [dim]traced under an abstract TPU {safe(data['traced_for_chip'])} "
-                  f"({why}; no TPU attached)[/]")
-    for line in nested_lines(data):
-        out.print(f"  {safe(line)}")
-    for line in fusion_lines(data["fusion"]):
-        out.print(f"  {safe(line)}")
+        parts.append(Line((Text(f"traced under an abstract TPU {data['traced_for_chip']} "
+                                f"({why}; no TPU attached)", "dim"),)))
+    parts += [Line((line,)) for line in nested_lines(data) + fusion_lines(data["fusion"])]
     for target, v in data["vmem"].items():
-        style = "green" if v["fits"] else "bold red"
-        out.print(f"  VMEM on {target}: [{style}]{v['bytes'] / 1024:,.0f} KiB of "
-                  f"{v['limit'] / 1024:,.0f} KiB[/]")
+        parts.append(Line((f"VMEM on {target}: ", Text(
+            f"{v['bytes'] / 1024:,.0f} KiB of {v['limit'] / 1024:,.0f} KiB",
+            "ok" if v["fits"] else "bad"))))
     if data["vmem"] and (note := spill_note(insp.kernel)):
-        out.print(f"  [dim]note: {safe(note)}[/]")
-    if not insp.findings:
-        out.print("  [green]no findings[/]")
-    for f in insp.findings:
-        out.print(f"  [{SEVERITY_STYLE[f.severity]}]{f.severity} {f.code}[/]: {safe(f.message)}")
-    out.print()
+        parts.append(Line((Text(f"note: {note}", "dim"),)))
+    return parts
 
 
 def nested_lines(data: dict) -> list[str]:

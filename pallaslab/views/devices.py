@@ -19,12 +19,23 @@ from pallaslab.execute.registry import executor_of_mode
 from pallaslab.execute.result import RunResult
 from pallaslab.model import Kernel
 from pallaslab.model.devices import DeviceRecord
-from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
 from pallaslab.views.names import semaphore_name, source_name
+from pallaslab.views.overview_tree import findings_lines
+from pallaslab.views.parts import (
+    Code,
+    Line,
+    Markup,
+    Part,
+    Section,
+    Table,
+    Text,
+    to_html,
+    to_text,
+)
 from pallaslab.views.registry import register_tab
 
 DEFAULT_DEVICES = 4
@@ -163,35 +174,39 @@ class DevicesView(View):
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
 
+    def tree(self) -> Section:
+        """The run as one tree (`devices_tree`): what the text and HTML forms render."""
+        return devices_tree(self._payload())
+
     def to_text(self) -> str:
-        p = self._payload()
-        lines = [f"Devices of kernel {p['index']} {p['kernel']}: {p['devices']} devices, "
-                 f"{p['summary']} (in ring-step order)"]
-        lines += [f"  {m}" for m in (p["note"], p["error"]) if m]
-        for f in p["findings"]:
-            lines.append(f"  {f['severity']} {f['code']}: {f['message']}")
-        for t in p["transfers"]:
-            lines.append(f"  step {t['step']}: device {t['src']} -> device {t['dst']}{_local(t)} "
-                         f"{_html.num(t['bytes'])} B  {t['buffers']}  ({t['source'] or '?'})")
-        signals = sum(s["kind"] == "signal" for s in p["semaphores"])
-        lines.append(f"  semaphores: {signals} signals, {len(p['semaphores']) - signals} "
-                     "completed waits")
-        return visible("\n".join(lines))
+        return to_text(self.tree())
 
     def to_html(self) -> str:
-        p = self._payload()
-        head = (f'<h3 class="pl-title">Devices <code>{esc(p["kernel"])}</code> <span '
-                f'class="pl-dim">{p["devices"]} devices, {esc(p["summary"])}</span></h3>')
-        notes = "".join(f'<p class="pl-dim">{esc(m)}</p>' for m in (p["note"], p["error"]) if m)
-        findings = "".join(f'<p class="pl-finding pl-{esc(f["severity"])}"><span '
-                           f'class="pl-badge">{esc(f["code"])}</span> {esc(f["message"])}</p>'
-                           for f in p["findings"])
-        table = _html.table(
-            ["step", "from", "to", "bytes", "buffers", "source"],
-            [[t["step"], f"device {t['src']}", f"device {t['dst']}{_local(t)}",
-              _html.num(t["bytes"]), t["buffers"], t["source"] or "?"] for t in p["transfers"]],
-            numeric=(0, 3))
-        return f'<div class="pl-devices">{head}{notes}{findings}{lanes_svg(p)}{table}</div>'
+        return to_html(self.tree())
+
+
+def devices_tree(p: DevicesPayload) -> Section:
+    """The heading and summary, why there is no run or why it failed, its findings, the lanes
+    (HTML only), the DMAs in ring-step order and the semaphore events counted."""
+    children: list[Part] = [Line((Text(m, "dim"),), css="pl-dim")
+                            for m in (p["note"], p["error"]) if m]
+    children += findings_lines(p["findings"]) if p["findings"] else []
+    if svg := lanes_svg(p):
+        children.append(Markup(svg))
+    rows = tuple((str(t["step"]), f"device {t['src']}", f"device {t['dst']}{_local(t)}",
+                  _html.num(t["bytes"]), t["buffers"], t["source"] or "?")
+                 for t in p["transfers"])
+    children.append(Table(("step", "from", "to", "bytes", "buffers", "source"), rows,
+                          numeric=(0, 3)))
+    children.append(Line((semaphores_line(p["semaphores"]),)))
+    return Section(("Devices of kernel ", f"{p['index']} ", Code(p["kernel"]),
+                    f": {p['devices']} devices, {p['summary']} (in ring-step order)"),
+                   tuple(children), css="pl-devices")
+
+
+def semaphores_line(semaphores: list[SemaphoreEntry]) -> str:
+    signals = sum(s["kind"] == "signal" for s in semaphores)
+    return f"semaphores: {signals} signals, {len(semaphores) - signals} completed waits"
 
 
 def _local(t: TransferEntry) -> str:

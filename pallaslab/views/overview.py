@@ -12,11 +12,11 @@ from pallaslab.analysis.inspection import (
     kernel_json,
     operand_labels,
 )
-from pallaslab.util.text import visible
-from pallaslab.views import _html
-from pallaslab.views._html import esc, visible_payload
+from pallaslab.views._html import visible_payload
 from pallaslab.views.base import View
 from pallaslab.views.context import KernelContext
+from pallaslab.views.overview_tree import overview_tree
+from pallaslab.views.parts import Section, to_html, to_text
 from pallaslab.views.registry import register_tab
 
 
@@ -95,85 +95,17 @@ class OverviewView(View):
     def payload(self) -> dict[str, Any]:
         return dict(self._payload())
 
-    def to_text(self) -> str:
+    def tree(self) -> Section:
+        """The kernel as one tree (`overview_tree`): what the text and HTML forms render."""
         p = self._payload()
-        k = p["kernel"]
-        lines = [f"Kernel {self.ctx.kernel.index}: {k['name']}  ({k['source'] or '?'})",
-                 f"  grid {_grid(k['grid'])} = {_programs(k['programs'])} programs; semantics: "
-                 f"{', '.join(k['dimension_semantics'] or []) or '-'}; backend: "
-                 f"{k['backend'] or 'unspecified'}"]
-        for op in k["operands"]:
-            lines.append(f"  {op['label']:<12} {op['role']:<7} {op['dtype']}{op['shape']} "
-                         f"block {_html.shape(op['block_shape'])} {op['memory_space']} "
-                         f"fetches {_html.num(op['fetches'])}")
-        if p["devices_note"]:
-            lines.append(f"  note: {p['devices_note']}")
-        lines += fused_text(k["fusion"])
-        lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in k["findings"]]
-        if not k["findings"]:
-            lines.append("  no findings")
-        return visible("\n".join(lines))
+        return overview_tree(p["kernel"], self.ctx.kernel.index, note=p["note"],
+                             devices_note=p["devices_note"])
+
+    def to_text(self) -> str:
+        return to_text(self.tree())
 
     def to_html(self) -> str:
-        p = self._payload()
-        k = p["kernel"]
-        facts = [("source", k["source"] or "?"), ("call site", k["call_site"] or "?"),
-                 ("grid", f"{_grid(k['grid'])} = {_html.num(k['programs'])} programs"),
-                 ("semantics", ", ".join(k["dimension_semantics"] or []) or "-"),
-                 ("backend", k["backend"] or "unspecified"),
-                 ("inside", " > ".join(k["context"]) or "-")]
-        dl = "".join(f"<dt>{esc(a)}</dt><dd>{esc(b)}</dd>" for a, b in facts)
-        ops = _html.table(
-            ("operand", "role", "shape", "dtype", "block", "memory", "buffers", "fetches",
-             "HBM bytes"),
-            [(o["label"], o["role"], _html.shape(o["shape"]), o["dtype"],
-              _html.shape(o["block_shape"]), o["memory_space"], _html.num(o["buffer_count"]),
-              _html.num(o["fetches"]), _html.num(o["hbm_bytes"])) for o in k["operands"]],
-            numeric=(6, 7, 8))
-        note = "".join(f'<p class="pl-dim"{attr}>{esc(text)}</p>' for text, attr in (
-            (p["note"], ""), (p["devices_note"], ' data-role="devices-note"')) if text)
-        return (f'<h3 class="pl-title">Kernel {self.ctx.kernel.index}: <code>{esc(k["name"])}'
-                f'</code></h3><dl class="pl-facts">{dl}</dl>{note}{ops}'
-                + fused_html(k["fusion"]) + _html.findings_list(self.ctx.findings))
-
-
-FUSED_TITLE = "Fused into this kernel"
-
-
-def _fused_heading(f: Mapping[str, Any]) -> str:
-    """"prologue -> args[0] (kernels_tpu.py:389)": what the function feeds or is applied to."""
-    arrow = "->" if f["role"] == "prologue" else "applied to"
-    return f"{f['role']} {arrow} {f['operand']}  ({', '.join(f['sources']) or '?'})"
-
-
-def fused_text(fusion: Mapping[str, Any] | None) -> list[str]:
-    """The functions `fuser.fuse` pulled into the kernel, each with its jaxpr, as text."""
-    if not fusion:
-        return []
-    lines = [f"  {FUSED_TITLE}:"]
-    for f in fusion["functions"]:
-        lines.append(f"    {_fused_heading(f)}")
-        lines += [f"      {line}" for line in f["jaxpr"].splitlines()]
-    return lines
-
-
-def fused_html(fusion: Mapping[str, Any] | None) -> str:
-    if not fusion:
-        return ""
-    items = "".join(
-        f'<li data-role="{esc(f["role"])}"><span class="pl-badge">{esc(f["role"])}</span> '
-        f'{esc(_fused_heading(f).split(" ", 1)[1])}<pre class="pl-mono">{esc(f["jaxpr"])}'
-        "</pre></li>" for f in fusion["functions"])
-    return (f'<div class="pl-fusion"><div class="pl-title">{FUSED_TITLE}</div>'
-            f'<ul class="pl-findings">{items}</ul></div>')
-
-
-def _programs(programs: int | None) -> str:
-    return "?" if programs is None else f"{programs:,}"  # 0 is an empty grid, not unknown
-
-
-def _grid(grid: list[int | None]) -> str:
-    return " x ".join("?" if g is None else str(g) for g in grid) or "()"
+        return to_html(self.tree())
 
 
 register_tab("overview", order=10, title="Overview", build=OverviewView)

@@ -62,7 +62,7 @@ def test_squeezed_dims_are_null_in_json(capsys):
 def test_inspect_human_output(capsys):
     assert main(["inspect", f"{CASES}:racy_parallel_accumulate"]) == 0
     out = capsys.readouterr().out
-    assert "kernel 0: row_sum_kernel" in out
+    assert "Kernel 0: row_sum_kernel" in out
     assert "grid 4 = 4 programs" in out and "semantics: parallel" in out
     assert "operand" in out and "fetches" in out and "HBM bytes" in out
     assert "error parallel-write-conflict" in out

@@ -54,15 +54,16 @@ def test_inspect_prints_the_overview_tree(capsys):
     assert main(["inspect", "tests/kernels.py:matmul_f32"]) == 0
     out = capsys.readouterr().out
     lines = [line.strip() for line in to_text(view.tree()).splitlines()]
-    for line in lines[:2] + [lines[-1]]:  # heading, facts, "no findings"
+    for line in [*lines[:2], lines[-1]]:  # heading, facts, "no findings"
         assert line in out
     assert out.index("VMEM on tpu-v5e: 448 KiB of 16,384 KiB") < out.index("no findings")
     assert "acc_ref (scratch[0])" in out
 
 
 def test_devices_renders_its_tree():
-    import pallaslab
     from kernels import CATALOG
+
+    import pallaslab
 
     fn, args = CATALOG["ring_all_gather"].case()
     wb = pallaslab.Workbench(pallaslab.capture(fn, *args))
