@@ -184,8 +184,10 @@ def gpu_tree(section: GpuSection) -> Section:
                "blocks/SM", "limited by", "occupancy")
     rows = tuple((g["gpu"], num(g["shared_bytes"]), num(g["registers"]), num(g["spills"]),
                   str(g["num_warps"]), num(g["blocks_per_sm"]),
-                  g["limited_by"] or g["error"] or "-",
+                  g["limited_by"] or ("see below" if g["error"] else "-"),
                   "-" if g["occupancy"] is None else f"{100 * g['occupancy']:.0f}%")
                  for g in section["gpus"])
     children.append(Table(columns, rows, numeric=(1, 2, 3, 4, 5, 7)))
+    # why a GPU has no figures, under the table: a sentence too long for a cell
+    children += [Line((f"{g['gpu']}: {g['error']}",)) for g in section["gpus"] if g["error"]]
     return Section(title, tuple(children), css="pl-mem-gpu")
