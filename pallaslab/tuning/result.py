@@ -147,5 +147,8 @@ class TuneResult:
     def _repr_html_(self) -> str:
         return self.to_html()
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text form
+        printer.text(self.to_text())
+
     def __str__(self) -> str:
         return self.to_text()

@@ -86,7 +86,8 @@ def tune_captures(capture_of: CaptureOf,
     ranked = _ranked(judged)
     if targets and compile_top:
         ranked = _compiled(ranked, targets, compile_top, deadline)
-    return TuneResult(chips, targets, tuple(listed[0]), tuple(ranked), compile_top, stopped)
+    params = tuple(dict.fromkeys(name for config in listed for name in config))
+    return TuneResult(chips, targets, params, tuple(ranked), compile_top, stopped)
 
 
 def _chips_and_targets(chip: str | Sequence[str] | None, target: str | None,

@@ -37,6 +37,9 @@ def configs(space: Mapping[str, Iterable[Any]] | Sequence[Mapping[str, Any]]) ->
 
 
 def _product(space: Mapping[str, Iterable[Any]]) -> list[Config]:
+    if not space:
+        raise TuneSpaceError("tune space: no parameters, so no candidate configs; rule: give "
+                             "at least one name with its values ({'bm': [128, 256]})")
     names, values = [], []
     for name, candidates in space.items():
         if not isinstance(name, str) or not name.isidentifier():
