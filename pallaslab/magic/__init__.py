@@ -55,6 +55,7 @@ from pallaslab.magic.line import (
 from pallaslab.magic.options import COMPARE_HELP, compare_reference, list_executors, parse_flags
 from pallaslab.magic.options import EXTRA_OPTIONS as _EXTRA_OPTIONS
 from pallaslab.magic.options import options_from as _options
+from pallaslab.magic.tune import tune_cell
 from pallaslab.magic.user_code import (
     capture_line,
     exec_with,
@@ -95,6 +96,12 @@ class PallasMagics(Magics):
     @argument("--gpu", action="store_true",
               help="compile Triton kernels for a100 and h100 and show shared memory, registers "
                    "and blocks per SM in the Memory tab")
+    @argument("--tune", nargs="+", default=None, metavar="NAME=V1,V2",
+              help="rank these configs (e.g. bm=128,256,512 bk=128,256): the last line is "
+                   "captured once per config with the names bound, and the ranked table is the "
+                   "cell's value (pallaslab.tune)")
+    @argument("--compile-top", default=None, metavar="K",
+              help="with --tune: compile the K fastest with the real compiler (default 3)")
     @cell_magic
     def pallas(self, line: str, cell: str) -> Any:
         """Run the cell and open the pallaslab workbench on every kernel its last line launches.
@@ -113,6 +120,9 @@ class PallasMagics(Magics):
         shell = self.shell
         assert shell is not None
         filename, body, last = _statements(shell, cell)
+        if (flags_given := parse_flags(self.pallas, line)).tune is not None:
+            return tune_cell(shell, filename, body, last, flags_given.tune,
+                             flags_given.compile_top, options)
         expr, assign = last_value(last)
         ns = shell.user_ns
         flags = shell.compile.flags
