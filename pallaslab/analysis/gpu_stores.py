@@ -16,6 +16,8 @@ values captured, other inputs seeded), giving
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -64,7 +66,9 @@ def kernel_accesses(kernel: Kernel) -> stores.Accesses:
     if kept is not None and kept[0] is eqn:
         return kept[1]
     prefetch = [v for v in kernel.prefetch_values if v is not None]
-    accesses = stores.evaluate_accesses(eqn, stores.sample_operands(eqn, prefetch))
+    # the body's `pl.debug_print`s are the kernel's, printed by its runs: not by this analysis
+    with contextlib.redirect_stdout(io.StringIO()):
+        accesses = stores.evaluate_accesses(eqn, stores.sample_operands(eqn, prefetch))
     while len(_EVALUATED) >= 8:  # the most recent kernels only
         del _EVALUATED[next(iter(_EVALUATED))]
     _EVALUATED[id(eqn)] = (eqn, accesses)

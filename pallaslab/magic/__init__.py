@@ -15,17 +15,18 @@ namespace exactly as IPython would, and traces the last line's value once with
   function of the names it reads that hold arrays (or pytrees of arrays), in the order they
   first appear; everything else it reads is closed over.
 
-The cell's value is computed from that trace (`pallaslab.execute.executors.auto.evaluate`), so the
-user's code runs once in the notebook; `--compare` and `--devices` reuse that capture too
-(`prepare(captured=...)`), and only the worker process traces the call again, where what it
-prints goes to the worker's log. With no TPU/GPU attached, kernels written for one run
-interpreted in the killable worker process (which traces the call again there), one line says
-so, and what they print is printed. What the line only does with its value (`print(f(x))`,
-`results.append(f(x))`, f-strings, `(out := f(x)).sum()`) runs on the computed value, not on
-tracers (`host`); a trace that leaves tracers in the notebook is a UsageError. The value is
-then shown (or assigned) exactly as the plain cell would. The workbench gets the caller's
-names for the traced function's flat arguments as `options["arg_names"]` (`["x", "w.T"]`).
-The magic has no logic of its own beyond that.
+The cell's value is computed from that trace (`pallaslab.execute.executors.auto.evaluate`), so
+the user's code runs once in the notebook (under `--compare`, it is the comparison's run of the
+executor that would compute it: `compared_evaluation`, the kernels run once); `--compare` and
+`--devices` reuse that capture too (`prepare(captured=...)`), and only the worker process
+traces the call again, where what it prints goes to the worker's log. With no TPU/GPU attached,
+kernels written for one run interpreted in the killable worker process (which traces the call
+again there), one line says so, and what they print is printed. What the line only does with
+its value (`print(f(x))`, `results.append(f(x))`, f-strings, `(out := f(x)).sum()`) runs on the
+computed value, not on tracers (`host`); a trace that leaves tracers in the notebook is a
+UsageError. The value is then shown (or assigned) exactly as the plain cell would. The
+workbench gets the caller's names for the traced function's flat arguments as
+`options["arg_names"]` (`["x", "w.T"]`). The magic has no logic of its own beyond that.
 
 Its parts: `options` (the flags, checked), `line` (the last line as a function to trace and
 its value rebuilt), `host` (what of the line runs on the computed value) and `user_code`
@@ -136,8 +137,7 @@ class PallasMagics(Magics):
         if leaked := tracer_holders(ns, shell.user_ns_hidden) - holders:
             raise leaked_tracers_error(leaked, traced.label)
         wb, comparison, device_run = _workbench(cap, traced, options)
-        evaluation = _show_and_evaluate(wb, cap, comparison, device_run, options["timeout"],
-                                        traced)
+        evaluation = _show_and_evaluate(wb, cap, comparison, device_run, options, traced)
         if evaluation.error is not None:  # after the workbench, as the plain cell would fail
             if evaluation.error.__traceback__ is None:  # ours (the interpreted run): at the line
                 raise_at(evaluation.error, last, filename)
@@ -219,13 +219,15 @@ def _holds_tracers(value: Any) -> bool:
 
 
 def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, device_run: Any,
-                       timeout: float | None, traced: Traced) -> Evaluation:
+                       options: dict[str, Any], traced: Traced) -> Evaluation:
     """Display the workbench and compute the line's value from the trace (errors are kept in
-    the evaluation, for the caller to raise after the workbench). What the interpreted run
-    printed, and its note, read above the workbench."""
+    the evaluation, for the caller to raise after the workbench), or take it from the
+    `--compare` run when that ran the kernels as the value would (they then run once). What
+    the interpreted run printed, and its note, read above the workbench."""
     from IPython.display import display
 
     from pallaslab.execute.executors.auto import (
+        compared_evaluation,
         devices_evaluation,
         evaluate,
         needing_interpretation,
@@ -233,8 +235,10 @@ def _show_and_evaluate(wb: Any, cap: Any, comparison: Any, device_run: Any,
         stopped_in,
     )
 
+    timeout = options["timeout"]
     evaluation = stopped_in(comparison) or run_on_devices(comparison) or (
-        devices_evaluation(device_run) if device_run is not None else None)
+        devices_evaluation(device_run) if device_run is not None else None) or \
+        compared_evaluation(cap, comparison, options["devices"])
     if evaluation is None and needing_interpretation(cap):
         # interpreted in the worker process, within the time limit: its one-line note reads
         # above the workbench

@@ -11,6 +11,9 @@ user's Python does not run again:
   kernels, `gpu-interpret` for Mosaic GPU ones), within the run's time limit, and `note` says
   so in one line.
 
+Under `%%pallas --compare`, `compared_evaluation` takes the value from the comparison's run of
+the executor `evaluate` would use (`value_executor`), so the kernels do not run twice.
+
 Nothing raises: `Evaluation.error` holds what the run raised (or an `InterpretedRunError`
 saying why the interpreted run failed or was stopped), for the caller to raise when it is
 ready.
@@ -25,6 +28,7 @@ from typing import Any
 import jax
 
 from pallaslab.errors import PallasLabError
+from pallaslab.execute.data import any_abstract
 from pallaslab.execute.executors.choice import (
     default_executor_for,
     fallback_note,
@@ -70,8 +74,7 @@ class Evaluation:
 
 def runs_here_as_written(kernel: Kernel) -> bool:
     """Does the kernel run on this host as written (interpreted, or an accelerator here)?"""
-    params = getattr(getattr(kernel.handle, "eqn", None), "params", None) or {}
-    return bool(params.get("interpret"))
+    return bool(_interpret_param(kernel))
 
 
 def needing_interpretation(cap: Capture) -> tuple[Kernel, ...]:
@@ -148,6 +151,74 @@ def devices_evaluation(result: RunResult) -> Evaluation | None:
                       result.executor, note=note)
 
 
+def compared_evaluation(cap: Capture, comparison: Any, devices: int | None = None
+                        ) -> Evaluation | None:
+    """The value from the comparison's run (`%%pallas --compare`), so the kernels run once:
+    the outputs and prints of the compared executor `evaluate` would run them under
+    (`value_executor`). None, for `evaluate` to compute it, when the comparison did not run
+    that executor to the end, ran on simulated devices (`devices`) or on seeded data (an
+    abstract argument), or its outputs are not the capture's."""
+    name = value_executor(cap)
+    if comparison is None or name is None or name not in getattr(comparison, "executors", ()):
+        return None
+    if devices not in (None, jax.device_count()) or any_abstract(tuple(cap.handle.flat_args)):
+        return None
+    result = comparison.result(name)
+    if result.status != "ran" or not _outputs_of(cap, result.outputs or ()):
+        return None
+    outputs = tuple(jax.device_put(o) for o in result.outputs or ())
+    if not (pending := needing_interpretation(cap)):  # as written: no note, as a plain run
+        return Evaluation(outputs, prints=tuple(result.prints))
+    under = _under(name, run_executor_for(cap)[1], result)
+    note = (f"{_HEAD}: ran {_count(pending)} under {under}; the value is the --compare "
+            "run's")
+    return Evaluation(outputs, None, name, tuple(k.name for k in pending), note,
+                      tuple(result.prints))
+
+
+def value_executor(cap: Capture) -> str | None:
+    """The executor whose run gives `evaluate`'s value: for kernels that must be interpreted
+    here, the one `_interpreted` runs first (`run_executor_for`); for kernels written with
+    `interpret=True` on a host with no accelerator, the interpreter of interpret mode (the
+    registry's plain "hlo" one). None otherwise: kernels compiled for an attached device, or
+    written with other interpreter parameters, run as no executor runs them."""
+    if needing_interpretation(cap):
+        return run_executor_for(cap)[0]
+    if attached_accelerator()[0] is None and all(_interpret_param(k) is True for k in cap):
+        return executor_of_mode("hlo")
+    return None
+
+
+def _interpret_param(kernel: Kernel) -> Any:
+    params = getattr(getattr(kernel.handle, "eqn", None), "params", None) or {}
+    return params.get("interpret")
+
+
+def _outputs_of(cap: Capture, outputs: Sequence[Any]) -> bool:
+    """Whether `outputs` are the captured function's flat outputs (shapes and dtypes)."""
+    avals = cap.handle.closed_jaxpr.out_avals
+    return len(outputs) == len(avals) and all(
+        tuple(getattr(o, "shape", ())) == tuple(a.shape) and getattr(o, "dtype", None) == a.dtype
+        for o, a in zip(outputs, avals, strict=True))
+
+
+_HEAD = "pallaslab: no TPU/GPU attached"
+
+
+def _count(kernels: Sequence[Kernel]) -> str:
+    return f"{len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"
+
+
+def _under(name: str, why_not_interpret: str | None, result: RunResult) -> str:
+    """The mode the kernels ran under, as the note says it (and why not the HLO interpreter,
+    when it was not chosen)."""
+    mode = executor_spec(name).label
+    under = f"{mode} ({why_not_interpret})" if why_not_interpret else mode
+    if _shares_interpret_label(result):  # e.g. vectorized, not handed to an interpreter
+        under += f" ({result.executor})"
+    return under
+
+
 def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | None,
                  call: tuple[Callable[..., Any], Sequence[Any], dict[str, Any]] | None = None
                  ) -> Evaluation:
@@ -172,20 +243,17 @@ def _interpreted(cap: Capture, pending: tuple[Kernel, ...], timeout: float | Non
                "programs only"
         return dataclasses.replace(result, notes=(*result.notes, note), in_process=note)
 
-    kernels = f"{len(pending)} kernel{'s' if len(pending) != 1 else ''}"
-    mode = executor_spec(name).label
-    head = "pallaslab: no TPU/GPU attached"
+    kernels = _count(pending)
+    head = _HEAD
     names = tuple(k.name for k in pending)
     result = run(name)
     if result.status == "unavailable" and name != (other := default_executor_for(cap)):
         fallback = fallback_note(result.unavailable or "", other)
-        name, mode = other, executor_spec(other).label
+        name = other
         result = run(name)
         why_not_interpret = fallback
-    # Why not the HLO interpreter, when it was not chosen: the note says which and why.
-    under = f"{mode} ({why_not_interpret})" if why_not_interpret else mode
-    if _shares_interpret_label(result):  # e.g. vectorized, not handed to an interpreter
-        under += f" ({result.executor})"
+    mode = executor_spec(name).label
+    under = _under(name, why_not_interpret, result)
     stayed = f"; {result.in_process}" if result.in_process else ""
     prints = tuple(result.prints)
     if result.status == "ran":
