@@ -136,6 +136,24 @@ def test_saved_notebook_shows_the_static_workbench(page, server, results_dir):
     assert saved.locator(".pl-wb-header .pl-verdict").inner_text() == "compare: MISMATCH"
     assert "model not found" not in cell.inner_text()
     assert "Grid of kernel 0" in saved.inner_text() or saved.locator(".pl-tab-static").count()
+    # issue 39 item 6: the copy at its natural height, not in a 280 px scroll box
+    # (Notebook 7 scrolls long outputs), and its Compare read top down: verdict, why, tables
+    area = cell.locator(".jp-Cell-outputArea").evaluate(
+        "e => [e.getBoundingClientRect().height, e.scrollHeight, e.clientHeight]")
+    natural = saved.evaluate("e => e.scrollHeight")
+    assert natural > 280 and area[0] >= natural - 1, (area, natural)
+    if name == "notebook7" and area[1] > area[2] + 1:  # still boxed there (issue 39 item 6)
+        pytest.xfail(f"Notebook 7 keeps the saved copy in a scroll box: {area}")
+    assert area[1] <= area[2] + 1, area
+    order = saved.locator(".pl-compare-static").first.evaluate("""c => {
+        const all = Array.from(c.querySelectorAll('*'));
+        const at = (f) => all.findIndex(f);
+        return [at(e => e.classList.contains('pl-cmp-verdict')),
+                at(e => e.tagName === 'H4'), at(e => e.tagName === 'TABLE'),
+                (all.find(e => e.tagName === 'H4') || {}).textContent]; }""")
+    verdict, first_heading, first_table, heading = order
+    assert 0 <= verdict < first_heading < first_table, order
+    assert heading == "Why output outputs is wrong", order
     cell.scroll_into_view_if_needed()
     page.screenshot(path=str(results_dir / f"saved-notebook-{name}-reopened.png"))
     assert page.requests_attempted == []
