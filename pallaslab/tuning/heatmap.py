@@ -8,8 +8,10 @@ import io
 import math
 from typing import Any
 
-from pallaslab.tuning.result import TuneResult
+from pallaslab.views._html import esc
 from pallaslab.views.parts import Markup
+
+TuneResult = Any  # `pallaslab.tuning.result.TuneResult` (not imported: it imports the view)
 
 
 def axes(result: TuneResult) -> tuple[str, str] | None:
@@ -84,8 +86,6 @@ def heatmap_svg(result: TuneResult) -> str | None:
 
 
 def heatmap_part(result: TuneResult) -> Markup:
-    from pallaslab.tuning.view import heatmap_note
-
     try:
         svg = heatmap_svg(result)
     except ImportError:
@@ -98,3 +98,7 @@ def heatmap_part(result: TuneResult) -> Markup:
     return Markup(f'<figure class="pl-tune-heatmap">{svg}</figure>',
                   f"heatmap of predicted time over {picked[0]} and {picked[1]} "
                   "(x: every candidate there is out)")
+
+
+def heatmap_note(text: str) -> Markup:
+    return Markup(f'<p class="pl-note">{esc(text)}</p>', text)

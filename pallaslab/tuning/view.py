@@ -1,15 +1,15 @@
 """The tune as one tree of parts (`pallaslab.views.parts`): the text form, the HTML (with the
-heatmap) and the CLI (`pallaslab.cli._parts.to_rich`) render the same structure."""
+heatmap) and the CLI (`pallaslab.cli._parts.to_rich`) render the same structure. (It reads a
+`TuneResult` and its `Candidate`s without importing `result`, which imports it.)"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pallaslab.tuning.result import Candidate, TuneResult
-from pallaslab.views.parts import Badge, Code, Line, Markup, Note, Part, Section, Table, Text
+from pallaslab.views.parts import Badge, Code, Line, Note, Part, Section, Table, Text
 
 
-def tune_tree(result: TuneResult, *, heatmap: bool = False) -> Section:
+def tune_tree(result: Any, *, heatmap: bool = False) -> Section:
     children: list[Part] = [_summary(result)]
     if result.best is not None:
         children.append(Line(("chosen: ", Code(best_dict(result.best)))))
@@ -27,12 +27,12 @@ def tune_tree(result: TuneResult, *, heatmap: bool = False) -> Section:
     return Section((Text("Tune"),), tuple(children), css="pl-tune")
 
 
-def best_dict(c: Candidate) -> str:
+def best_dict(c: Any) -> str:
     """The config as a dict to copy into code: `{'bm': 256, 'bk': 512}`."""
     return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in c.config.items()) + "}"
 
 
-def _summary(result: TuneResult) -> Line:
+def _summary(result: Any) -> Line:
     n, ranked = len(result.candidates), len(result.ranked)
     compiled = sum(1 for c in result.candidates if c.verdicts)
     parts: list[Any] = [f"{n} candidate(s): {ranked} ranked, {n - ranked} out; modelled on "
@@ -44,7 +44,7 @@ def _summary(result: TuneResult) -> Line:
     return Line(tuple(parts))
 
 
-def ranked_table(result: TuneResult) -> Table:
+def ranked_table(result: Any) -> Table:
     columns = ["rank", *result.params]
     for chip in result.chips:
         columns += [f"{chip} us", f"{chip} bound", f"{chip} VMEM KiB"]
@@ -56,7 +56,7 @@ def ranked_table(result: TuneResult) -> Table:
                  numeric=numeric)
 
 
-def _ranked_row(result: TuneResult, c: Candidate) -> tuple[Any, ...]:
+def _ranked_row(result: Any, c: Any) -> tuple[Any, ...]:
     cells: list[Any] = [str(c.rank), *(_value(c.config.get(p)) for p in result.params)]
     for chip in result.chips:
         e = c.chip(chip)
@@ -69,20 +69,10 @@ def _ranked_row(result: TuneResult, c: Candidate) -> tuple[Any, ...]:
     return tuple(cells)
 
 
-def out_table(outs: list[Candidate]) -> Table:
+def out_table(outs: list[Any]) -> Table:
     return Table(("config", "why it is out"),
                  tuple((Code(c.label), c.reason or "") for c in outs))
 
 
 def _value(v: Any) -> str:
     return repr(v) if isinstance(v, str) else str(v)
-
-
-def heatmap_note(text: str) -> Markup:
-    return Markup(f'<p class="pl-note">{_escape(text)}</p>', text)
-
-
-def _escape(text: str) -> str:
-    from pallaslab.views._html import esc
-
-    return esc(text)
