@@ -40,7 +40,20 @@ def tune_cell(shell: Any, filename: str, body: list[ast.stmt], last: ast.stmt,
     targets = options["targets"]
     return tune_captures(capture_of, space, chip=options["chips"] or None,
                          target=targets[0] if targets else None, compile_top=top,
-                         timeout=options["timeout"])
+                         timeout=options["timeout"], progress=_progress_line())
+
+
+def _progress_line() -> Any:
+    """A line the notebook updates in place: `tuning: 12/40 configs judged`."""
+    from IPython.display import Pretty, display
+
+    handle = display(Pretty("tuning: starting"), display_id=True)
+
+    def progress(done: int, total: int) -> None:
+        if handle is not None:
+            handle.update(Pretty(f"tuning: {done}/{total} configs judged"))
+
+    return progress
 
 
 def _compile_top(text: str | None) -> int:

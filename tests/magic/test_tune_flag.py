@@ -40,6 +40,8 @@ def test_the_cell_is_tuned_and_the_namespace_left_as_it_was(sh):
     kept = {k: v for k, v in sh.user_ns.items() if k in before and not k.startswith("_")}
     assert all(kept[k] is before[k] for k in kept)
     assert "6 candidate(s): 4 ranked, 2 out" in plain_text(out)
+    shown = [o.data.get("text/plain", "") for o in out.outputs]  # the progress line
+    assert any(text.startswith("tuning: ") for text in shown), shown
 
 
 @pytest.mark.parametrize(("flags", "words"), [
