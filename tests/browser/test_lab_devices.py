@@ -53,5 +53,18 @@ def test_every_tab_of_a_workbench_on_four_devices_shows_each_devices_kernel(
         ".filter(r => r.offsetParent !== null && r.innerText.includes('/3')).length === 4",
         timeout=180000, polling=500)
     out.screenshot(path=str(results_dir / "lab-devices-step.png"))
+    # issue 39 item 4: one line, one name: the Step tables and the Devices table name the
+    # notebook's lines as its tracebacks do ("Cell In[2]:16"), the same in both tabs
+    sources = ("(sel) => [...document.querySelectorAll(sel)].filter(r => r.offsetParent !== null)"
+               ".map(r => r.lastElementChild.textContent)")
+    stepped = set(page.evaluate(sources, "table.pl-sd-transfers tr:not(:first-child),"
+                                " table.pl-sd-inflight tr:not(:first-child)"))
+    _tab(out, "Devices")
+    out.locator("table.pl-devices-table:visible").wait_for(timeout=180000)
+    recorded = set(page.evaluate(sources, "table.pl-devices-table tr[data-step]"))
+    out.screenshot(path=str(results_dir / "lab-devices-devices.png"))
+    assert stepped and recorded, (stepped, recorded)
+    assert not any("dynamic-code" in s for s in stepped | recorded), (stepped, recorded)
+    assert stepped <= recorded, (stepped, recorded)
     context.close()
     assert page.requests_attempted == []
