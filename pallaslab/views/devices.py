@@ -104,8 +104,10 @@ def devices_payload(kernel_name: str, index: int, result: RunResult | None,
         note=note))
 
 
-def _ring_order(t: Any) -> tuple[int, int]:
-    return t.step, t.seq  # ring step first: the table reads step by step
+def _ring_order(t: Any) -> tuple[int, bool, int, int]:
+    # Step by step; within a step the local copies first, then each device's send in device
+    # order (the order the DMAs were recorded in is the interpreter's, not the ring's).
+    return t.step, t.remote, t.src_device, t.seq
 
 
 def dma_summary(record: DeviceRecord) -> str:

@@ -27,7 +27,7 @@ from pallaslab.views.parts import (
 )
 
 if TYPE_CHECKING:
-    from pallaslab.views.memory import (
+    from pallaslab.views.memory_payload import (
         ChipMemory,
         MemoryFinding,
         MemoryOperand,

@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from pallaslab.model._jax.deadlock import semaphore_names
-from pallaslab.model._jax.param_names import _function_at
+from pallaslab.model._jax.param_names import function_at
 from pallaslab.model.source_names import short_source
 from pallaslab.util.names import ref_name
 
@@ -41,7 +41,7 @@ def _bodies(kernel: Kernel) -> list[tuple[str, range]]:
     the file as the capture named it (a notebook's cell included)."""
     found = []
     for k in (kernel, *kernel.pipelines):
-        node = _function_at(k.source)
+        node = function_at(k.source)
         if node is not None and k.source:
             found.append((k.source.rpartition(":")[0],
                           range(node.lineno, (node.end_lineno or node.lineno) + 1)))

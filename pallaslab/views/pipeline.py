@@ -30,24 +30,24 @@ from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overla
 from pallaslab.analysis.published import published_lines
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.execute.registry import executor_of_mode
-from pallaslab.util.text import visible
 from pallaslab.views import _html
 from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
+from pallaslab.views.parts import Code, Section, to_html, to_text
 from pallaslab.views.pipeline_manual import (
     DmaTraffic,
     ManualOp,
     NestedPipeline,
     dma_traffic,
     format_time,
-    manual_html,
     manual_note,
     manual_ops,
+    manual_parts,
     nested_pipelines,
-    op_text,
 )
-from pallaslab.views.pipeline_record import RunRecord, record_html, record_text, run_record
+from pallaslab.views.pipeline_record import RunRecord, run_record
+from pallaslab.views.pipeline_tree import pipeline_tree
 from pallaslab.views.registry import register_tab
 
 if TYPE_CHECKING:
@@ -368,23 +368,21 @@ class PipelineView(InteractiveView):
 
     # --- static forms -------------------------------------------------------------------
 
-    def summary_lines(self) -> list[str]:
+    def facts(self) -> list[tuple[str, str]]:
+        """(fact, value) under the lead line: the headline after the predicted time, the
+        longest stall, flops, the measured run and published timings."""
         s = self.model.summary
         stall = "none" if s.stall_step is None else \
             f"step {s.stall_step} (program {self.tiling.program_at(s.stall_step)})"
         head = self.headline()
-        facts = dict(head)
-        lines = [f"{s.steps:,} steps, predicted {format_time(s.predicted_time)}; compute "
-                 f"{facts['compute']}; exposed copy time {facts['exposed copy time']}",
-                 "; ".join([f"longest stall: {stall}", *(f"{a} {b}" for a, b in head[3:]),
-                            f"{s.flops:,.0f} flops"])]
+        facts = [*head[1:3], ("longest stall", stall), *head[3:], ("flops", f"{s.flops:,.0f}")]
         if self.measured is not None:
             m = self.measured
             steps = m.step_durations()
             mean = f", mean step {format_time(float(steps.mean()))}" if len(steps) else ""
-            lines.append(f"measured on {m.device}: {format_time(m.total_time)}, {m.steps:,} steps"
-                         f"{mean}")
-        return lines + self.published
+            facts.append(("measured", f"{m.device}: {format_time(m.total_time)}, "
+                                      f"{m.steps:,} steps{mean}"))
+        return facts + [("published", line.removeprefix("published ")) for line in self.published]
 
     def headline(self) -> list[tuple[str, str]]:
         """(fact, value) of the model's headline: predicted, compute, exposed copy time, then
@@ -411,61 +409,40 @@ class PipelineView(InteractiveView):
         """Published timings of this kernel's op and shapes, when the table is set."""
         return published_lines(self.ctx.kernel, self.chip)
 
-    def to_text(self) -> str:
+    def tree(self) -> Section:
+        """The pipeline as one tree (`pipeline_tree`): what the text and HTML render."""
         k = self.ctx.kernel
-        head = f"Pipeline of kernel {k.index} {k.name} on TPU {self.chip} (model)"
-        lines = [head, *("  " + line for line in self.summary_lines())] \
-            if self.ctx.tiling is not None else [f"Pipeline of kernel {k.index} {k.name}: "
-                                                  "no BlockSpec pipeline (manual DMAs only)"]
-        if self.ctx.tiling is None and (moved := dma_traffic(k, self.recorded[0])):
-            lines.append(f"  moved by its DMAs: {moved['text']}")
-        for n in nested_pipelines(k, self.chip):
-            lines += [f"  {n['label']}", *(f"    {line}" for line in n["lines"])]
-        ops = manual_ops(k)
-        if ops:
-            lines.append(f"  manual DMAs and semaphores ({len(ops)}, program order):")
-            lines += [f"    {op_text(o)}" for o in ops]
-            lines.append(f"  {manual_note(k)}")
         recorded, note = self.recorded
-        lines += [f"  {note}"] if note else []
-        if recorded is not None:
-            lines += [f"  {line}" for line in record_text(recorded)]
-        return visible("\n".join(lines))
-
-    def to_html(self) -> str:
-        k = self.ctx.kernel
-        extra = manual_html(k, self.chip)
-        recorded, note = self.recorded
-        extra += f'<p class="pl-dim">{esc(note)}</p>' if note else ""
-        extra += record_html(recorded) if recorded is not None else ""
-        if self.ctx.tiling is None:
+        if self.ctx.tiling is None:  # a mesh kernel: only its manual DMAs and semaphores
             moved = dma_traffic(k, recorded)
-            dl = "" if moved is None else \
-                f'<dl class="pl-facts"><dt>moved by its DMAs</dt><dd>{esc(moved["text"])}</dd></dl>'
-            return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
-                    f'<code>{esc(k.name)}</code> <span class="pl-dim">no BlockSpec pipeline'
-                    f"</span></h3>{dl}{extra}</div>")
+            return pipeline_tree(
+                ("Pipeline of kernel ", f"{k.index} ", Code(k.name),
+                 ": no BlockSpec pipeline (manual DMAs only)"), None,
+                [] if moved is None else [("moved by its DMAs", moved["text"])], [],
+                manual_parts(k, self.chip), recorded, note)
         s = self.model.summary
-        stall = "-" if s.stall_step is None else \
-            f"step {s.stall_step}, program {self.tiling.program_at(s.stall_step)}"
-        head = self.headline()
-        facts = [("chip", f"TPU {self.chip}"), ("steps", f"{s.steps:,}"), *head[:3],
-                 ("longest stall", stall), *head[3:],
-                 ("flops", f"{s.flops:,.0f}")]
         svgs = [static_timeline(f"model · TPU {self.chip}", self.model.events,
                                 s.predicted_time, COMPUTE)]
         if self.measured is not None:
             m = self.measured
-            facts.append(("measured",
-                          f"{m.device}: {format_time(m.total_time)}, {m.steps:,} steps"))
             dur = float(m.events.end.max()) if len(m.events) else 0.0
             svgs.append(static_timeline(f"measured · {m.device}", m.events, dur,
                                         PROFILE_STEP_KIND))
-        facts += [("published", line.removeprefix("published ")) for line in self.published]
-        dl = "".join(f"<dt>{esc(a)}</dt><dd>{esc(b)}</dd>" for a, b in facts)
-        return (f'<div class="pl-pipeline-static"><h3 class="pl-title">Pipeline '
-                f'<code>{esc(k.name)}</code> <span class="pl-dim">TPU {esc(self.chip)}, model'
-                f'</span></h3><dl class="pl-facts">{dl}</dl>{"".join(svgs)}{extra}</div>')
+        return pipeline_tree(
+            ("Pipeline of kernel ", f"{k.index} ", Code(k.name), f" on TPU {self.chip} (model)"),
+            f"{s.steps:,} steps, predicted {format_time(s.predicted_time)}", self.facts(), svgs,
+            manual_parts(k, self.chip), recorded, note)
+
+    def to_text(self) -> str:
+        return to_text(self.tree())
+
+    def to_html(self) -> str:
+        k = self.ctx.kernel
+        where = "no BlockSpec pipeline" if self.ctx.tiling is None else f"TPU {self.chip}, model"
+        head = (f'<h3 class="pl-title">Pipeline <code>{esc(k.name)}</code> '
+                f'<span class="pl-dim">{esc(where)}</span></h3>')
+        body = "".join(to_html(part) for part in self.tree().children)
+        return f'<div class="pl-pipeline-static">{head}{body}</div>'
 
 
 LANE_H = 14

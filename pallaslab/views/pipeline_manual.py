@@ -10,8 +10,8 @@ from pallaslab.model import Kernel
 from pallaslab.util.names import ref_name
 from pallaslab.util.text import visible
 from pallaslab.views import _html
-from pallaslab.views._html import esc
 from pallaslab.views.names import semaphore_name, source_name
+from pallaslab.views.parts import Line, Part, Section, Text
 from pallaslab.views.pipeline_record import RunRecord
 
 
@@ -156,20 +156,18 @@ def op_text(o: ManualOp) -> str:
     return "; ".join(x for x in (o["op"], what, sem, o["source"] or "", loop) if x)
 
 
-def manual_html(kernel: Kernel, chip: str) -> str:
-    parts = [f'<h4>{esc(n["label"])}</h4><p class="pl-dim">{esc("; ".join(n["lines"]))}</p>'
-             for n in nested_pipelines(kernel, chip)]
+def manual_parts(kernel: Kernel, chip: str) -> list[Part]:
+    """Each nested pipeline's model, then the manual DMAs and semaphores in program order
+    and what a static model cannot know about them."""
+    parts: list[Part] = [Section((n["label"],), tuple(Line((line,)) for line in n["lines"]),
+                                 css="pl-nested") for n in nested_pipelines(kernel, chip)]
     ops = manual_ops(kernel)
     if ops:
-        rows = [(o["op"], o["src"] or "", o["dst"] or "",
-                 "dynamic" if o["src"] and o["bytes"] is None else _html.num(o["bytes"]),
-                 o["semaphore"] or "", o["source"] or "", "yes" if o["repeated"] else "")
-                for o in ops]
-        parts.append('<h4>Manual DMAs and semaphores (program order)</h4>'
-                     + _html.table(("operation", "src", "dst", "bytes", "semaphore", "line",
-                                    "in a loop"), rows, numeric=(3,))
-                     + f'<p class="pl-dim">{esc(manual_note(kernel) or "")}</p>')
-    return "".join(parts)
+        parts.append(Section(
+            (f"Manual DMAs and semaphores ({len(ops)}, program order)",),
+            (*(Line((op_text(o),)) for o in ops),
+             Line((Text(manual_note(kernel) or "", "dim"),), css="pl-dim")), css="pl-manual"))
+    return parts
 
 
 def format_time(t: float) -> str:

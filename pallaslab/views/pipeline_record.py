@@ -14,8 +14,8 @@ from pallaslab.execute.registry import executor_of_mode, find_spec
 from pallaslab.model import Kernel
 from pallaslab.model.devices import DeviceRecord, SemaphoreEvent, Transfer
 from pallaslab.views import _html
-from pallaslab.views._html import esc
 from pallaslab.views.names import semaphore_name, source_name
+from pallaslab.views.parts import Line, Part, Section, Text
 
 MAX_RECORDED = 2_000  # events carried to the widget (the summary counts them all)
 FOLDED_ROWS = 12  # events shown before a long table is unfolded (as pipeline_record.js)
@@ -184,33 +184,15 @@ def semaphore_label(o: RecordedOp) -> str:
     return o["semaphore_name"] or f"#{o['semaphore']}"
 
 
-def record_text(rec: RunRecord, limit: int = 40) -> list[str]:
-    lines = [f"recorded run ({rec['executor']}), per line:"
-             + (f" ({rec['note']})" if rec["note"] else ""),
-             *(f"  {line}" for line in rec["lines"]),
-             f"  in order ({len(rec['ops'])} events):"]
-    lines += [f"  {op_line(o, _mode(rec['executor']) == 'gpu')}"
-              for o in rec["ops"][:limit]]
+def record_section(rec: RunRecord, limit: int = 40) -> Section:
+    """The recorded run: per source line, then the first `limit` events in order."""
+    gpu = _mode(rec["executor"]) == "gpu"
+    events: list[Part] = [Line((op_line(o, gpu),)) for o in rec["ops"][:limit]]
     if len(rec["ops"]) > limit:
-        lines.append(f"    ... {len(rec['ops']) - limit} more")
-    return lines
-
-
-def record_html(rec: RunRecord, limit: int = 200) -> str:
-    rows = [(str(o["seq"]), o["op"], f"{o['src']} → {o['dst']}" if o["src"] else "",
-             o["region"] or "", _html.num(o["bytes"]),
-             semaphore_label(o), o["source"] or "",
-             "" if o["iteration"] is None else str(o["iteration"] + 1))
-            for o in rec["ops"][:limit]]
-    head = ("#", "event", "src → dst", "region", "bytes / count", "semaphore", "line",
-            "nth of line")
-    table = _html.table(head, rows[:FOLDED_ROWS], numeric=(0, 4))
-    if len(rows) > FOLDED_ROWS:  # the rest folded: a few hundred rows would fill the page
-        shown = f"all {len(rows):,}" if len(rows) == len(rec["ops"]) else \
-            f"the first {len(rows):,} of {len(rec['ops']):,}"
-        table += (f'<details class="pl-fold"><summary>show {shown} events'
-                  f"</summary>{_html.table(head, rows[FOLDED_ROWS:], numeric=(0, 4))}"
-                  "</details>")
-    return (f"<h4>Recorded run ({esc(rec['executor'])})</h4>"
-            + "".join(f'<p class="pl-dim">{esc(line)}</p>' for line in rec["lines"])
-            + (f'<p class="pl-dim">{esc(rec["note"])}</p>' if rec["note"] else "") + table)
+        events.append(Line((Text(f"... {len(rec['ops']) - limit} more", "dim"),), css="pl-dim"))
+    children: list[Part] = [Line((Text(line, "dim"),), css="pl-dim") for line in rec["lines"]]
+    children += [Line((Text(rec["note"], "dim"),), css="pl-dim")] if rec["note"] else []
+    children.append(Section((f"In order ({len(rec['ops'])} events)",), tuple(events),
+                            css="pl-record-events"))
+    return Section((f"Recorded run ({rec['executor']}), per line",), tuple(children),
+                   css="pl-record")

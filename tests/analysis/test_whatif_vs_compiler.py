@@ -23,7 +23,8 @@ import pallaslab
 from pallaslab.analysis.occupancy import occupancy
 from pallaslab.analysis.vmem_findings import vmem_findings
 from pallaslab.analysis.whatif import CompilerVerdict, what_if
-from pallaslab.views.memory import libtpu_verdict, what_if_payload, what_if_table_html
+from pallaslab.views.memory import libtpu_verdict, what_if_table_html
+from pallaslab.views.memory_payload import what_if_payload
 
 MiB = 1 << 20
 A = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)

@@ -169,6 +169,13 @@ CATALOG: dict[str, Bad] = {
                                                 "directory"),
     "report-case-exits": bad("report", f"{BAD}:exits_in_case", "-o", "{tmp}/r.html",
                              error_type=CODE_ERR, message="exits_in_case() raised SystemExit(3)"),
+    # -- tune -------------------------------------------------------------------------------
+    "tune-param-without-values": bad("tune", f"{K}:vector_add", "--param", "bm",
+                                     message="argument --param: 'bm': expected NAME=V1,V2,..."),
+    "tune-unknown-chip": bad("tune", f"{K}:vector_add", "--param", "bm=1", "--chip", "v1",
+                             message="argument --chip: unknown TPU chip 'v1'"),
+    "tune-missing-param": bad("tune", f"{K}:vector_add",
+                              message="the following arguments are required: --param"),
     # -- cache and the command itself -------------------------------------------------------
     "cache-unknown-action": bad("cache", "frobnicate",
                                 message="argument action: invalid choice: 'frobnicate'"),

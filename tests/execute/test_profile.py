@@ -5,7 +5,14 @@ from kernels import CATALOG
 
 import pallaslab
 from pallaslab.analysis.pipeline import pipeline
-from pallaslab.execute.profile import KERNEL, OP, STEP, profile, read_trace
+from pallaslab.execute.profile import (
+    KERNEL,
+    OP,
+    STEP,
+    _whole_grid_or_no_steps,
+    profile,
+    read_trace,
+)
 
 
 def test_cpu_profile_contains_the_kernel_events(tmp_path):
@@ -32,3 +39,8 @@ def test_cpu_profile_contains_the_kernel_events(tmp_path):
     assert len(again) == len(ev)
     model = pipeline(pallaslab.capture(fn, *args)[0], "v5e").events
     assert set(model.columns()) == set(ev.columns())
+    # Steps that are not the whole grid (iterations lost to other threads) are not shown.
+    assert _whole_grid_or_no_steps(ev, 24) is ev
+    partial = _whole_grid_or_no_steps(ev, 30)
+    assert not (partial.kind == STEP).any() and (partial.kind == KERNEL).sum() == 1
+    assert (partial.kind == OP).sum() == ops.sum()

@@ -70,3 +70,16 @@ def test_devices_renders_its_tree():
     view = wb.view("devices", result=pallaslab.run(fn, *args, devices=4))
     tree = assert_renders_its_tree(view)
     assert "<svg" in to_html(tree) and "semaphores: " in to_text(tree).splitlines()[-1]
+
+
+def test_pipeline_renders_its_tree():
+    # the model's lead line, facts and timeline; a nested pipeline; a manual-DMA kernel's
+    # headline and recorded run; a mesh kernel with no BlockSpec pipeline
+    tree = assert_renders_its_tree(workbench("vmem_overflow").pipeline(chip="v6e"))
+    assert "<svg" in to_html(tree) and to_text(tree).splitlines()[1].endswith(
+        tree.children[0].parts[0])
+    assert_renders_its_tree(workbench("emit_pipeline_matmul").view("pipeline"))
+    manual = assert_renders_its_tree(workbench("manual_dma_double_buffer").view("pipeline"))
+    assert "moved by its DMAs 262,144 B in 8 DMAs" in to_text(manual)
+    mesh = assert_renders_its_tree(workbench("core_map_kernel").view("pipeline"))
+    assert "no BlockSpec pipeline (manual DMAs only)" in to_text(mesh)

@@ -9,7 +9,8 @@ from helpers import copy_kernel_named, workbench
 from kernels import CATALOG, matmul
 
 import pallaslab
-from pallaslab.views.memory import MemoryView, memory_payload
+from pallaslab.views.memory import MemoryView
+from pallaslab.views.memory_payload import memory_payload
 from pallaslab.views.memory_tree import bar_scale
 from pallaslab.views.registry import tab, tabs
 from pallaslab.workbench import Workbench
@@ -276,7 +277,7 @@ def test_what_if_analysis_failure_is_an_error_row(monkeypatch):
 def test_a_narrow_block_shows_why_it_takes_no_scoped_vmem():
 
     from pallaslab.analysis.occupancy import occupancy
-    from pallaslab.views.memory import memory_payload
+    from pallaslab.views.memory_payload import memory_payload
 
     fn, args = CATALOG["narrow_row_stats"].case()
     (kernel,) = pallaslab.capture(fn, *args)

@@ -190,7 +190,7 @@ def test_pipeline_shows_the_recorded_run_of_the_manual_dmas():
                            ("kernels_tpu.py:136", "sems[1] (scratch[2][1])")]
     text = view.to_text()
     assert "signal semaphore sems[0] (scratch[2][0]) (+32768) at kernels_tpu.py:129" in text
-    assert "recorded run (tpu-interpret), per line:" in text
+    assert "Recorded run (tpu-interpret), per line:" in text
     assert "DMA scratch[1] (vmem #103) -> outputs (hbm #101) [64:128, 0:128], 32,768 B at " \
         "kernels_tpu.py:140 (#2 of its line)" in text
     assert "Recorded run (tpu-interpret)" in view.to_html()

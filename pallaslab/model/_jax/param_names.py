@@ -46,18 +46,18 @@ def _param_label(name: str, star: str) -> str:
 def _parameters_at(source: str | None) -> tuple[str, ...] | None:
     """The positional parameter names of the function defined at "file.py:LINE" (read from
     the file), for bodies JAX traced through a wrapper taking `*refs`."""
-    node = _function_at(source)
+    node = function_at(source)
     return None if node is None else tuple(
         a.arg for a in (*node.args.posonlyargs, *node.args.args))
 
 
 def _varargs_at(source: str | None) -> str | None:
     """The name of the `*args` parameter of the function defined at "file.py:LINE", if any."""
-    node = _function_at(source)
+    node = function_at(source)
     return None if node is None or node.args.vararg is None else node.args.vararg.arg
 
 
-def _function_at(source: str | None) -> Any:
+def function_at(source: str | None) -> Any:
     """The `def` (an ast node) at "file.py:LINE", read from the file; None when not found."""
     import linecache
 
