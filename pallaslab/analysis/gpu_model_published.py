@@ -63,11 +63,11 @@ def _as_gpu(gpu: str) -> Iterator[None]:
 
 def _attention(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
     arrays = pub.problem_arrays(row.problem)
-    q, k, v = pub._need(arrays, "q", "k", "v")
+    q, k, v = pub.need(arrays, "q", "k", "v")
     for name in ("bool_mask", "q_start", "k_start", "bias", "softcap", "paging"):
-        if pub._field(row.problem, name) not in (None, "None"):
+        if pub.field(row.problem, name) not in (None, "None"):
             raise pub.BuildError(f"{name} not supported", f"{row.problem[:120]!r}")
-    causal = pub._flag(row.problem, "causal")
+    causal = pub.flag(row.problem, "causal")
     if backend == "triton":
         from tokamax._src.ops.attention import pallas_triton as mod
 
@@ -82,15 +82,15 @@ def _attention(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub
     def fn(q: Any, k: Any, v: Any) -> Any:
         return op(q, k, v, is_causal=causal)
 
-    return pub.Built(fn, (pub._sds(q), pub._sds(k), pub._sds(v)))
+    return pub.Built(fn, (pub.sds(q), pub.sds(k), pub.sds(v)))
 
 
 def _glu(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
     import jax
     from tokamax._src.ops.gated_linear_unit import pallas_mosaic_gpu as mod
 
-    x, w = pub._need(pub.problem_arrays(row.problem), "x", "weights")
-    act = pub._field(row.problem, "activation") or ""
+    x, w = pub.need(pub.problem_arrays(row.problem), "x", "weights")
+    act = pub.field(row.problem, "activation") or ""
     activation = {"sigmoid": jax.nn.sigmoid, "silu": jax.nn.silu, "swish": jax.nn.swish,
                   "gelu": jax.nn.gelu, "relu": jax.nn.relu}.get(act.rsplit(".", 1)[-1])
     op = mod.PallasMosaicGpuGatedLinearUnit(config=mod.Config(**cfg), bypass_device_check=True)
@@ -98,24 +98,24 @@ def _glu(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built
     def fn(x: Any, w: Any) -> Any:
         return op(x, w, activation=activation)
 
-    return pub.Built(fn, (pub._sds(x), pub._sds(w)))
+    return pub.Built(fn, (pub.sds(x), pub.sds(w)))
 
 
 def _ragged_dot(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
     import jax.numpy as jnp
     from tokamax._src.ops.ragged_dot import pallas_mosaic_gpu as mod
 
-    lhs, rhs = pub._need(pub.problem_arrays(row.problem), "lhs", "rhs")
+    lhs, rhs = pub.need(pub.problem_arrays(row.problem), "lhs", "rhs")
     if "dot_dims=[[[1], [1]], [[], []]]" not in row.problem:
         raise pub.BuildError("dot dimensions not supported", f"{row.problem[:120]!r}")
-    if pub._field(row.problem, "activation") not in (None, "None"):
+    if pub.field(row.problem, "activation") not in (None, "None"):
         raise pub.BuildError("activation not supported", f"{row.problem[:120]!r}")
     op = mod.PallasMosaicGpuRaggedDot(config=mod.Config(**cfg), bypass_device_check=True)
 
     def fn(a: Any, b: Any, gs: Any) -> Any:
         return op(a, b, group_sizes=gs)
 
-    return pub.Built(fn, (pub._sds(lhs), pub._sds(rhs),
+    return pub.Built(fn, (pub.sds(lhs), pub.sds(rhs),
                           jnp.asarray(pub.group_sizes(row.problem))))
 
 
@@ -137,7 +137,7 @@ def build(row: pub.Row) -> pub.Built:
     if builder is None:
         raise pub.BuildError(f"op not supported yet ({op})", row.op_file)
     try:
-        return builder(row, pub._config(row), backend, gpu)
+        return builder(row, pub.config(row), backend, gpu)
     except pub.BuildError:
         raise
     except (TypeError, ValueError) as err:
@@ -151,7 +151,7 @@ def problem_flops(row: pub.Row) -> float:
     a = pub.problem_arrays(row.problem)
     if op == "flash_attention":
         (b, sq, hq, d), (_, sk, _, dv) = a["q"][0], a["v"][0]
-        causal = 0.5 if pub._field(row.problem, "causal") == "True" else 1.0
+        causal = 0.5 if pub.field(row.problem, "causal") == "True" else 1.0
         return 2.0 * b * hq * sq * sk * (d + dv) * causal
     if op == "gated_linear_unit":
         x, w = a["x"][0], a["weights"][0]

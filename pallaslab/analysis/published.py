@@ -124,19 +124,22 @@ def problem_arrays(problem: str) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
-def _field(problem: str, name: str) -> str | None:
+def field(problem: str, name: str) -> str | None:
+    """The text of `name=value` (or `"name": value`) in a problem's text; None if absent."""
     m = re.search(rf"(?:^|[\s;,{{]\"?){re.escape(name)}\"?\s*[=:]\s*\"?([^\s;,}}\"]+)", problem)
     return m.group(1) if m else None
 
 
-def _flag(problem: str, name: str) -> bool:
-    value = _field(problem, name)
+def flag(problem: str, name: str) -> bool:
+    """A boolean field that must be present."""
+    value = field(problem, name)
     if value is None:
         raise BuildError("problem text incomplete", f"no {name}= in {problem[:80]!r}")
     return value.lower() == "true"
 
 
-def _config(row: Row) -> dict[str, Any]:
+def config(row: Row) -> dict[str, Any]:
+    """The row's config as keyword arguments of the op's Config."""
     try:
         cfg = json.loads(row.config)
     except json.JSONDecodeError as err:
@@ -190,7 +193,7 @@ def build(row: Row) -> Built:
     if builder is None:
         raise BuildError("op not supported", f"{row.op_file!r}")
     try:
-        return builder(row, _config(row))
+        return builder(row, config(row))
     except BuildError:
         raise
     except (TypeError, ValueError) as err:  # pydantic rejects a config field or value
@@ -198,14 +201,16 @@ def build(row: Row) -> Built:
                          f"line {row.line}: {str(err).splitlines()[0]}") from err
 
 
-def _sds(spec: tuple[tuple[int, ...], str]) -> Any:
+def sds(spec: tuple[tuple[int, ...], str]) -> Any:
+    """A `jax.ShapeDtypeStruct` of a `problem_arrays` entry."""
     import jax
 
     return jax.ShapeDtypeStruct(spec[0], np.dtype(spec[1]) if spec[1] != "bfloat16"
                                 else jax.numpy.bfloat16)
 
 
-def _need(arrays: dict[str, Any], *names: str) -> list[Any]:
+def need(arrays: dict[str, Any], *names: str) -> list[Any]:
+    """The named arrays, or a BuildError naming the missing ones."""
     missing = [n for n in names if n not in arrays]
     if missing:
         raise BuildError("problem text incomplete", f"no array {', '.join(missing)}")
@@ -221,24 +226,24 @@ def _ragged_dot(row: Row, cfg: dict[str, Any]) -> Built:
     import jax.numpy as jnp
     from tokamax.ops import tpu
 
-    lhs, rhs = _need(problem_arrays(row.problem), "lhs", "rhs")
+    lhs, rhs = need(problem_arrays(row.problem), "lhs", "rhs")
     m = re.search(r"dot_dims=(\[\[\[.*?\]\], \[\[.*?\]\]\])", row.problem)
     dims_name = _DIM_NUMS.get(m.group(1) if m else "")
     if dims_name is None:
         raise BuildError("dot dimensions not supported", f"{row.problem[:120]!r}")
-    if _field(row.problem, "activation") not in (None, "None"):
+    if field(row.problem, "activation") not in (None, "None"):
         raise BuildError("activation not supported", f"{row.problem[:120]!r}")
     from tokamax._src.ops.ragged_dot import base as rd_base  # the dimension-number constants
 
     dims = getattr(rd_base, dims_name)
     op = tpu.RaggedDot(config=tpu.RaggedDotConfig(**cfg), bypass_device_check=True)
-    residuals = _flag(row.problem, "return_residuals")
+    residuals = flag(row.problem, "return_residuals")
 
     def fn(a: Any, b: Any, gs: Any) -> Any:
         return op(a, b, group_sizes=gs, ragged_dot_dimension_numbers=dims,
                   return_residuals=residuals)
 
-    return Built(fn, (_sds(lhs), _sds(rhs), jnp.asarray(group_sizes(row.problem))))
+    return Built(fn, (sds(lhs), sds(rhs), jnp.asarray(group_sizes(row.problem))))
 
 
 def _attention_op(cfg: dict[str, Any]) -> Any:
@@ -248,18 +253,18 @@ def _attention_op(cfg: dict[str, Any]) -> Any:
 
 
 def _flash_attention(row: Row, cfg: dict[str, Any]) -> Built:
-    q, k, v = _need(problem_arrays(row.problem), "q", "k", "v")
+    q, k, v = need(problem_arrays(row.problem), "q", "k", "v")
     for name in ("bool_mask", "q_start", "k_start", "bias", "softcap", "paging"):
-        if _field(row.problem, name) not in (None, "None"):
+        if field(row.problem, name) not in (None, "None"):
             raise BuildError(f"{name} not supported", f"{row.problem[:120]!r}")
-    causal = _flag(row.problem, "causal")
-    residuals = _flag(row.problem, "return_residuals")
+    causal = flag(row.problem, "causal")
+    residuals = flag(row.problem, "return_residuals")
     op = _attention_op(cfg)
 
     def fn(q: Any, k: Any, v: Any) -> Any:
         return op(q, k, v, is_causal=causal, return_residuals=residuals)
 
-    return Built(fn, (_sds(q), _sds(k), _sds(v)))
+    return Built(fn, (sds(q), sds(k), sds(v)))
 
 
 def _flash_attention_vjp(row: Row, cfg: dict[str, Any]) -> Built:
@@ -267,13 +272,13 @@ def _flash_attention_vjp(row: Row, cfg: dict[str, Any]) -> Built:
     from tokamax._src.ops.attention import pallas_mosaic_tpu_vjp as vjp_mod
 
     arrays = problem_arrays(row.problem)
-    out, dout, q, k, v = _need(arrays, "out", "dout", "q", "k", "v")
+    out, dout, q, k, v = need(arrays, "out", "dout", "q", "k", "v")
     res = re.search(r'residuals=\["f32\[([\d,]+)\]", "f32\[([\d,]+)\]"\]', row.problem)
     if res is None:
         raise BuildError("problem text incomplete", "no residuals=[...]")
     res_shapes = [(tuple(int(d) for d in g.split(",")), "float32") for g in res.groups()]
-    causal = _flag(row.problem, "is_causal")
-    scale = float(_field(row.problem, "logits_scale") or 1.0 / math.sqrt(q[0][-1]))
+    causal = flag(row.problem, "is_causal")
+    scale = float(field(row.problem, "logits_scale") or 1.0 / math.sqrt(q[0][-1]))
     op = vjp_mod.PallasMosaicTpuFlashAttentionVjp(config=vjp_mod.Config(**cfg),
                                                   bypass_device_check=True)
 
@@ -286,7 +291,7 @@ def _flash_attention_vjp(row: Row, cfg: dict[str, Any]) -> Built:
             dropout_rate=0.0, paging_info=None, q_indices=None, k_indices=None,
             normalize_output=True)
 
-    return Built(fn, tuple(_sds(s) for s in (*res_shapes, out, dout, q, k, v)))
+    return Built(fn, tuple(sds(s) for s in (*res_shapes, out, dout, q, k, v)))
 
 
 def _default_precision() -> Any:
@@ -303,28 +308,28 @@ def _lsce_op(cfg: dict[str, Any]) -> Any:
 
 
 def _lsce(row: Row, cfg: dict[str, Any]) -> Built:
-    x, labels, w = _need(problem_arrays(row.problem), "x", "labels", "w")
-    reduction = _field(row.problem, "reduction") or "sum"
+    x, labels, w = need(problem_arrays(row.problem), "x", "labels", "w")
+    reduction = field(row.problem, "reduction") or "sum"
     op = _lsce_op(cfg)
 
     def fn(x: Any, labels: Any, w: Any) -> Any:
         return op(x, labels, w, reduction=reduction)
 
-    return Built(fn, (_sds(x), _sds(labels), _sds(w)))
+    return Built(fn, (sds(x), sds(labels), sds(w)))
 
 
 def _lsce_vjp(row: Row, cfg: dict[str, Any]) -> Built:
     import jax
 
-    x, labels, w = _need(problem_arrays(row.problem), "x", "labels", "w")
-    reduction = _field(row.problem, "reduction") or "sum"
+    x, labels, w = need(problem_arrays(row.problem), "x", "labels", "w")
+    reduction = field(row.problem, "reduction") or "sum"
     op = _lsce_op(cfg)
 
     def fn(x: Any, labels: Any, w: Any) -> Any:  # the backward kernel(s) after the forward
         return jax.grad(lambda x, w: op(x, labels, w, reduction=reduction),
                         argnums=(0, 1))(x, w)
 
-    return Built(fn, (_sds(x), _sds(labels), _sds(w)))
+    return Built(fn, (sds(x), sds(labels), sds(w)))
 
 
 _BUILDERS: dict[str, Callable[[Row, dict[str, Any]], Built]] = {

@@ -135,3 +135,16 @@ def test_a_jax_triton_row_is_refused_with_its_reason():
     with pytest.raises(published.BuildError) as err:
         gpu_model_published.build(row)
     assert err.value.reason == gpu_model_published.NOT_PALLAS
+
+
+def test_published_problem_helpers_are_public():
+    problem = 'q="bf16[2,128,4,64]"; k="bf16[2,128,4,64]"; causal=True; bias=None'
+    arrays = published.problem_arrays(problem)
+    (q,) = published.need(arrays, "q")
+    assert published.sds(q).shape == (2, 128, 4, 64)
+    assert published.flag(problem, "causal") and published.field(problem, "bias") == "None"
+    row = published.Row("B200", "pallas_mosaic_gpu_flash_attention", problem,
+                        '{"block_q": 64}', 1e-3, (1e-3,), 2)
+    assert published.config(row) == {"block_q": 64}
+    with pytest.raises(published.BuildError, match="incomplete"):
+        published.need(arrays, "v")
