@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pallaslab.analysis import published as pub
-from pallaslab.analysis.gpu_model import GpuPrediction, gpu_prediction
+from pallaslab.analysis.gpu_model import GpuPrediction, gpu_prediction, gpu_spec
 from pallaslab.errors import PallasLabError
 
 HARDWARE_GPUS = {"H100 80GB HBM3": "h100", "B200": "b200"}
@@ -47,18 +47,38 @@ def backend_op(row: pub.Row) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def _as_gpu(gpu: str) -> Iterator[None]:
-    """tokamax picks a kernel generation from the default device's compute capability; on this
-    CPU it is told the row's GPU's (and cross-compiles, as for TPU rows)."""
+    """tokamax picks a kernel generation from the default device's compute capability, and
+    sizes persistent grids by its SM count (`core_count`); on this CPU it is told the row's
+    GPU's (and cross-compiles, as for TPU rows)."""
     import tokamax
+    from jax.extend import backend
     from tokamax._src import gpu_utils
 
-    saved = gpu_utils._compute_capability
+    saved = gpu_utils._compute_capability, backend.get_default_device
+    cpu = saved[1]()
     gpu_utils._compute_capability = lambda device=None: _CAPABILITY[gpu]
+    backend.get_default_device = lambda: _GpuCores(cpu, gpu_spec(gpu).sms)
     try:
         with tokamax.config.cross_compile(True):
             yield
     finally:
-        gpu_utils._compute_capability = saved
+        gpu_utils._compute_capability, backend.get_default_device = saved
+
+
+class _GpuCores:
+    """The CPU device, with the SM count of the GPU it stands for."""
+
+    def __init__(self, device: Any, sms: int) -> None:
+        self._device, self.core_count = device, sms
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._device, name)
+
+    def __hash__(self) -> int:
+        return hash(self._device)
+
+    def __eq__(self, other: object) -> bool:
+        return self._device == getattr(other, "_device", other)
 
 
 def _attention(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
@@ -106,21 +126,33 @@ def _ragged_dot(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pu
     from tokamax._src.ops.ragged_dot import pallas_mosaic_gpu as mod
 
     lhs, rhs = pub.need(pub.problem_arrays(row.problem), "lhs", "rhs")
-    if "dot_dims=[[[1], [1]], [[], []]]" not in row.problem:
-        raise pub.BuildError("dot dimensions not supported", f"{row.problem[:120]!r}")
-    if pub.field(row.problem, "activation") not in (None, "None"):
-        raise pub.BuildError("activation not supported", f"{row.problem[:120]!r}")
+    dims = pub.ragged_dot_dims(row.problem)
     op = mod.PallasMosaicGpuRaggedDot(config=mod.Config(**cfg), bypass_device_check=True)
 
     def fn(a: Any, b: Any, gs: Any) -> Any:
-        return op(a, b, group_sizes=gs)
+        return op(a, b, group_sizes=gs, ragged_dot_dimension_numbers=dims)
 
     return pub.Built(fn, (pub.sds(lhs), pub.sds(rhs),
                           jnp.asarray(pub.group_sizes(row.problem))))
 
 
+def _attention_vjp(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
+    if backend == "triton":
+        from tokamax._src.ops.attention import pallas_triton_vjp as mod
+
+        op: Any = mod.PallasTritonFlashAttentionVjp(config=mod.Config(**cfg),
+                                                    bypass_device_check=True)
+    else:
+        from tokamax._src.ops.attention import pallas_mosaic_gpu_vjp as mgpu
+
+        op = mgpu.PallasMosaicGpuFlashAttentionVjp(config=mgpu.Config(**cfg),
+                                                   bypass_device_check=True)
+    return pub.attention_vjp(row, op)
+
+
 _BUILDERS: dict[str, Callable[[pub.Row, dict[str, Any], str, str], pub.Built]] = {
     "flash_attention": _attention,
+    "flash_attention_vjp": _attention_vjp,
     "gated_linear_unit": _glu,
     "ragged_dot": _ragged_dot,
 }
@@ -149,16 +181,24 @@ def problem_flops(row: pub.Row) -> float:
     """The dots' flops of a row's problem, from its shapes (the matrix products it defines)."""
     _, op = backend_op(row)
     a = pub.problem_arrays(row.problem)
-    if op == "flash_attention":
+    if op.startswith("flash_attention"):
         (b, sq, hq, d), (_, sk, _, dv) = a["q"][0], a["v"][0]
-        causal = 0.5 if pub.field(row.problem, "causal") == "True" else 1.0
-        return 2.0 * b * hq * sq * sk * (d + dv) * causal
+        causal = 0.5 if (pub.field(row.problem, "causal") or pub.field(row.problem, "is_causal")
+                         or "").lower() == "true" else 1.0
+        # forward: S = QK^T (d) and O = PV (dv); backward: the dK/dV pass recomputes S and
+        # forms dP = dO V^T (dv), dV = P^T dO (dv), dK = dS^T Q (d); the dQ pass recomputes S
+        # and dP and forms dQ = dS K (d) (tokamax's two backward kernels, FlashAttention-2).
+        per = (d + dv) if op == "flash_attention" else (d + 2 * dv + d) + (d + dv + d)
+        return 2.0 * b * hq * sq * sk * per * causal
     if op == "gated_linear_unit":
         x, w = a["x"][0], a["weights"][0]
         return 2.0 * math.prod(x[:-1]) * x[-1] * math.prod(w[1:])
     if op == "ragged_dot":
-        (m, k), (_, _, n) = a["lhs"][0], a["rhs"][0]
-        return 2.0 * m * k * n
+        lhs, rhs = a["lhs"][0], a["rhs"][0]
+        contracting = pub.ragged_dot_dims(row.problem).dot_dimension_numbers[0]
+        k = lhs[contracting[0][0]]
+        groups = 1 if contracting[0][0] == 0 else rhs[0]  # ragged contracting: no group axis
+        return 2.0 * math.prod(lhs) * math.prod(rhs) / (k * groups)
     raise pub.BuildError(f"op not supported yet ({op})", row.op_file)
 
 

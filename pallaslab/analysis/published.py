@@ -222,20 +222,25 @@ _DIM_NUMS = {"[[[1], [1]], [[], []]]": "DEFAULT_RAGGED_DOT_DIM_NUMS",
              "[[[0], [0]], [[], []]]": "RAGGED_CONTRACTING_DOT_DIM_NUMS"}
 
 
+def ragged_dot_dims(problem: str) -> Any:
+    """tokamax's ragged dot dimension numbers of a row's `dot_dims=` (no activation)."""
+    m = re.search(r"dot_dims=(\[\[\[.*?\]\], \[\[.*?\]\]\])", problem)
+    dims_name = _DIM_NUMS.get(m.group(1) if m else "")
+    if dims_name is None:
+        raise BuildError("dot dimensions not supported", f"{problem[:120]!r}")
+    if field(problem, "activation") not in (None, "None"):
+        raise BuildError("activation not supported", f"{problem[:120]!r}")
+    from tokamax._src.ops.ragged_dot import base as rd_base  # the dimension-number constants
+
+    return getattr(rd_base, dims_name)
+
+
 def _ragged_dot(row: Row, cfg: dict[str, Any]) -> Built:
     import jax.numpy as jnp
     from tokamax.ops import tpu
 
     lhs, rhs = need(problem_arrays(row.problem), "lhs", "rhs")
-    m = re.search(r"dot_dims=(\[\[\[.*?\]\], \[\[.*?\]\]\])", row.problem)
-    dims_name = _DIM_NUMS.get(m.group(1) if m else "")
-    if dims_name is None:
-        raise BuildError("dot dimensions not supported", f"{row.problem[:120]!r}")
-    if field(row.problem, "activation") not in (None, "None"):
-        raise BuildError("activation not supported", f"{row.problem[:120]!r}")
-    from tokamax._src.ops.ragged_dot import base as rd_base  # the dimension-number constants
-
-    dims = getattr(rd_base, dims_name)
+    dims = ragged_dot_dims(row.problem)
     op = tpu.RaggedDot(config=tpu.RaggedDotConfig(**cfg), bypass_device_check=True)
     residuals = flag(row.problem, "return_residuals")
 
@@ -268,8 +273,15 @@ def _flash_attention(row: Row, cfg: dict[str, Any]) -> Built:
 
 
 def _flash_attention_vjp(row: Row, cfg: dict[str, Any]) -> Built:
-    from tokamax._src.ops.attention import base as attn_base
     from tokamax._src.ops.attention import pallas_mosaic_tpu_vjp as vjp_mod
+
+    return attention_vjp(row, vjp_mod.PallasMosaicTpuFlashAttentionVjp(
+        config=vjp_mod.Config(**cfg), bypass_device_check=True))
+
+
+def attention_vjp(row: Row, op: Any) -> Built:
+    """The call of a tokamax attention VJP op (TPU or GPU) on a `flash_attention_vjp` row."""
+    from tokamax._src.ops.attention import base as attn_base
 
     arrays = problem_arrays(row.problem)
     out, dout, q, k, v = need(arrays, "out", "dout", "q", "k", "v")
@@ -279,8 +291,6 @@ def _flash_attention_vjp(row: Row, cfg: dict[str, Any]) -> Built:
     res_shapes = [(tuple(int(d) for d in g.split(",")), "float32") for g in res.groups()]
     causal = flag(row.problem, "is_causal")
     scale = float(field(row.problem, "logits_scale") or 1.0 / math.sqrt(q[0][-1]))
-    op = vjp_mod.PallasMosaicTpuFlashAttentionVjp(config=vjp_mod.Config(**cfg),
-                                                  bypass_device_check=True)
 
     def fn(r0: Any, r1: Any, out: Any, dout: Any, q: Any, k: Any, v: Any) -> Any:
         return op(

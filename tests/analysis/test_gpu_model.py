@@ -148,3 +148,34 @@ def test_published_problem_helpers_are_public():
     assert published.config(row) == {"block_q": 64}
     with pytest.raises(published.BuildError, match="incomplete"):
         published.need(arrays, "v")
+
+
+_GLU_ROW = published.Row(
+    "H100 80GB HBM3", "pallas_mosaic_gpu_gated_linear_unit",
+    'x="bf16[1,256,256,128]"; weights="bf16[128,2,256]"; '
+    'activation="jax._src.nn.functions.silu"; precision="BF16_BF16_F32"; return_residuals=false',
+    '{"tile_m":128,"tile_n":64,"tile_k":128,"num_stages":2,"epi_tile_n":32,"epi_tile_m":64,'
+    '"grid_minor_dim":1,"grid_tile_width":4,"wg_dimension":0,"cluster_size_m":1,'
+    '"cluster_size_n":1}', 1e-4, (1e-4,), 427)
+_VJP_ROW = published.Row(
+    "H100 80GB HBM3", "pallas_triton_flash_attention_vjp",
+    'residuals=["f32[2,4,256]", "f32[2,4,256]"]; out="bf16[2,256,4,64]"; '
+    'dout="bf16[2,256,4,64]"; q="bf16[2,256,4,64]"; k="bf16[2,256,4,64]"; '
+    'v="bf16[2,256,4,64]"; is_causal=false; logits_scale=0.125;',
+    '{"block_m1":64,"block_n1":64,"block_m2":64,"block_n2":64,"num_stages":2,"num_warps":4}',
+    1e-4, (1e-4,), 804)
+
+
+def test_a_mosaic_gpu_glu_row_builds_with_the_gpus_sm_count():
+    # tokamax sizes the GLU's persistent grid by the device's `core_count` (a CPU has none)
+    pred = gpu_model_published.predict(_GLU_ROW)
+    assert pred.predicted_s > 0 and pred.kernels
+
+
+def test_an_attention_vjp_row_builds_and_counts_the_backward_matmuls():
+    pred = gpu_model_published.predict(_VJP_ROW)
+    assert pred.kernels == ("pallas_flash_attention_vjp",)
+    fwd = dataclasses.replace(_VJP_ROW, op_file="pallas_triton_flash_attention")
+    # forward: 2 matmuls; the two backward passes: 7 (S and dP recomputed in each)
+    assert gpu_model_published.problem_flops(_VJP_ROW) == pytest.approx(
+        3.5 * gpu_model_published.problem_flops(fwd))
