@@ -1,5 +1,9 @@
 """The Pipeline view: the TPU software pipeline as a Gantt timeline, the measured profile beside it.
 
+A Triton or Mosaic GPU kernel has no TPU pipeline: its tab shows the GPU time model's prediction
+per targeted GPU, its bound and figures (`pipeline_gpu`), beside the measured run and published
+timings, as facts (the payload's `gpu`).
+
 The model (`pallaslab.analysis.pipeline`) gives copy-in / compute / write-back events per grid
 step on a chip; `PipelineView.profile()` (`wb.profile()`) runs the kernel under `jax.profiler`
 (`pallaslab.execute.profile`) and adds the measured kernel / step / op events as a second track
@@ -25,6 +29,7 @@ import numpy as np
 
 from pallaslab.analysis.chips import DEFAULT_CHIPS
 from pallaslab.analysis.chips import chip as get_chip
+from pallaslab.analysis.gpu_model import GpuPrediction
 from pallaslab.analysis.occupancy import applies
 from pallaslab.analysis.pipeline import COMPUTE, Events, Pipeline, binned_overlap, pipeline
 from pallaslab.analysis.published import published_lines
@@ -35,6 +40,14 @@ from pallaslab.views._html import esc, visible_payload
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.parts import Code, Section, to_html, to_text
+from pallaslab.views.pipeline_gpu import (
+    gpu_facts,
+    gpu_lead,
+    is_gpu_kernel,
+    predictions,
+    published_gpu_lines,
+    target_gpus,
+)
 from pallaslab.views.pipeline_manual import (
     DmaTraffic,
     ManualOp,
@@ -83,6 +96,12 @@ class TrackPayload(TypedDict):
     bin_step: memoryview | None  # int32 (bins,): the step running at each bin's start, -1
 
 
+class GpuPayload(TypedDict):
+    gpus: list[str]
+    lead: str
+    facts: list[list[str]]  # [fact, value]: predictions, measured, published
+
+
 class PipelinePayload(TypedDict):
     version: int
     kernel: str
@@ -109,6 +128,9 @@ class PipelinePayload(TypedDict):
     dma_traffic: NotRequired[DmaTraffic | None]
     # Published device timings of this kernel's op and shapes ($PALLASLAB_PUBLISHED_TIMINGS).
     published: NotRequired[list[str]]
+    # A GPU kernel: the GPU time model's lead line and (fact, value) pairs, as the text shows.
+    gpu: NotRequired[GpuPayload | None]
+
 
 
 def pipeline_payload(
@@ -129,15 +151,28 @@ def pipeline_payload(
         dur = float(ev.end.max()) if len(ev) else 0.0
         tracks.append(track(f"measured · {measured.device}", "profile", ev, PROFILE_STEP_KIND,
                             dur, window=window, max_events=max_events, bins=bins))
-        steps = measured.step_durations()
-        info = {"device": measured.device, "total_time": measured.total_time,
-                "steps": measured.steps,
-                "mean_step": float(steps.mean()) if len(steps) else None}
+        info = measured_info(measured)
     return visible_payload(PipelinePayload(
         version=PAYLOAD_VERSION, kernel=kernel_name, index=index, chip=model.chip,
         grid=[int(g) for g in grid], programs=s.steps, summary=s.to_json(), stall_time=stall,
         measured=info, tracks=tracks, chips=list(chips) or [model.chip], live=live,
         manual=[], manual_note=None, nested=[], recorded=None, recorded_note=None))
+
+
+def measured_info(measured: ProfileTimeline) -> dict[str, Any]:
+    """What the payload says of a profiled run: device, total time, steps, mean step."""
+    steps = measured.step_durations()
+    return {"device": measured.device, "total_time": measured.total_time,
+            "steps": measured.steps, "mean_step": float(steps.mean()) if len(steps) else None}
+
+
+def measured_fact(measured: ProfileTimeline) -> tuple[str, str]:
+    """The measured run as a (fact, value) beside the model's."""
+    info = measured_info(measured)
+    mean = f", mean step {format_time(info['mean_step'])}" if info["mean_step"] is not None \
+        else ""
+    return ("measured", f"{info['device']}: {format_time(info['total_time'])}, "
+                        f"{info['steps']:,} steps{mean}")
 
 
 def track(name: str, source: str, events: Events, step_kind: int, duration: float, *,
@@ -331,6 +366,18 @@ class PipelineView(InteractiveView):
         # The live widget also gets the exact events of the window it zoomed to.
         k = self.ctx.kernel
         recorded, note = self.recorded
+        if is_gpu_kernel(k):  # the GPU time model's facts (no TPU pipeline to draw)
+            return visible_payload(PipelinePayload(
+                version=PAYLOAD_VERSION, kernel=k.name, index=k.index, chip=self.chip,
+                grid=[] if self.ctx.tiling is None else [int(g) for g in self.ctx.tiling.grid],
+                programs=k.programs or 0, summary={}, stall_time=None,
+                measured=None if self.measured is None else measured_info(self.measured),
+                tracks=[], chips=self.chips, live=live, manual=manual_ops(k),
+                manual_note=manual_note(k), nested=nested_pipelines(k, self.chip),
+                recorded=recorded, recorded_note=note, dma_traffic=dma_traffic(k, recorded),
+                published=self.published,
+                gpu=GpuPayload(gpus=list(self.gpus), lead=gpu_lead(self.gpu_predictions),
+                               facts=[list(f) for f in self.gpu_facts()])))
         if self.ctx.tiling is None:  # a mesh kernel: only its manual DMAs and semaphores
             return visible_payload(PipelinePayload(
                 version=PAYLOAD_VERSION, kernel=k.name, index=k.index, chip=self.chip, grid=[],
@@ -377,11 +424,7 @@ class PipelineView(InteractiveView):
         head = self.headline()
         facts = [*head[1:3], ("longest stall", stall), *head[3:], ("flops", f"{s.flops:,.0f}")]
         if self.measured is not None:
-            m = self.measured
-            steps = m.step_durations()
-            mean = f", mean step {format_time(float(steps.mean()))}" if len(steps) else ""
-            facts.append(("measured", f"{m.device}: {format_time(m.total_time)}, "
-                                      f"{m.steps:,} steps{mean}"))
+            facts.append(measured_fact(self.measured))
         return facts + [("published", line.removeprefix("published ")) for line in self.published]
 
     def headline(self) -> list[tuple[str, str]]:
@@ -406,13 +449,40 @@ class PipelineView(InteractiveView):
 
     @property
     def published(self) -> list[str]:
-        """Published timings of this kernel's op and shapes, when the table is set."""
+        """Published timings of this kernel's op and shapes, when the table is set (on the
+        targeted GPUs first for a GPU kernel)."""
+        if is_gpu_kernel(self.ctx.kernel):
+            return published_gpu_lines(self.ctx.kernel, self.gpus)
         return published_lines(self.ctx.kernel, self.chip)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """The GPUs a GPU kernel's time is predicted on: the `gpu-*` targets, else H100."""
+        return target_gpus(self.ctx.targets)
+
+    @functools.cached_property
+    def gpu_predictions(self) -> list[GpuPrediction]:
+        return predictions(self.ctx.kernel, self.gpus)
+
+    def gpu_facts(self) -> list[tuple[str, str]]:
+        """A GPU kernel's facts: the model per GPU, the measured run, the published times."""
+        facts = gpu_facts(self.ctx.kernel, self.gpu_predictions)
+        if (moved := dma_traffic(self.ctx.kernel, self.recorded[0])) is not None:
+            facts.append(("moved by its DMAs", moved["text"]))
+        if self.measured is not None:
+            facts.append(measured_fact(self.measured))
+        return facts + [("published", line.removeprefix("published ")) for line in self.published]
 
     def tree(self) -> Section:
         """The pipeline as one tree (`pipeline_tree`): what the text and HTML render."""
         k = self.ctx.kernel
         recorded, note = self.recorded
+        if is_gpu_kernel(k):
+            return pipeline_tree(
+                ("Pipeline of kernel ", f"{k.index} ", Code(k.name),
+                 f" on GPU {', '.join(g.upper() for g in self.gpus)} (model)"),
+                gpu_lead(self.gpu_predictions), self.gpu_facts(), self._measured_svgs(),
+                manual_parts(k, self.chip), recorded, note)
         if self.ctx.tiling is None:  # a mesh kernel: only its manual DMAs and semaphores
             moved = dma_traffic(k, recorded)
             return pipeline_tree(
@@ -422,23 +492,27 @@ class PipelineView(InteractiveView):
                 manual_parts(k, self.chip), recorded, note)
         s = self.model.summary
         svgs = [static_timeline(f"model · TPU {self.chip}", self.model.events,
-                                s.predicted_time, COMPUTE)]
-        if self.measured is not None:
-            m = self.measured
-            dur = float(m.events.end.max()) if len(m.events) else 0.0
-            svgs.append(static_timeline(f"measured · {m.device}", m.events, dur,
-                                        PROFILE_STEP_KIND))
+                                s.predicted_time, COMPUTE), *self._measured_svgs()]
         return pipeline_tree(
             ("Pipeline of kernel ", f"{k.index} ", Code(k.name), f" on TPU {self.chip} (model)"),
             f"{s.steps:,} steps, predicted {format_time(s.predicted_time)}", self.facts(), svgs,
             manual_parts(k, self.chip), recorded, note)
+
+    def _measured_svgs(self) -> list[str]:
+        if self.measured is None:
+            return []
+        m = self.measured
+        dur = float(m.events.end.max()) if len(m.events) else 0.0
+        return [static_timeline(f"measured · {m.device}", m.events, dur, PROFILE_STEP_KIND)]
 
     def to_text(self) -> str:
         return to_text(self.tree())
 
     def to_html(self) -> str:
         k = self.ctx.kernel
-        where = "no BlockSpec pipeline" if self.ctx.tiling is None else f"TPU {self.chip}, model"
+        where = (f"GPU {', '.join(g.upper() for g in self.gpus)}, model" if is_gpu_kernel(k)
+                 else "no BlockSpec pipeline" if self.ctx.tiling is None
+                 else f"TPU {self.chip}, model")
         head = (f'<h3 class="pl-title">Pipeline <code>{esc(k.name)}</code> '
                 f'<span class="pl-dim">{esc(where)}</span></h3>')
         body = "".join(to_html(part) for part in self.tree().children)
@@ -498,8 +572,10 @@ def _available(ctx: KernelContext) -> bool:
     manual = bool(k.dmas or k.semaphore_ops or k.pipelines)
     mesh = k.mesh is not None and k.kind == "mesh" and k.backend != "triton" and manual
     # A Mosaic GPU kernel's TMA copies and barriers are listed whatever the targets.
+    # A Triton or Mosaic GPU kernel: the GPU time model's prediction, whatever the targets.
     return (k.kind == "pallas_call" and applies(k) and ctx.tiling is not None
-            and not gpu_only) or (mesh and (not gpu_only or k.backend == "mosaic_gpu"))
+            and not gpu_only) or (mesh and (not gpu_only or k.backend == "mosaic_gpu")) \
+        or (is_gpu_kernel(k) and k.kind in ("pallas_call", "mesh"))
 
 
 register_tab("pipeline", order=50, title="Pipeline", available=_available, build=PipelineView)

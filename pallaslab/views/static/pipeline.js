@@ -13,6 +13,7 @@
  */
 
 import { h, lifetime, listen, onAbort, onModel, watchTheme } from "./prelude.js";
+import { renderGpu } from "./pipeline_gpu.js";
 import { manualSection } from "./pipeline_manual.js";
 import {
   AXIS_H, KIND_COLOR, LABEL_W, LANE_H, MIN_SPAN, Track, fmtTime, programIds, tickStep,
@@ -23,7 +24,8 @@ import {
  * @typedef {{version: number, kernel: string, index: number, chip: string, grid: number[],
  *   programs: number, summary: Record<string, any>, stall_time: number | null,
  *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
- *   live: boolean, published?: string[]} & import("./pipeline_manual.js").BeyondBlockSpecs} PipelinePayload
+ *   live: boolean, published?: string[], gpu?: import("./pipeline_gpu.js").GpuPayload | null}
+ *   & import("./pipeline_manual.js").BeyondBlockSpecs} PipelinePayload
  */
 /**
  * What the widget tells Python: another chip's model, the step clicked, the window zoomed to.
@@ -40,6 +42,7 @@ import {
 function render({ model, el }) {
   /** @type {PipelinePayload} */
   const first = model.get("payload");
+  if (first.gpu) return renderGpu({ model, el });  // a GPU kernel: the GPU time model's facts
   if (!first.tracks.length) {  // a mesh kernel: no BlockSpec pipeline, its manual DMAs only
     const root = h("div", "pallaslab pl-pipeline");
     const title = h("div", "pl-title");
