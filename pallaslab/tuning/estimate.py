@@ -1,10 +1,13 @@
 """One candidate's kernels on one TPU chip: do they fit, how long will they take, and what
-bounds that time (the pipeline model; the roofline where a kernel moves its own data)."""
+bounds that time (the pipeline model; a grouped matmul's nested pipeline for a ragged dot; the
+roofline where a kernel moves its own data)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from pallaslab.analysis.chips import chip as get_chip
 from pallaslab.analysis.cost import step_cost
@@ -16,6 +19,7 @@ from pallaslab.analysis.pipeline import (
     pipeline,
     roofline_time,
 )
+from pallaslab.analysis.ragged import grouped_pipeline_time
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.analysis.vmem_findings import overflow_finding, spill_risk_finding
 from pallaslab.model import Kernel
@@ -53,6 +57,9 @@ def kernel_time(kernel: Kernel, tiling: Tiling | None, chip: str
     the compute (MXU and VPU work), the per-step overhead and the copies compute waits for;
     HBM when the copies keep HBM busy for most of the time."""
     c = get_chip(chip)
+    grouped = _grouped_time(kernel, chip)
+    if grouped is not None:
+        return grouped, {"compute": grouped}, "pipeline"
     if tiling is not None:
         try:
             p = pipeline(kernel, c, tiling=tiling)
@@ -73,3 +80,25 @@ def kernel_time(kernel: Kernel, tiling: Tiling | None, chip: str
     moved = time - overhead  # the roofline's larger term: the MXU's, or HBM's
     return time, {"compute": compute, "HBM": moved if moved > compute else 0.0,
                   "per-step overhead": overhead}, "roofline"
+
+
+def _grouped_time(kernel: Kernel, chip: str) -> float | None:
+    """A grouped matmul (a ragged dot's nested pipeline over row tiles chosen by its group
+    sizes): its grouped pipeline with the rows split evenly over the groups (the sizes are data
+    the capture does not hold), else None. Its outer grid windows only the group metadata, so
+    the outer pipeline alone would miss the matmul."""
+    inner = kernel.pipelines[0] if kernel.pipelines else None
+    if inner is None:
+        return None
+    ins = [op for op in inner.operands if op.role == "input" and op.block_dims]
+    outs = [op for op in inner.operands if op.role == "output" and op.block_dims]
+    if len(ins) != 2 or len(outs) != 1 or len(ins[0].shape) != 2:
+        return None
+    grouped = outs[0] if len(outs[0].shape) == 3 else ins[1]
+    if len(grouped.shape) != 3 or not grouped.shape[0]:
+        return None
+    groups, rows = int(grouped.shape[0]), int(ins[0].shape[0])
+    share, extra = divmod(rows, groups)
+    sizes = np.full(groups, share, np.int64)
+    sizes[:extra] += 1
+    return grouped_pipeline_time(kernel, chip, sizes)
