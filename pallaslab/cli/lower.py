@@ -9,6 +9,7 @@ several cases, the worst.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from pallaslab.cli._many import CaseOutcome, run_cases
 from pallaslab.cli._shared import (
@@ -25,8 +26,13 @@ from pallaslab.cli._shared import (
     stage_name,
     target_name,
 )
-from pallaslab.cli.inspect import SEVERITY_STYLE
 from pallaslab.util.text import visible
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from pallaslab.lowering import KernelLowering
+    from pallaslab.model import Kernel
 
 LEXERS = {"llir": "llvm", "ptx": "ptx"}
 
@@ -79,8 +85,9 @@ def lower_case(spec: str, args: argparse.Namespace) -> CaseOutcome:
     _require_stages(args.stage or [], result)  # (--json holds every stage)
     if not args.json:
         out = console()
+        captured = {k.index: k for k in cap}
         for kernel in result.kernels:
-            render(kernel, result.target, args.stage, out)
+            render(kernel, result.target, args.stage, out, captured.get(kernel.index))
     return CaseOutcome(EXIT_OK if result.ok else EXIT_FAILED, result.to_json())
 
 
@@ -106,19 +113,14 @@ def _compiler_stage(stage: str, target: str) -> bool:
     return stage in ("ttgir", "llir", "ptx", "sass")
 
 
-def render(kernel, target: str, stages: list[str] | None, out) -> None:
-    mark = "[green]ok[/]" if kernel.ok else "[bold red]FAIL[/]"
-    what = "compiled" if kernel.compiled else "lowered"
-    out.print(f"{mark}  [bold]kernel {kernel.index}: {safe(kernel.name)}[/]  {what} for "
-              f"{target} via {kernel.backend}{'  [dim](cached)[/]' if kernel.cached else ''}")
-    for d in kernel.diagnostics:
-        out.print(f"    [{SEVERITY_STYLE.get(d.severity, 'cyan')}]{d.severity} "
-                  f"{safe(d.code)}[/]: {safe(d.message)}")
-    res = {k: v for k, v in kernel.resources.to_json().items() if v is not None}
-    if res:
-        out.print("    resources: " + ", ".join(f"{k}={v:,}" for k, v in res.items()))
-    out.print("    stages: " + ", ".join(
-        f"{safe(s.name)} [dim]({len(s.text.splitlines())} lines)[/]" for s in kernel.stages))
+def render(kernel: KernelLowering, target: str, stages: list[str] | None, out: Console,
+           captured: Kernel | None = None) -> None:
+    """The kernel's lowering as the Lowering view's tree (`lowering_tree`), then the IR of
+    each stage asked for, whole."""
+    from pallaslab.cli._parts import to_rich
+    from pallaslab.views.lowering_tree import target_section
+
+    out.print(to_rich(target_section(kernel.index, kernel.name, target, kernel, captured)))
     wanted = [s for s in kernel.stages
               if stages and ("all" in stages or s.name in stages)]
     for s in wanted:

@@ -4,20 +4,16 @@ Its payload is `lowering_payload` (in `pallaslab.views.lowering_payload`, re-exp
 The live widget asks for what the payload left out (it sets `selection.stage` /
 `selection.target`; `LoweringView` lowers and re-sends), the static report embeds what fits.
 The default is cheap: one cross-lowering for the kernel's default target and no compile until
-asked for. This module holds the view: the widget's requests, and the text and static HTML
-forms.
+asked for. This module holds the view: the widget's requests; its text and static HTML render
+the one tree `lowering_tree` builds.
 """
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pallaslab.errors import PallasLabError, UnavailableError
-from pallaslab.model import Kernel
-from pallaslab.util.text import visible
-from pallaslab.views import _html
 from pallaslab.views._html import esc
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
@@ -29,11 +25,11 @@ from pallaslab.views.lowering_payload import (
     cap_text,
     clean_lowering,
     default_target,
-    line_count,
     lowering_payload,
     payload_nbytes,
-    resource_figures,
 )
+from pallaslab.views.lowering_tree import lowering_tree
+from pallaslab.views.parts import Section, to_html, to_text
 from pallaslab.views.registry import register_tab
 
 if TYPE_CHECKING:
@@ -41,9 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LIVE_BUDGET", "STAGE_TEXT_CAP", "STATIC_BUDGET", "LoweringPayload", "LoweringView",
            "cap_text", "clean_lowering", "default_target", "lowering_payload", "payload_nbytes"]
-
-HTML_STAGE_CAP = 40_000  # characters of one stage in the static HTML `<pre>`
-HTML_BUDGET = 240_000  # ... of all stages (notebooks store this HTML in every saved output)
 
 # --- the view ---------------------------------------------------------------------------------
 
@@ -198,97 +191,26 @@ class LoweringView(InteractiveView):
 
     # --- static forms -------------------------------------------------------------------
 
-    def to_text(self) -> str:
+    def tree(self) -> Section:
+        """The lowerings so far as one tree (`lowering_tree`): what the text and HTML render."""
         k = self.ctx.kernel
-        out = []
-        for target, r in self.results.items():
-            state = "ok" if r.ok else "FAILED"
-            state += ", compiled" if r.compiled else ", not compiled"
-            out.append(f"Lowering of kernel {k.index} {k.name} for {target} ({r.backend}): "
-                       f"{state}")
-            out += [f"  {d.severity} {d.code}{_operand(d.operand)}: {d.message}"
-                    for d in r.diagnostics]
-            if not r.diagnostics:
-                out.append("  no diagnostics")
-            res, notes = resource_figures(k, target, r)
-            out.append("  resources: " + ", ".join(
-                f"{label} {fmt(res.get(field))}"
-                + (f" ({notes[field]})" if field in notes else "")
-                for field, label, fmt in RESOURCES))
-            out.append(textwrap.fill(", ".join(
-                f"{s.name} ({line_count(s.text):,} lines)" for s in r.stages) or "none",
-                width=100, initial_indent="  stages: ", subsequent_indent="    ",
-                break_on_hyphens=False))
-        if self.error:
-            out.append(f"Lowering of kernel {k.index} {k.name} for {self.target}: {self.error}")
-        return visible("\n".join(out))
+        results = self.results
+        return lowering_tree(k.index, k.name, results, kernel=k,
+                             error=(self.target, self.error) if self.error else None)
+
+    def to_text(self) -> str:
+        return to_text(self.tree())
 
     def to_html(self) -> str:
         k = self.ctx.kernel
-        parts = [f'<h3 class="pl-title">Lowering <code>{esc(k.name)}</code></h3>']
-        budget = [HTML_BUDGET]
-        for target, r in self.results.items():
-            state = ("ok" if r.ok else "failed") + (", compiled" if r.compiled else "")
-            parts.append(
-                f'<section class="pl-lowering-static" data-target="{esc(target)}">'
-                f'<h4>{esc(target)} <span class="pl-dim">{esc(r.backend)} · {esc(state)}'
-                f"</span></h4>" + diagnostics_html(r) + resources_html(r, k, target)
-                + "".join(_stage_details(s.name, s.text, budget) for s in r.stages)
-                + "</section>")
-        if self.error:
-            parts.append(f'<p class="pl-finding pl-error">{esc(self.error)}</p>')
-        return "".join(parts)
+        head = f'<h3 class="pl-title">Lowering <code>{esc(k.name)}</code></h3>'
+        return head + "".join(to_html(part) for part in self.tree().children)
 
 
 def _target_name(target: str) -> str:
     from pallaslab.lowering import get_target
 
     return get_target(target).name
-
-
-def _operand(operand: str | None) -> str:
-    return f" [{operand}]" if operand else ""
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    return f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n} B"
-
-
-RESOURCES = (("vmem_bytes", "VMEM", _bytes), ("smem_bytes", "SMEM", _bytes),
-             ("registers", "registers", _html.num), ("spills", "spills", _bytes))
-
-
-def diagnostics_html(r: KernelLowering) -> str:
-    if not r.diagnostics:
-        return '<p class="pl-ok">No diagnostics.</p>'
-    items = "".join(
-        f'<li class="pl-finding pl-{esc(d.severity)}"><span class="pl-badge">{esc(d.severity)}'
-        f"</span> <code>{esc(d.code)}</code>"
-        + (f' <span class="pl-operand">{esc(d.operand)}</span>' if d.operand else "")
-        + f" {esc(d.message)}</li>" for d in r.diagnostics)
-    return f'<ul class="pl-findings">{items}</ul>'
-
-
-def resources_html(r: KernelLowering, kernel: Kernel | None = None, target: str = "") -> str:
-    res, notes = resource_figures(kernel, target, r)
-    rows = [(label, fmt(res.get(field)), notes.get(field, "")) for field, label, fmt
-            in RESOURCES]
-    return _html.table(("resource", "value", "source"), rows, numeric=(1,))
-
-
-def _stage_details(name: str, text: str, budget: list[int]) -> str:
-    """A collapsible stage; `budget[0]` (characters left for all stages) shrinks as it goes."""
-    shown = cap_text(text, max(0, min(HTML_STAGE_CAP, budget[0])))
-    budget[0] -= len(shown)
-    more = line_count(text) - line_count(shown)
-    note = (f'<p class="pl-dim">… {more:,} more lines (the full text is in '
-            "<code>lowering.lower(...)</code>)</p>" if more else "")
-    pre = f'<pre class="pl-ir">{esc(shown)}</pre>' if shown else ""
-    return (f'<details class="pl-stage" data-stage="{esc(name)}"><summary><code>{esc(name)}'
-            f'</code> <span class="pl-dim">{line_count(text):,} lines</span></summary>'
-            f"{pre}{note}</details>")
 
 
 def _available(ctx: KernelContext) -> bool:

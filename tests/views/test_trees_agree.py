@@ -83,3 +83,34 @@ def test_pipeline_renders_its_tree():
     assert "moved by its DMAs 262,144 B in 8 DMAs" in to_text(manual)
     mesh = assert_renders_its_tree(workbench("core_map_kernel").view("pipeline"))
     assert "no BlockSpec pipeline (manual DMAs only)" in to_text(mesh)
+
+
+def test_lowering_renders_its_tree():
+    """One tree per target: the verdict, the diagnostics, the resources and the stages; the
+    HTML's stages are the IR excerpts, the text's their names and sizes."""
+    tree = assert_renders_its_tree(workbench("tpu_misaligned").lowering())
+    assert len(tree.children) == 1  # one target lowered
+    text, html = to_text(tree), to_html(tree)
+    assert text.splitlines()[0].endswith("(mosaic-tpu): FAILED, not compiled")
+    assert "error tpu-block-shape [args[0]]: args[0]: block shape (10, 100)" in text
+    assert "<code>tpu-block-shape</code>" in html and "block shape (10, 100)" in html
+    ok = assert_renders_its_tree(workbench("matmul_f32").lowering())
+    assert to_html(ok).count('<details class="pl-stage"') == 2
+    assert to_text(ok).splitlines()[-2].strip().startswith("jaxpr (")
+
+
+def test_lower_prints_the_lowering_tree(capsys):
+    """`pallaslab lower` prints the Lowering view's tree: the same heading, diagnostics and
+    stage rows."""
+    from pallaslab.cli import main
+
+    view = workbench("tpu_misaligned").lowering()
+    assert main(["lower", "tests/kernels.py:tpu_misaligned", "--target", "tpu-v5e"]) == 1
+    out = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    lines = [line.strip() for line in to_text(view.tree()).splitlines()]
+    assert lines[0] == out[0]  # the heading, with its verdict
+    for line in lines[2:]:  # resources, stages and each stage's row
+        assert line.rstrip(":") in out
+    assert lines[1].startswith("error tpu-block-shape [args[0]]: args[0]: block shape")
+    assert " ".join(out).startswith(" ".join(lines[:2])[:120])
+

@@ -21,6 +21,7 @@ from pallaslab.lowering import KernelLowering, Resources, Stage
 from pallaslab.views import lowering as lv
 from pallaslab.views import registry
 from pallaslab.views.context import KernelContext
+from pallaslab.views.lowering_tree import HTML_STAGE_CAP
 from pallaslab.views.report import encode_buffers
 
 KERNELS_PY = str(Path(__file__).resolve().parents[1] / "kernels.py")
@@ -203,25 +204,26 @@ def test_text_has_diagnostics_resources_and_stage_names():
     assert f"  error {err.code}" in text and err.message.splitlines()[0] in text
     if err.operand:
         assert f"[{err.operand}]" in text
-    assert "  resources: VMEM -, SMEM -, registers -, spills -" in rest
-    assert "  stages: jaxpr (" in text
+    assert "  resources: known once compiled" in rest
+    lines = len(view.result().stage("jaxpr").text.splitlines())
+    assert rest[-2:] == ["  stages:", f"    jaxpr ({lines} lines)"]
 
 
 def test_html_has_diagnostics_resources_and_collapsible_stages():
     view = workbench("tpu_misaligned").lowering()
     (err,) = view.result().errors
     html = view.to_html()
-    assert f'<li class="pl-finding pl-error"><span class="pl-badge">error</span> <code>' \
-           f"{err.code}</code>" in html
+    assert '<p class="pl-finding pl-error"><span class="pl-badge pl-cmp-bad">error</span> ' \
+           f"<code>{err.code}</code>" in html
     if err.operand:
-        assert f'<span class="pl-operand">{err.operand}</span>' in html
-    assert "<th>resource</th>" in html and "<td>VMEM</td>" in html
+        assert f'<span class="pl-dim"> [{err.operand}]</span>' in html
+    assert "resources: known once compiled" in html
     ok = workbench("matmul_f32").lowering()
     html = ok.to_html()
     assert html.count('<details class="pl-stage"') == 2
     assert '<details class="pl-stage" data-stage="mosaic"><summary><code>mosaic</code>' in html
     assert "tpu.matmul" in html and '<pre class="pl-ir">' in html
-    assert '<p class="pl-ok">No diagnostics.</p>' in html
+    assert '<p class="pl-ok"><span class="pl-ok">no diagnostics</span></p>' in html
 
 
 def test_static_html_caps_huge_stages():
@@ -229,7 +231,7 @@ def test_static_html_caps_huge_stages():
     view = lv.LoweringView(KernelContext(kernel))
     view._results["tpu-v5e"] = _big_lowering(40_000)
     html = view.to_html()
-    assert len(html) < 3 * lv.HTML_STAGE_CAP + 10_000
+    assert len(html) < 3 * HTML_STAGE_CAP + 10_000
     assert "more lines (the full text is in" in html
 
 
@@ -384,7 +386,9 @@ def test_libtpu_compile_fills_vmem_and_smem_and_says_where_from():
     assert low["resources"]["smem_bytes"] == 0
     assert low["resource_notes"]["vmem_bytes"].startswith(
         "libtpu: buffers the compiled module declares (blocks double-buffered), not its need")
-    assert "VMEM 448.0 KiB (libtpu: buffers" in view.to_text()
+    rows = {line.split()[0]: line.split()[1:] for line in view.to_text().splitlines()}
+    assert rows["VMEM"][:4] == ["448.0", "KiB", "libtpu:", "buffers"]
+    assert rows["SMEM"] == ["0", "B", "libtpu:", "buffers", "of", "the", "compiled", "module"]
     assert "--vmem-exact measures the need" in view.to_html()
     # scalar prefetch lives in SMEM: 6 int32 indices in the compiler's 128-wide tiling
     fn, args = CATALOG["scalar_prefetch_gather"].case()[:2]
@@ -404,6 +408,16 @@ def test_compile_that_says_nothing_about_vmem_shows_the_estimate_labelled():
     low = p["lowerings"]["tpu-v5e"]
     assert low["resources"]["vmem_bytes"] == 448 * 1024
     assert low["resource_notes"]["vmem_bytes"].startswith("estimate: ")
+    # the text and HTML show the known resources as a table, each with its source
+    view = wb.lowering()
+    view._results["tpu-v5e"] = silent
+    text = view.to_text().splitlines()
+    assert text[0].endswith("(mosaic-tpu): ok, compiled")
+    assert text[2].split() == ["resource", "value", "source"]
+    assert text[3].split()[:5] == ["VMEM", "448.0", "KiB", "estimate:", "pallaslab's"]
+    assert [line.split()[:2] for line in text[4:7]] == [["SMEM", "-"], ["registers", "-"],
+                                                      ["spills", "-"]]
+    assert "<th>resource</th>" in view.to_html() and "<td>VMEM</td>" in view.to_html()
     # not compiled: nothing to report, no label
     p = lv.lowering_payload(k, {"tpu-v5e": plain}, "tpu-v5e")
     assert p["lowerings"]["tpu-v5e"]["resources"]["vmem_bytes"] is None
