@@ -113,10 +113,13 @@ SAVED_COPY_CSS = (
     " { display: none; }\n"
     f".jp-OutputArea-child:has(+ .jp-OutputArea-child .{SAVED_CLASS}) > "
     ".jp-OutputArea-output:not(:has(*)) { display: none; }\n"
-    # Notebook 7 scrolls a reopened notebook's tall outputs in a 24em (~280 px) box: the copy
-    # takes its natural height instead, as the live widget did
+    # Notebook 7 scrolls a reopened notebook's tall outputs in a 24em (~280 px) box, shaded by
+    # an ::after overlay as tall as the box that also lengthens what scrolls: the copy takes
+    # its natural height instead, unboxed, as the live widget did
     f".jp-CodeCell.jp-mod-outputsScrolled .jp-Cell-outputArea:has(.{SAVED_CLASS})"
-    " { max-height: none; }\n")
+    " { max-height: none; overflow-y: visible; }\n"
+    f".jp-CodeCell.jp-mod-outputsScrolled .jp-Cell-outputArea:has(.{SAVED_CLASS})::after"
+    " { display: none; }\n")
 LIVE_PLACEHOLDER = f'<div class="pallaslab pl-live-placeholder" data-copy="{SAVED_CLASS}"></div>'
 
 
