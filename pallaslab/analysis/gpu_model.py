@@ -8,8 +8,11 @@ each wave's blocks share their SM's tensor cores. The time is
 
     launch + max(compute, memory) + waves x wave_latency
 
-compute: the dots' flops at the tensor-core peak of their operands' dtype, quantized to whole
-waves (a last, partial wave costs a full one on the SMs it uses); memory: the bytes the kernel
+compute: the dots' flops at the tensor-core peak of their operands' dtype, plus the elementwise
+work on the FP32 cores and the transcendentals (exp, sigmoid) on the special-function units,
+in turn (a block's warps issue each step's matrix product, then the softmax or activation that
+depends on it), quantized to whole waves (a last, partial wave costs a full one on the SMs it
+uses); memory: the bytes the kernel
 must move through HBM (every input read and every output written once: re-reads of a block by
 several programs are taken as L2 hits) at the HBM bandwidth; wave latency: one HBM round trip
 per wave to fill its software pipeline (`num_stages` copies in flight hide the rest).
@@ -27,6 +30,7 @@ from typing import Any, Literal
 
 from pallaslab.analysis.occupancy_gpu import gpu_occupancy, mosaic_gpu_resources
 from pallaslab.model import Kernel, _jax
+from pallaslab.model._jax.chips import kernel_body_vector_ops
 
 Bound = Literal["compute", "memory", "latency"]
 
@@ -41,6 +45,8 @@ class GpuSpec:
     peak_flops: Mapping[str, float]  # operand dtype -> flop/s ("float32": TF32 tensor cores)
     launch_s: float  # a kernel's start and drain on the device
     wave_latency_s: float  # one HBM round trip: a wave's pipeline fill
+    vector_ops_per_s: float  # FP32 core lanes: elementwise results per second
+    transcendentals_per_s: float  # special-function unit (MUFU) results per second
 
 
 # Launch: the device-side start of a grid and drain of its last blocks, ~2 us (NVIDIA, "CUDA
@@ -55,23 +61,33 @@ GPUS: dict[str, GpuSpec] = {
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): HBM3 3.35 TB/s; dense BF16/FP16
     # 989.5 TFLOPS, TF32 494.7 TFLOPS, FP8 1,979 TFLOPS (the datasheet's figures "with
     # sparsity" halved); 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 3).
+    # FP32: 67 TFLOPS (the datasheet's, an FMA counted as two) -> 33.5e12 elementwise results
+    # per second (128 FP32 cores per SM, whitepaper). Special functions: 3.9 TFLOPS (Shah et
+    # al., "FlashAttention-3", 2024, section 1: "989 TFLOPS of FP16 matmul but only 3.9
+    # TFLOPS of special functions"; 16 results per clock per SM, CUDA C++ Programming Guide,
+    # "Arithmetic Instructions", compute capability 9.0).
     "h100": GpuSpec("h100", 132, 3.35e12,
                     {"bfloat16": 989.5e12, "float16": 989.5e12, "float32": 494.7e12,
                      "float8_e4m3fn": 1979e12, "float8_e5m2": 1979e12, "int8": 1979e12},
-                    LAUNCH_S, HBM_LATENCY_S),
+                    LAUNCH_S, HBM_LATENCY_S, 67e12 / 2, 3.9e12),
     # NVIDIA HGX B200 datasheet (per GPU): HBM3e 8 TB/s; dense FP16/BF16 2.25 PFLOPS, TF32
     # 1.1 PFLOPS, FP8 4.5 PFLOPS (sparse figures halved); 148 SMs (NVIDIA Blackwell
     # architecture technical brief: two dies of 74 SMs enabled).
+    # FP32 600 TFLOPS for 8 GPUs (NVIDIA HGX B200 datasheet) -> 75 TFLOPS each, FMA as two;
+    # special functions 16 per clock per SM (CUDA C++ Programming Guide, compute capability
+    # 10.0) x 148 SMs x 1.965 GHz boost = 4.65e12.
     "b200": GpuSpec("b200", 148, 8.0e12,
                     {"bfloat16": 2.25e15, "float16": 2.25e15, "float32": 1.1e15,
                      "float8_e4m3fn": 4.5e15, "float8_e5m2": 4.5e15, "int8": 4.5e15},
-                    LAUNCH_S, HBM_LATENCY_S),
+                    LAUNCH_S, HBM_LATENCY_S, 75e12 / 2, 4.65e12),
     # NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB): HBM2e 2,039 GB/s; BF16/FP16 312
     # TFLOPS, TF32 156 TFLOPS, INT8 624 TOPS; 108 SMs (NVIDIA A100 architecture whitepaper).
+    # FP32 19.5 TFLOPS (datasheet, FMA as two); special functions 16 per clock per SM (CUDA
+    # C++ Programming Guide, compute capability 8.0) x 108 SMs x 1.41 GHz boost = 2.44e12.
     "a100": GpuSpec("a100", 108, 2.039e12,
                     {"bfloat16": 312e12, "float16": 312e12, "float32": 156e12,
                      "int8": 624e12},
-                    LAUNCH_S, HBM_LATENCY_S),
+                    LAUNCH_S, HBM_LATENCY_S, 19.5e12 / 2, 2.44e12),
 }
 
 
@@ -95,6 +111,8 @@ class GpuWork:
     shared_bytes: int  # per block
     registers: int  # per thread (0: unknown, not a limit)
     flops_source: str  # "body dots", "cost estimate", or what the caller handed over
+    vector_ops: float = 0.0  # elementwise results on the FP32 cores, whole kernel
+    transcendentals: float = 0.0  # exp, log, sigmoid... on the special-function units
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,11 +127,13 @@ class GpuPrediction:
     latency_s: float  # launch + the waves' pipeline fills
     time_s: float
     bound: Bound
+    vector_s: float = 0.0  # of compute_s: the FP32 cores' and special functions' share
 
     def line(self) -> str:
         return (f"predicted on {self.gpu.upper()}: {self.time_s * 1e3:.3f} ms, {self.bound}-bound "
                 f"({self.work.blocks:,} blocks in {self.waves} waves of {self.blocks_per_sm}/SM, "
-                f"limited by {self.occupancy_limit}; compute {self.compute_s * 1e3:.3f} ms, "
+                f"limited by {self.occupancy_limit}; compute {self.compute_s * 1e3:.3f} ms "
+                f"({self.vector_s * 1e3:.3f} of it elementwise), "
                 f"memory {self.memory_s * 1e3:.3f} ms, latency {self.latency_s * 1e3:.3f} ms)")
 
 
@@ -124,7 +144,9 @@ def predict_work(work: GpuWork, gpu: str = "h100") -> GpuPrediction:
     per_sm = max(1, occ.blocks_per_sm)  # a block that does not fit is still timed as one
     waves = max(1, math.ceil(work.blocks / (spec.sms * per_sm)))
     peak = spec.peak_flops.get(work.dot_dtype, spec.peak_flops["float32"])
-    block_compute = work.flops / max(1, work.blocks) / (peak / spec.sms)
+    vector = (work.vector_ops / spec.vector_ops_per_s
+              + work.transcendentals / spec.transcendentals_per_s)
+    block_compute = (work.flops / peak + vector) * spec.sms / max(1, work.blocks)
     used_per_wave = min(per_sm, max(1, math.ceil(work.blocks / spec.sms)))
     compute = waves * used_per_wave * block_compute
     memory = work.hbm_bytes / spec.hbm_bytes_per_s
@@ -134,17 +156,19 @@ def predict_work(work: GpuWork, gpu: str = "h100") -> GpuPrediction:
     bound = max(terms, key=lambda b: terms[b])
     return GpuPrediction(spec.name, work, occ.blocks_per_sm,
                          occ.limited_by if occ.blocks_per_sm else "does not fit", waves,
-                         compute, memory, latency, time, bound)
+                         compute, memory, latency, time, bound,
+                         compute * vector / max(work.flops / peak + vector, 1e-30))
 
 
 # --- from a captured kernel -------------------------------------------------------------------
 
 
 def kernel_work(kernel: Kernel, *, flops: float | None = None, shared_bytes: int | None = None,
-                registers: int | None = None, flops_source: str = "given") -> GpuWork:
-    """The work of a captured Triton or Mosaic GPU kernel. `flops`, `shared_bytes` and
-    `registers` are what a caller knows better (the compiler's figures from a real compile,
-    a problem's analytic flops); otherwise they come from the capture."""
+                registers: int | None = None, flops_source: str = "given",
+                transcendentals: float | None = None) -> GpuWork:
+    """The work of a captured Triton or Mosaic GPU kernel. `flops`, `shared_bytes`,
+    `registers` and `transcendentals` are what a caller knows better (the compiler's figures
+    from a real compile, a problem's analytic work); otherwise they come from the capture."""
     backend = kernel.backend or "triton"
     params = dict(kernel.compiler_params.get(backend, {}))
     warpgroups = _warpgroups(kernel)
@@ -158,11 +182,12 @@ def kernel_work(kernel: Kernel, *, flops: float | None = None, shared_bytes: int
         est_shared, est_regs = _triton_shared_bytes(kernel, stages), 0
     if flops is None:
         flops, flops_source = _captured_flops(kernel, blocks)
+    vector, trans = _elementwise(kernel, transcendentals)
     return GpuWork(blocks=blocks, flops=float(flops), dot_dtype=_dot_dtype(kernel),
                    hbm_bytes=float(_hbm_bytes(kernel)), num_warps=warps, num_stages=stages,
                    shared_bytes=est_shared if shared_bytes is None else shared_bytes,
                    registers=est_regs if registers is None else registers,
-                   flops_source=flops_source)
+                   flops_source=flops_source, vector_ops=vector, transcendentals=trans)
 
 
 def gpu_prediction(kernel: Kernel, gpu: str = "h100", **given: Any) -> GpuPrediction:
@@ -182,6 +207,17 @@ def _captured_flops(kernel: Kernel, blocks: int) -> tuple[float, str]:
         return float(kernel.cost_estimate.flops), "cost estimate"
     dots = sum(2.0 * m * k * n * c for m, k, n, c in _jax.kernel_body_dots(kernel))
     return dots * blocks, "body dots (loops of unknown trip count once)"
+
+
+def _elementwise(kernel: Kernel, transcendentals: float | None) -> tuple[float, float]:
+    """(elementwise results, transcendentals) of the whole kernel: the body's counts once per
+    program; given the transcendentals (a loop of run-time trip count is counted once in the
+    body), the elementwise results in the body's proportion to them."""
+    body_vector, body_trans = kernel_body_vector_ops(kernel)
+    if transcendentals is None or body_trans == 0:
+        programs = max(1, kernel.programs or 1)
+        return float(body_vector * programs), float(body_trans * programs)
+    return transcendentals * body_vector / body_trans, float(transcendentals)
 
 
 def _arrays(kernel: Kernel) -> list[Any]:

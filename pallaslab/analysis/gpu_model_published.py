@@ -20,6 +20,7 @@ from typing import Any
 from pallaslab.analysis import published as pub
 from pallaslab.analysis.gpu_model import GpuPrediction, gpu_prediction, gpu_spec
 from pallaslab.errors import PallasLabError
+from pallaslab.model._jax.chips import kernel_body_vector_ops
 
 HARDWARE_GPUS = {"H100 80GB HBM3": "h100", "B200": "b200"}
 # The compute capability tokamax picks its kernel generation by (sm90: Hopper, sm100: Blackwell;
@@ -231,13 +232,34 @@ def predict(row: pub.Row) -> GpuRowPrediction:
     except AttributeError as err:  # tokamax's kernel asks the JAX version for what it lacks
         raise pub.BuildError("tokamax failed tracing (AttributeError)", repr(err)) from err
     flops = problem_flops(row)
-    preds = _kernel_predictions(cap.kernels, gpu, flops)
+    preds = _kernel_predictions(cap.kernels, gpu, flops, problem_transcendentals(row))
     return GpuRowPrediction(row, sum(p.time_s for p in preds),
                             tuple(k.name for k in cap.kernels), tuple(p.bound for p in preds))
 
 
-def _kernel_predictions(kernels: tuple[Any, ...], gpu: str, flops: float) -> list[GpuPrediction]:
+def problem_transcendentals(row: pub.Row) -> float | None:
+    """The exponentials and activations a row's problem computes (None: none worth counting):
+    attention's exp of every score, once forward and in each of the two backward passes (both
+    recompute P = exp(S - L)); a gated linear unit's activation of every output."""
+    _, op = backend_op(row)
+    a = pub.problem_arrays(row.problem)
+    if op.startswith("flash_attention"):
+        (b, sq, hq, _), (_, sk, _, _) = a["q"][0], a["v"][0]
+        causal = 0.5 if (pub.field(row.problem, "causal") or pub.field(row.problem, "is_causal")
+                         or "").lower() == "true" else 1.0
+        return b * hq * sq * sk * causal * (1 if op == "flash_attention" else 2)
+    if op == "gated_linear_unit" and pub.field(row.problem, "activation") not in (None, "None"):
+        x, w = a["x"][0], a["weights"][0]
+        return float(math.prod(x[:-1]) * w[-1])
+    return None
+
+
+def _kernel_predictions(kernels: tuple[Any, ...], gpu: str, flops: float,
+                        transcendentals: float | None = None) -> list[GpuPrediction]:
     blocks = [max(1, k.programs or 1) for k in kernels]
     total = sum(blocks)
-    return [gpu_prediction(k, gpu, flops=flops * b / total, flops_source="problem")
-            for k, b in zip(kernels, blocks, strict=True)]
+    trans = [kernel_body_vector_ops(k)[1] * b for k, b in zip(kernels, blocks, strict=True)]
+    return [gpu_prediction(k, gpu, flops=flops * b / total, flops_source="problem",
+                           transcendentals=None if transcendentals is None or not t
+                           else transcendentals * t / sum(trans))
+            for k, b, t in zip(kernels, blocks, trans, strict=True)]

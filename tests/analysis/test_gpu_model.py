@@ -110,6 +110,29 @@ def test_work_without_a_capture():
         gpu_model.predict_work(dataclasses.replace(work), "v5e")
 
 
+def _exp_kernel(x_ref, o_ref):
+    o_ref[...] = jnp.exp(x_ref[...]) * 2.0
+
+
+def test_elementwise_work_runs_on_the_fp32_cores_and_special_function_units():
+    n, block = 1 << 20, 1024
+
+    def fn(x):
+        spec = pl.BlockSpec((block,), lambda i: (i,))
+        return pl.pallas_call(_exp_kernel, out_shape=jax.ShapeDtypeStruct((n,), jnp.float32),
+                              grid=(n // block,), in_specs=[spec], out_specs=spec)(x)
+
+    kernel = capture(fn, jax.ShapeDtypeStruct((n,), jnp.float32)).kernels[0]
+    work = gpu_model.kernel_work(kernel)
+    assert work.transcendentals == n and work.vector_ops == 2 * n  # exp, then the multiply
+    spec = gpu_model.GPUS["h100"]
+    busy = dataclasses.replace(work, blocks=132, vector_ops=spec.vector_ops_per_s * 1e-3,
+                               transcendentals=spec.transcendentals_per_s * 1e-3)
+    pred = gpu_model.predict_work(busy, "h100")  # 1 ms on each unit, one after the other
+    assert pred.compute_s == pytest.approx(2e-3) and pred.vector_s == pytest.approx(2e-3)
+    assert pred.bound == "compute" and "elementwise" in pred.line()
+
+
 _CSV = Path(__file__).resolve().parents[3] / "shared/published/tokamax_autotune_pallas.csv"
 
 
