@@ -5,7 +5,7 @@
 off) for each distinct access pattern of the recorded programs, as a uint8 binary buffer, and
 which pattern each program has (most share one: a matmul's 24 programs have one to three per
 operand); and each program's accesses in words (`analysis.block_accesses.describe_program`),
-which the text and static HTML say too.
+which the text and static HTML say too (`accesses_section`, a part of the Grid's tree).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pallaslab.analysis.block_accesses import block_accesses, describe
 from pallaslab.analysis.block_accesses import describe_program as _say
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.model import Kernel
-from pallaslab.views._html import esc
+from pallaslab.views.parts import Line, Section
 
 TEXT_PROGRAMS = 4  # programs described in the text and static HTML
 
@@ -59,14 +59,10 @@ def accesses_payload(kernel: Kernel, tiling: Tiling | None) -> GridAccesses:
                         note=acc.note(), tables=tables)
 
 
-def accesses_text(kernel: Kernel, tiling: Tiling | None) -> list[str]:
-    """The first programs' accesses inside their blocks, one line each, indented."""
-    return [f"  {line}" for line in describe(block_accesses(kernel, tiling), tiling,
-                                             TEXT_PROGRAMS)]
-
-
-def accesses_html(kernel: Kernel, tiling: Tiling | None) -> str:
+def accesses_section(kernel: Kernel, tiling: Tiling | None) -> Section | None:
+    """The first programs' accesses inside their blocks, one line each (None: none recorded)."""
     lines = describe(block_accesses(kernel, tiling), tiling, TEXT_PROGRAMS)
-    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-    return (f'<h4 class="pl-accesses-title">Inside the blocks</h4>'
-            f'<ul class="pl-accesses">{items}</ul>') if items else ""
+    if not lines:
+        return None
+    return Section(("Inside the blocks",), tuple(Line((line,)) for line in lines),
+                   css="pl-accesses")

@@ -25,16 +25,17 @@ from pallaslab.analysis.inspection import caller_names, operand_labels
 from pallaslab.analysis.tiling import Tiling, tiling_unavailable_reason
 from pallaslab.errors import PallasLabError
 from pallaslab.model import Kernel
-from pallaslab.util.text import strip_ansi, visible
-from pallaslab.views import _html
-from pallaslab.views._html import esc, visible_payload
+from pallaslab.util.text import strip_ansi
+from pallaslab.views._html import visible_payload
 from pallaslab.views.arrays import downsample, to_2d
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.names import source_name
+from pallaslab.views.parts import Section, to_html, to_text
 from pallaslab.views.registry import register_tab
 from pallaslab.views.session import Session
 from pallaslab.views.step_devices import DeviceStepView, device_count, device_steppable
+from pallaslab.views.step_tree import step_tree
 
 if TYPE_CHECKING:
     from pallaslab.execute import Comparison, ProgramBlocks, Stepper
@@ -336,64 +337,17 @@ class StepView(InteractiveView):
 
     # --- static forms -------------------------------------------------------------------------
 
+    def tree(self) -> Section:
+        """The stepped kernel as one tree (`step_tree`): what the text and HTML render."""
+        return step_tree(self._payload(live=False), self.tiling.program_at)
+
     def to_text(self) -> str:
-        p = self._payload(live=False)
-        k = self.ctx.kernel
-        lines = [f"Step kernel {k.index} {k.name}: {p['position']:,}/{p['programs']:,} programs run"
-                 + (f", last program {tuple(p['program'])} (step {p['step']})"
-                    if p["program"] is not None else "")]
-        if p["mismatch_steps"]:
-            lines.append(f"  {len(p['mismatch_steps']):,} program(s) wrote mismatched blocks")
-        if not p["programs"]:
-            lines.append(f"  {NO_PROGRAMS}")
-        elif p["program"] is None:
-            lines.append("  no program has run yet: wb.step().step() runs the first")
-        for b in p["blocks"]:
-            # the origin leads (columns line up); the names people know follow
-            lines.append(f"  {b['origin']:<12} block {tuple(b['block_index'])} "
-                         f"{'changed' if b['changed'] else 'unchanged'}: "
-                         f"{b['summary_before']} -> {b['summary_after']}"
-                         + (f"  [{b['label']}]" if b["label"] != b["origin"] else ""))
-        for e in p["equations"]:
-            lines.append(f"  [{e['index']}] {e['text']}  ({e['source'] or '?'}) = "
-                         + "; ".join(e["values"]))
-        lines += [f"  note: {n}" for n in p["notes"]]
-        if p["error"]:
-            lines.append(f"  error: {p['error']}")
-        return visible("\n".join(lines))
+        return to_text(self.tree())
 
     def to_html(self) -> str:
-        p = self._payload(live=False)
-        k = self.ctx.kernel
-        state = (f"{p['position']:,}/{p['programs']:,} programs run"
-                 + (f" · last program <code>{esc(tuple(p['program']))}</code> (step {p['step']})"
-                    if p["program"] is not None else
-                    f" · {NO_PROGRAMS}" if not p["programs"] else " · no program has run yet"))
-        parts = [f'<h3 class="pl-title">Step <code>{esc(k.name)}</code> '
-                 f'<span class="pl-dim">{state}</span></h3>']
-        if p["mismatch_steps"]:
-            shown = ", ".join(str(tuple(self.tiling.program_at(s)))
-                              for s in p["mismatch_steps"][:8])
-            parts.append(f'<p class="pl-step-mismatch">Programs that wrote mismatched blocks: '
-                         f"<code>{esc(shown)}</code>"
-                         + (" …" if len(p["mismatch_steps"]) > 8 else "") + "</p>")
-        if p["blocks"]:
-            parts.append(_html.table(
-                ("operand", "role", "block", "changed", "as read", "as written"),
-                [(b["label"], b["role"], str(tuple(b["block_index"])),
-                  "yes" if b["changed"] else "no", b["summary_before"], b["summary_after"])
-                 for b in p["blocks"]]))
-        if p["equations"]:
-            parts.append(_html.table(("#", "equation", "source", "value"),
-                                     [(e["index"], e["text"], e["source"] or "?",
-                                       "; ".join(e["values"])) for e in p["equations"]]))
-        parts += [f'<p class="pl-dim pl-step-note">{esc(n)}</p>' for n in p["notes"]]
-        if p["error"]:
-            parts.append(f'<p class="pl-finding pl-error">{esc(p["error"])}</p>')
-        return '<div class="pl-step-static">' + "".join(parts) + "</div>"
+        return to_html(self.tree())
 
 
-NO_PROGRAMS = "the grid has no programs: there is nothing to step"
 
 
 def handle_action(view: StepView, sel: Mapping[str, Any]) -> StepView:

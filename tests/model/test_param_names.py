@@ -163,5 +163,6 @@ def test_step_text_and_html_name_the_parameters():
     wb = Workbench(pallaslab.capture(fn, *args), options={"arg_names": ["x"]})
     view = StepView(wb.context(0))
     view.step()
-    assert "[x_ref (args[0] = x)]" in view.to_text() and "[o_ref (outputs)]" in view.to_text()
+    assert "x_ref (args[0] = x)  input" in view.to_text()
+    assert "o_ref (outputs)  output" in view.to_text()
     assert "x_ref (args[0] = x)" in view.to_html()

@@ -114,3 +114,43 @@ def test_lower_prints_the_lowering_tree(capsys):
     assert lines[1].startswith("error tpu-block-shape [args[0]]: args[0]: block shape")
     assert " ".join(out).startswith(" ".join(lines[:2])[:120])
 
+
+def test_grid_renders_its_tree():
+    # the grid, one row per operand (block, memory space, index map's line, fetches, revisits),
+    # the maps, the findings and what the first programs touch; a nested pipeline; a mesh kernel
+    tree = assert_renders_its_tree(workbench("matmul_f32").grid())
+    text, html = to_text(tree), to_html(tree)
+    assert text.startswith("Grid of kernel 0 matmul_kernel: 4 x 3 x 2 = 24 programs; semantics: ")
+    for fact in ("o_ref (outputs)", "kernels.py:88", "786,432", "Inside the blocks"):
+        assert fact in text and fact in html
+    assert "<svg" in html and "no findings" in text
+    racy = to_text(assert_renders_its_tree(workbench("racy_parallel_accumulate").grid()))
+    assert "error parallel-write-conflict: outputs: programs (0,), (1,), (2,)" in racy
+    nested = assert_renders_its_tree(workbench("emit_pipeline_matmul").view("grid"))
+    assert "x_ref (window of args[0])" in to_text(nested) and "(window of args[0])" in to_html(
+        nested)
+    mesh = assert_renders_its_tree(workbench("core_map_kernel").view("grid"))
+    assert "no BlockSpec grid" in to_text(mesh)
+
+
+def test_step_renders_its_tree():
+    # before any program; then the program the comparison blamed: its blocks as read and as
+    # written, its equation and line, the mismatch line and why it cannot go further
+    from kernels import CATALOG, shifted_block_reference
+
+    import pallaslab
+    from pallaslab.views.compare import attach_comparison
+
+    fn, args = CATALOG["shifted_block_wrong"].case()[:2]
+    wb = pallaslab.inspect(fn, *args)
+    fresh = to_text(assert_renders_its_tree(wb.step()))
+    assert fresh.splitlines()[1].strip().startswith("no program has run yet")
+    attach_comparison(wb, executors=("interpret", "reference"), reference=shifted_block_reference)
+    view = wb.step().reset().run_to_mismatch().run_to_mismatch()
+    tree = assert_renders_its_tree(view)
+    text, html = to_text(tree), to_html(tree)
+    assert "3/4 programs run, last program (2,) (step 2)" in text
+    assert "1 program(s) wrote mismatched blocks: (2,)" in text
+    assert "<code>(2,)</code>" in html and "error: no program after step 2" in text
+    for fact in ("o_ref (outputs)", "8,192 NaN", "mul b 2.0", "kernels.py:"):
+        assert fact in text and fact in html

@@ -112,7 +112,8 @@ def test_run_to_next_mismatch_stops_at_the_program_the_comparison_blamed(wrong):
     assert view.error.startswith("no program after step 2 writes a mismatched block")
     text = view.to_text()
     assert "3/4 programs run, last program (2,) (step 2)" in text
-    assert "outputs      block (2, 0) changed" in text
+    row = next(ln.split() for ln in text.splitlines() if "o_ref (outputs)" in ln)
+    assert row[2:6] == ["output", "(2,", "0)", "yes"]  # its block, changed
     assert SCALE_LINE in text
     html = view.to_html()
     assert "<code>(2,)</code>" in html and "<td>mul" not in html  # equation text, not primitive

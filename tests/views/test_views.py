@@ -120,8 +120,10 @@ def test_grid_text_and_html():
     view = pallaslab.inspect(fn, *args).grid()
     text = view.to_text()
     assert "Grid of kernel 0 matmul_kernel: 4 x 3 x 2 = 24 programs" in text
-    assert ("o_ref (outputs)      output  float32[512, 384] block (128, 128)  fetches 12  "
-            "revisits 12" in text)
+    # one row per operand: its array, block, memory space, index map's line, fetches, revisits
+    row = next(line.split() for line in text.splitlines() if "o_ref (outputs)" in line)
+    assert row[2:] == ["output", "float32[512,", "384]", "(128,", "128)", "default",
+                       "kernels.py:88", "12", "12", "786,432"]
     html = view.to_html()
     assert "<svg" in html and "matmul_kernel" in html
     assert "<script" not in html  # static HTML runs nowhere
