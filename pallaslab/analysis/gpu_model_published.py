@@ -183,14 +183,12 @@ def problem_flops(row: pub.Row) -> float:
     _, op = backend_op(row)
     a = pub.problem_arrays(row.problem)
     if op.startswith("flash_attention"):
-        (b, sq, hq, d), (_, sk, _, dv) = a["q"][0], a["v"][0]
-        causal = 0.5 if (pub.field(row.problem, "causal") or pub.field(row.problem, "is_causal")
-                         or "").lower() == "true" else 1.0
+        scores, d, dv = _attention_scores(row)
         # forward: S = QK^T (d) and O = PV (dv); backward: the dK/dV pass recomputes S and
         # forms dP = dO V^T (dv), dV = P^T dO (dv), dK = dS^T Q (d); the dQ pass recomputes S
         # and dP and forms dQ = dS K (d) (tokamax's two backward kernels, FlashAttention-2).
         per = (d + dv) if op == "flash_attention" else (d + 2 * dv + d) + (d + dv + d)
-        return 2.0 * b * hq * sq * sk * per * causal
+        return 2.0 * scores * per
     if op == "gated_linear_unit":
         x, w = a["x"][0], a["weights"][0]
         return 2.0 * math.prod(x[:-1]) * x[-1] * math.prod(w[1:])
@@ -237,6 +235,15 @@ def predict(row: pub.Row) -> GpuRowPrediction:
                             tuple(k.name for k in cap.kernels), tuple(p.bound for p in preds))
 
 
+def _attention_scores(row: pub.Row) -> tuple[float, int, int]:
+    """(scores computed, q/k head dim, v head dim): causal masks skip half the scores."""
+    a = pub.problem_arrays(row.problem)
+    (b, sq, hq, d), (_, sk, _, dv) = a["q"][0], a["v"][0]
+    causal = (pub.field(row.problem, "causal") or pub.field(row.problem, "is_causal")
+              or "").lower() == "true"
+    return b * hq * sq * sk * (0.5 if causal else 1.0), d, dv
+
+
 def problem_transcendentals(row: pub.Row) -> float | None:
     """The exponentials and activations a row's problem computes (None: none worth counting):
     attention's exp of every score, once forward and in each of the two backward passes (both
@@ -244,10 +251,7 @@ def problem_transcendentals(row: pub.Row) -> float | None:
     _, op = backend_op(row)
     a = pub.problem_arrays(row.problem)
     if op.startswith("flash_attention"):
-        (b, sq, hq, _), (_, sk, _, _) = a["q"][0], a["v"][0]
-        causal = 0.5 if (pub.field(row.problem, "causal") or pub.field(row.problem, "is_causal")
-                         or "").lower() == "true" else 1.0
-        return b * hq * sq * sk * causal * (1 if op == "flash_attention" else 2)
+        return _attention_scores(row)[0] * (1 if op == "flash_attention" else 2)
     if op == "gated_linear_unit" and pub.field(row.problem, "activation") not in (None, "None"):
         x, w = a["x"][0], a["weights"][0]
         return float(math.prod(x[:-1]) * w[-1])
