@@ -64,19 +64,26 @@ def sample(rows: Sequence[pub.Row], per_group: int) -> list[pub.Row]:
     return out
 
 
-def tune_row(row: pub.Row, space: Sequence[dict[str, Any]]) -> TuneResult:
-    """`pallaslab.tune` over `space` for the row's problem, on the row's chip, model only."""
+def tune_row(row: pub.Row, space: Sequence[dict[str, Any]]) -> tuple[TuneResult, int]:
+    """`pallaslab.tune` over `space` for the row's problem, on the row's chip, model only; and
+    the batch size its times are for one element of (attention rows are tuned, as
+    `published.predict` models them, for one batch element with concrete zeros, so the mask's
+    block-sparse grid is evaluated; the batch is an outer parallel dimension)."""
     import tokamax
 
     from pallaslab.model import capture
     from pallaslab.tuning import tune_captures
 
-    def capture_of(config: dict[str, Any]) -> Any:
-        built = pub.build(dataclasses.replace(row, config=json.dumps(config)))
-        with tokamax.config.cross_compile(True):  # trace TPU kernels on this CPU host
-            return capture(built.fn, *built.args, chip=row.chip)
+    batch = 1
 
-    return tune_captures(capture_of, space, chip=row.chip, compile_top=0)
+    def capture_of(config: dict[str, Any]) -> Any:
+        nonlocal batch
+        built = pub.build(dataclasses.replace(row, config=json.dumps(config)))
+        args, batch = pub.batch_of_one(row, built.args)
+        with tokamax.config.cross_compile(True):  # trace TPU kernels on this CPU host
+            return capture(built.fn, *args, chip=row.chip)
+
+    return tune_captures(capture_of, space, chip=row.chip, compile_top=0), batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,15 +102,16 @@ class Outcome:
         return self.rank is None
 
 
-def outcome(row: pub.Row, result: TuneResult) -> Outcome:
-    """The published winner's place in `result` (tuned for `row.chip`)."""
+def outcome(row: pub.Row, result: TuneResult, batch: int = 1) -> Outcome:
+    """The published winner's place in `result` (tuned for `row.chip`; its times are for one
+    of `batch` elements)."""
     chip = row.chip or ""
     key = config_key(row.config)
     winner = next((c for c in result.candidates if config_key(c.config) == key), None)
     if winner is None:
         raise ValueError(f"line {row.line}: the winner {row.config} is not in the tuned space")
     best = result.top(1, chip)
-    ratio = best[0].time(chip) / row.median_s if best else None
+    ratio = best[0].time(chip) * batch / row.median_s if best else None
     outs = sum(c.out for c in result.candidates)
     if winner.out:
         return Outcome(row, len(result.candidates), outs, None, ratio, winner.reason)
@@ -164,11 +172,11 @@ def main() -> int:
     failed: collections.Counter[str] = collections.Counter()
     for row in picked:
         try:
-            result = tune_row(row, space_of[(row.op_file, row.hardware)])
+            result, batch = tune_row(row, space_of[(row.op_file, row.hardware)])
         except pub.BuildError as err:
             failed[err.reason] += 1
             continue
-        o = outcome(row, result)
+        o = outcome(row, result, batch)
         groups[(row.op or "", row.chip or "")].append(o)
         where = f"rank {o.rank}" if o.rank is not None else f"OUT ({(o.reason or '')[:90]})"
         print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} {o.candidates:3d} configs, "

@@ -376,7 +376,7 @@ def predict(row: Row) -> Prediction:
     from pallaslab.model import capture
 
     built = build(row)
-    args, batch = _batch_of_one(row, built.args)
+    args, batch = batch_of_one(row, built.args)
     try:
         import tokamax
 
@@ -392,7 +392,9 @@ def predict(row: Row) -> Prediction:
                       kernels=tuple(k.name for k in kernels), methods=tuple(methods))
 
 
-def _batch_of_one(row: Row, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
+def batch_of_one(row: Row, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
+    """An attention row's arguments for one batch element, as concrete zeros (so the mask's
+    block-sparse grid is evaluated), and the batch size; other rows' as they are, and 1."""
     if row.op not in ("flash_attention", "flash_attention_vjp"):
         return args, 1
     import jax.numpy as jnp

@@ -82,7 +82,8 @@ def test_published_rows_are_tuned_and_read() -> None:
     space = bench.spaces(rows)[(LSCE, IRONWOOD)]
     assert space == [good, other, bad]
     assert [r.line for r in bench.sample(rows, 1)] == [2]
-    result = bench.tune_row(rows[0], space)
+    result, batch = bench.tune_row(rows[0], space)
+    assert batch == 1
     won = bench.outcome(rows[0], result)
     assert won.rank in (1, 2) and won.outs == 1 and won.ratio is not None and won.ratio > 0
     lost = bench.outcome(_row(bad), result)
@@ -98,7 +99,7 @@ def test_a_grouped_matmul_is_timed_by_its_nested_pipeline() -> None:
     config = {"tile_m": 512, "tile_k": 1024, "tile_n": 512, "input_buffer_count": 2,
               "combine_scopes": False}
     row = _row(config, problem, "pallas_mosaic_tpu_ragged_dot")
-    result = bench.tune_row(row, [config])
+    result, _ = bench.tune_row(row, [config])
     best = result.best
     assert best is not None and best.chip("7x").model == "pipeline"
     mxu = 2 * 8192 * 2048 * 1024 / get_chip("7x").bf16_flops
