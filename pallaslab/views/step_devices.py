@@ -24,9 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from pallaslab.errors import PallasLabError
-from pallaslab.util.text import visible
-from pallaslab.views import _html
-from pallaslab.views._html import esc, visible_payload
+from pallaslab.views._html import visible_payload
 from pallaslab.views.base import InteractiveView
 from pallaslab.views.context import KernelContext
 from pallaslab.views.devices import (
@@ -37,7 +35,9 @@ from pallaslab.views.devices import (
     run_error,
 )
 from pallaslab.views.names import semaphore_name, source_name
+from pallaslab.views.parts import Section, to_html, to_text
 from pallaslab.views.session import Call
+from pallaslab.views.step_tree import device_step_tree
 
 if TYPE_CHECKING:
     from pallaslab.execute.stepping.device_stepper import DeviceStepper, DeviceStepSnapshot
@@ -329,82 +329,18 @@ class DeviceStepView(InteractiveView):
 
     # --- static forms -------------------------------------------------------------------------
 
-    def to_text(self) -> str:
+    def tree(self) -> Section:
+        """The stepped devices as one tree (`step_tree.device_step_tree`): what the text and
+        HTML render."""
         p = self._payload(live=False)
-        lines = [f"Step kernel {p['index']} {p['kernel']} on {p['devices']} devices: "
-                 + _state(p)]
-        lines += [f"  note: {n}" for n in p["notes"]]
-        for r in p["rows"]:
-            lines.append(f"  device {r['device']}: {r['status']} ({r['detail']}); "
-                         f"{r['sent']} sent, {r['received']} received, {r['in_flight']} in "
-                         f"flight, {r['signals']} signals, {r['waits']} waits")
-        for t in p["in_flight"]:
-            lines.append(f"  in flight: {_route(t)} {_html.num(t['bytes'])} B, step {t['step']}"
-                         f"  ({t['source'] or '?'})")
-        if p["transfers_total"] > len(p["transfers"]):
-            lines.append(f"  landed: the latest {len(p['transfers'])} of "
-                         f"{p['transfers_total']:,} DMAs")
-        for t in p["transfers"]:
-            lines.append(f"  landed: step {t['step']}: {_route(t)} {_html.num(t['bytes'])} B  "
-                         f"{t['buffers']}  ({t['source'] or '?'})")
-        if p["started"]:
-            signals = sum(r["signals"] for r in p["rows"])
-            lines.append(f"  semaphores: {signals} signals, {sum(r['waits'] for r in p['rows'])}"
-                         " completed waits")
-        if p["status"] is not None:
-            lines.append(f"  result: {p['status']}")
-        lines += [f"  {f['severity']} {f['code']}: {f['message']}" for f in p["findings"]]
-        if p["error"]:
-            lines.append(f"  error: {p['error']}")
-        return visible("\n".join(lines))
+        lanes = lanes_svg(cast(DevicesPayload, p)) if p["started"] and p["events"] else None
+        return device_step_tree(p, lanes)
+
+    def to_text(self) -> str:
+        return to_text(self.tree())
 
     def to_html(self) -> str:
-        p = self._payload(live=False)
-        parts = [f'<h3 class="pl-title">Step <code>{esc(p["kernel"])}</code> <span '
-                 f'class="pl-dim">on {p["devices"]} devices · {esc(_state(p))}</span></h3>']
-        parts += [f'<p class="pl-dim pl-step-note">{esc(n)}</p>' for n in p["notes"]]
-        if p["status"] is not None:
-            parts.append(f'<p class="pl-sd-result">Result: <b>{esc(p["status"])}</b></p>')
-        parts += [f'<p class="pl-finding pl-{esc(f["severity"])}"><span class="pl-badge">'
-                  f'{esc(f["code"])}</span> {esc(f["message"])}</p>' for f in p["findings"]]
-        if p["error"]:
-            parts.append(f'<p class="pl-finding pl-error">{esc(p["error"])}</p>')
-        parts.append(_html.table(
-            ("device", "programs", "status", "sent", "received", "in flight", "signals",
-             "waits"),
-            [(r["device"], f"{r['programs']}" + (f"/{r['total']}" if r["total"] else ""),
-              f"{r['status']}: {r['detail']}", r["sent"], r["received"], r["in_flight"],
-              r["signals"], r["waits"]) for r in p["rows"]], numeric=(0, 3, 4, 5, 6, 7)))
-        if p["started"] and p["events"]:
-            parts.append(lanes_svg(cast(DevicesPayload, p)))
-        if p["in_flight"]:
-            parts.append('<p class="pl-step-h">In flight (sent, not landed)</p>' + _html.table(
-                ("step", "from", "to", "bytes", "source"),
-                [(t["step"], f"device {t['src']}", _dst(t), _html.num(t["bytes"]),
-                  t["source"] or "?") for t in p["in_flight"]], numeric=(0, 3)))
-        if p["transfers"]:
-            parts.append(f'<p class="pl-step-h">Landed: {p["transfers_total"]:,} DMAs</p>'
-                         + _html.table(("step", "from", "to", "bytes", "buffers", "source"),
-                                       [(t["step"], f"device {t['src']}", _dst(t),
-                                         _html.num(t["bytes"]), t["buffers"], t["source"] or "?")
-                                        for t in p["transfers"]], numeric=(0, 3)))
-        return '<div class="pl-step-static pl-step-devices">' + "".join(parts) + "</div>"
-
-
-def _state(p: StepDevicesPayload) -> str:
-    if not p["started"]:
-        return "not stepped yet"
-    head = "the run ended" if p["done"] else f"{p['position']} lockstep step(s)"
-    return (f"{head}, {p['transfers_total']:,} DMAs landed, {len(p['in_flight'])} in flight"
-            + (f" (last: {p['last']})" if p["last"] else ""))
-
-
-def _dst(t: TransferEntry) -> str:
-    return f"device {t['dst']}" if t["dst"] >= 0 else "device ?"
-
-
-def _route(t: TransferEntry) -> str:
-    return f"device {t['src']} -> {_dst(t)}"
+        return to_html(self.tree())
 
 
 def handle_action(view: DeviceStepView, sel: Mapping[str, Any]) -> DeviceStepView:

@@ -154,3 +154,13 @@ def test_step_renders_its_tree():
     assert "<code>(2,)</code>" in html and "error: no program after step 2" in text
     for fact in ("o_ref (outputs)", "8,192 NaN", "mul b 2.0", "kernels.py:"):
         assert fact in text and fact in html
+
+
+def test_step_on_devices_renders_its_tree():
+    # before a step (nothing runs): the state, why, and one row per device
+    view = workbench("ring_all_gather", options={"devices": 4}).step()
+    tree = assert_renders_its_tree(view)
+    text = to_text(tree)
+    assert text.startswith("Step kernel 0 body on 4 devices: not stepped yet")
+    assert "note: Not stepped yet." in text
+    assert text.count("not started: ") == 4 and to_html(tree).count("not started: ") == 4
