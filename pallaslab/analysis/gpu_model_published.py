@@ -85,10 +85,11 @@ class _GpuCores:
 def _attention(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
     arrays = pub.problem_arrays(row.problem)
     q, k, v = pub.need(arrays, "q", "k", "v")
-    for name in ("bool_mask", "q_start", "k_start", "bias", "softcap", "paging"):
+    for name in ("q_start", "k_start", "softcap", "paging"):
         if pub.field(row.problem, name) not in (None, "None"):
             raise pub.BuildError(f"{name} not supported", f"{row.problem[:120]!r}")
     causal = pub.flag(row.problem, "causal")
+    extra = [n for n in ("bias", "bool_mask") if n in arrays]  # passed as arrays, as published
     if backend == "triton":
         from tokamax._src.ops.attention import pallas_triton as mod
 
@@ -100,10 +101,12 @@ def _attention(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub
         config = mgpu.ConfigSM100 if gpu == "b200" else mgpu.ConfigSM90
         op = mgpu.PallasMosaicGpuFlashAttention(config=config(**cfg), bypass_device_check=True)
 
-    def fn(q: Any, k: Any, v: Any) -> Any:
-        return op(q, k, v, is_causal=causal)
+    def fn(q: Any, k: Any, v: Any, *rest: Any) -> Any:
+        named = dict(zip(extra, rest, strict=True))
+        return op(q, k, v, is_causal=causal, bias=named.get("bias"),
+                  mask=named.get("bool_mask"))
 
-    return pub.Built(fn, (pub.sds(q), pub.sds(k), pub.sds(v)))
+    return pub.Built(fn, tuple(pub.sds(a) for a in (q, k, v, *(arrays[n] for n in extra))))
 
 
 def _glu(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
@@ -238,7 +241,8 @@ def predict(row: pub.Row) -> GpuRowPrediction:
 def _attention_scores(row: pub.Row) -> tuple[float, int, int]:
     """(scores computed, q/k head dim, v head dim): causal masks skip half the scores."""
     a = pub.problem_arrays(row.problem)
-    (b, sq, hq, d), (_, sk, _, dv) = a["q"][0], a["v"][0]
+    (*batch, sq, hq, d), (*_, sk, _, dv) = a["q"][0], a["v"][0]
+    b = math.prod(batch)
     causal = (pub.field(row.problem, "causal") or pub.field(row.problem, "is_causal")
               or "").lower() == "true"
     return b * hq * sq * sk * (0.5 if causal else 1.0), d, dv

@@ -112,8 +112,9 @@ def ratio_stats(ratios: list[float]) -> str:
 
 # --- parsing the flattened problem text ------------------------------------------------------
 
-_ARRAY = re.compile(r"(\w+)=\"?(bf16|f32|i32|f16|i8)\[([\d,]*)\]")
-_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "f16": "float16", "i8": "int8"}
+_ARRAY = re.compile(r"(\w+)=\"?(bf16|f32|i32|f16|i8|bool)\[([\d,]*)\]")
+_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "f16": "float16", "i8": "int8",
+           "bool": "bool"}
 
 
 def problem_arrays(problem: str) -> dict[str, tuple[tuple[int, ...], str]]:

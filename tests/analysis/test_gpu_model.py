@@ -202,3 +202,16 @@ def test_an_attention_vjp_row_builds_and_counts_the_backward_matmuls():
     # forward: 2 matmuls; the two backward passes: 7 (S and dP recomputed in each)
     assert gpu_model_published.problem_flops(_VJP_ROW) == pytest.approx(
         3.5 * gpu_model_published.problem_flops(fwd))
+
+
+def test_an_attention_row_with_bias_mask_and_two_batch_axes_builds():
+    row = published.Row(
+        "H100 80GB HBM3", "pallas_mosaic_gpu_flash_attention",
+        "q=bf16[1,2,256,4,32] k=bf16[1,2,256,4,32] v=bf16[1,2,256,4,32] causal=False "
+        "bool_mask=bool[2,1,1,256] q_start=None k_start=None bias=bf16[1,1,4,256,256] "
+        "softcap=None dropout=0.0 paging=None return_residuals=False",
+        '{"block_q":64,"block_kv":128,"num_stages":3,"fold_q_sequence_heads":false,"split_k":1}',
+        3.5e-5, (3.5e-5,), 244)
+    assert gpu_model_published.build(row).args[-1].dtype == bool  # the mask, as published
+    assert gpu_model_published.problem_transcendentals(row) == 2 * 4 * 256 * 256
+    assert gpu_model_published.predict(row).predicted_s > 0
