@@ -215,10 +215,35 @@ def console(stderr: bool = False) -> Console:
     codes (`:b:` stays text); no highlighting of numbers and paths in user text."""
     from rich.console import Console
 
-    # Pipes and CI logs get a wide page instead of rich's 80 columns.
+    # Pipes and CI logs get a wide page instead of rich's 80 columns, without the spaces rich
+    # pads each line with up to that width (tables, indented tree sections).
     probe = Console(stderr=stderr)
-    width = None if probe.is_terminal else 160
-    return Console(stderr=stderr, highlight=False, emoji=False, width=width)
+    if probe.is_terminal:
+        return Console(stderr=stderr, highlight=False, emoji=False)
+    return Console(file=_LinesStripped(probe.file), highlight=False, emoji=False, width=160)
+
+
+class _LinesStripped:
+    """A text stream that drops the trailing spaces of each line written through it."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+        self._line = ""
+
+    def write(self, text: str) -> int:
+        *done, self._line = (self._line + text).split("\n")
+        for line in done:
+            self._stream.write(line.rstrip(" ") + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        # a print that ended without a newline (end=""): written as it is, not held back
+        self._stream.write(self._line)
+        self._line = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
 
 
 def safe(text: object) -> str:

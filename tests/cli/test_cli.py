@@ -68,6 +68,14 @@ def test_inspect_human_output(capsys):
     assert "error parallel-write-conflict" in out
 
 
+def test_piped_output_has_no_padding_spaces(capsys):
+    # rich pads tables and indented sections to the page width; a pipe gets the text alone
+    assert main(["inspect", f"{CASES}:matmul_f32"]) == 0
+    out = capsys.readouterr().out
+    assert "HBM bytes" in out and out.endswith("\n")
+    assert [line for line in out.splitlines() if line.endswith(" ")] == []
+
+
 def test_check_exit_status(capsys):
     assert main(["check", f"{CASES}:matmul_f32", f"{CASES}:row_softmax"]) == 0
     out = capsys.readouterr().out
