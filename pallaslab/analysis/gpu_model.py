@@ -61,15 +61,17 @@ GPUS: dict[str, GpuSpec] = {
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): HBM3 3.35 TB/s; dense BF16/FP16
     # 989.5 TFLOPS, TF32 494.7 TFLOPS, FP8 1,979 TFLOPS (the datasheet's figures "with
     # sparsity" halved); 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 3).
-    # FP32: 67 TFLOPS (the datasheet's, an FMA counted as two) -> 33.5e12 elementwise results
-    # per second (128 FP32 cores per SM, whitepaper). Special functions: 3.9 TFLOPS (Shah et
-    # al., "FlashAttention-3", 2024, section 1: "989 TFLOPS of FP16 matmul but only 3.9
-    # TFLOPS of special functions"; 16 results per clock per SM, CUDA C++ Programming Guide,
-    # "Arithmetic Instructions", compute capability 9.0).
+    # Elementwise: 128 FP32 cores per SM (whitepaper), one result per clock each, at 1.83 GHz:
+    # the clock the datasheet's tensor peak assumes (989.5e12 = 132 SMs x 4,096 dense flops
+    # per clock x 1.83e9), not the 1.98 GHz its 67 TFLOPS FP32 assumes: the units run at one
+    # clock, and a tensor-core kernel does not reach the higher one. Special functions: 16
+    # per clock per SM (CUDA C++ Programming Guide, "Arithmetic Instructions", compute
+    # capability 9.0) -> 3.9 TFLOPS (Shah et al., "FlashAttention-3", 2024, section 1: "989
+    # TFLOPS of FP16 matmul but only 3.9 TFLOPS of special functions").
     "h100": GpuSpec("h100", 132, 3.35e12,
                     {"bfloat16": 989.5e12, "float16": 989.5e12, "float32": 494.7e12,
                      "float8_e4m3fn": 1979e12, "float8_e5m2": 1979e12, "int8": 1979e12},
-                    LAUNCH_S, HBM_LATENCY_S, 67e12 / 2, 3.9e12),
+                    LAUNCH_S, HBM_LATENCY_S, 132 * 128 * 1.83e9, 132 * 16 * 1.83e9),
     # NVIDIA HGX B200 datasheet (per GPU): HBM3e 8 TB/s; dense FP16/BF16 2.25 PFLOPS, TF32
     # 1.1 PFLOPS, FP8 4.5 PFLOPS (sparse figures halved); 148 SMs (NVIDIA Blackwell
     # architecture technical brief: two dies of 74 SMs enabled).
