@@ -151,7 +151,7 @@ def _attention_vjp(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) ->
 
         op = mgpu.PallasMosaicGpuFlashAttentionVjp(config=mgpu.Config(**cfg),
                                                    bypass_device_check=True)
-    return pub.attention_vjp(row, op)
+    return pub.attention_vjp(row, op, bias_and_mask=True)
 
 
 _BUILDERS: dict[str, Callable[[pub.Row, dict[str, Any], str, str], pub.Built]] = {

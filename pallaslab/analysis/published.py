@@ -280,8 +280,9 @@ def _flash_attention_vjp(row: Row, cfg: dict[str, Any]) -> Built:
         config=vjp_mod.Config(**cfg), bypass_device_check=True))
 
 
-def attention_vjp(row: Row, op: Any) -> Built:
-    """The call of a tokamax attention VJP op (TPU or GPU) on a `flash_attention_vjp` row."""
+def attention_vjp(row: Row, op: Any, *, bias_and_mask: bool = False) -> Built:
+    """The call of a tokamax attention VJP op (TPU or GPU) on a `flash_attention_vjp` row;
+    with `bias_and_mask`, the row's bias and boolean mask passed as arrays (else left out)."""
     from tokamax._src.ops.attention import base as attn_base
 
     arrays = problem_arrays(row.problem)
@@ -292,17 +293,22 @@ def attention_vjp(row: Row, op: Any) -> Built:
     res_shapes = [(tuple(int(d) for d in g.split(",")), "float32") for g in res.groups()]
     causal = flag(row.problem, "is_causal")
     scale = float(field(row.problem, "logits_scale") or 1.0 / math.sqrt(q[0][-1]))
+    mask = re.search(r'"bool_mask": "bool\[([\d,]+)\]"', row.problem)
+    extra = {n: a for n, a in (("bias", arrays.get("bias")), ("bool_mask", mask and (
+        tuple(int(d) for d in mask.group(1).split(",")), "bool"))) if a and bias_and_mask}
 
-    def fn(r0: Any, r1: Any, out: Any, dout: Any, q: Any, k: Any, v: Any) -> Any:
+    def fn(r0: Any, r1: Any, out: Any, dout: Any, q: Any, k: Any, v: Any, *rest: Any) -> Any:
+        named = dict(zip(extra, rest, strict=True))
         return op(
             (r0, r1), out, dout, q, k, v,
             precision=(_default_precision(), _default_precision()),
-            logits_dtype=np.dtype(np.float32), logits_scale=scale, bias=None,
-            logits_soft_cap=None, mask=attn_base.Mask(is_causal=causal), dropout_mask=None,
+            logits_dtype=np.dtype(np.float32), logits_scale=scale, bias=named.get("bias"),
+            logits_soft_cap=None, dropout_mask=None,
+            mask=attn_base.Mask(named.get("bool_mask"), is_causal=causal),
             dropout_rate=0.0, paging_info=None, q_indices=None, k_indices=None,
             normalize_output=True)
 
-    return Built(fn, tuple(sds(s) for s in (*res_shapes, out, dout, q, k, v)))
+    return Built(fn, tuple(sds(s) for s in (*res_shapes, out, dout, q, k, v, *extra.values())))
 
 
 def _default_precision() -> Any:

@@ -215,3 +215,12 @@ def test_an_attention_row_with_bias_mask_and_two_batch_axes_builds():
     assert gpu_model_published.build(row).args[-1].dtype == bool  # the mask, as published
     assert gpu_model_published.problem_transcendentals(row) == 2 * 4 * 256 * 256
     assert gpu_model_published.predict(row).predicted_s > 0
+
+
+def test_an_attention_vjp_row_passes_its_bias_and_mask():
+    row = dataclasses.replace(_VJP_ROW, problem=_VJP_ROW.problem.replace(
+        "is_causal=false;", 'bias="bf16[1,4,256,256]"; mask={"bool_mask": "bool[2,1,1,256]", '
+        '"is_causal": false};'))
+    built = gpu_model_published.build(row)
+    assert [a.shape for a in built.args[-2:]] == [(1, 4, 256, 256), (2, 1, 1, 256)]
+    assert gpu_model_published.predict(row).predicted_s > 0
