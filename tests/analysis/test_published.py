@@ -131,7 +131,7 @@ def test_pipeline_view_shows_the_published_time(rows: list[pub.Row], tmp_path: P
     monkeypatch.setenv(PUBLISHED_TIMINGS, str(table))
     line = "published on TPU v5e: 0.010 ms (tokamax autotune, config"
     assert line in view.to_text()
-    assert "published</dt><dd>on TPU v5e: 0.010 ms" in view.to_html()
+    assert "published <b>on TPU v5e: 0.010 ms" in view.to_html()
     assert any(line in p for p in view._payload(live=False)["published"])
 
 
