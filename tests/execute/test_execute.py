@@ -45,8 +45,6 @@ CANNOT_RUN = {
        r"needs TPU \(or no\) compiler params"
        for name in ("masked_vector_add", "masked_row_softmax", "atomic_block_sums",
                     "atomic_exchange", "overlapping_stores")},
-    ("atomic_exchange", "interpret"): r"^JAX's HLO interpreter \(interpret=True\) does not "
-                                      r"implement what the kernel uses: AtomicOpType\.XCHG$",
     **{(name, "interpret"): r"^JAX's HLO interpreter \(interpret=True\) does not implement "
        r"what the kernel uses: No state discharge rule implemented for primitive: "
        r"copy_gmem_to_smem$" for name in MOSAIC_GPU_TMA if name != "warp_specialized"},

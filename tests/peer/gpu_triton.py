@@ -331,11 +331,6 @@ def triton_unsigned_dot():
 
 # --- atomics -----------------------------------------------------------------------------
 
-RANK0_ATOMIC = ("JAX 0.12's interpreter (interpret=True) cannot run an atomic on a rank-0 ref "
-                "with the empty index (): 'ValueError: not enough values to unpack (expected "
-                "at least 1, got 0)'; JAX runs this test on GPUs only")
-
-
 def _scalar_atomic_kernel(x_ref, init_ref, o_ref, *, op):
     del init_ref  # aliased with o_ref: the neutral element
     op(o_ref, (), x_ref[pl.program_id(0)])
@@ -351,16 +346,14 @@ def _scalar_atomic_case(op, values: np.ndarray, neutral):
 
 
 @peer("triton", f"{TRITON_TESTS}::test_scalar_atomic[add_f32]", backend="triton",
-      reference=lambda x, init: jnp.sum(x), interpretable=False, why_not=RANK0_ATOMIC,
-      unavailable_says="atomic")
+      reference=lambda x, init: jnp.sum(x))
 def triton_scalar_atomic_add():
     """Four programs each `atomic_add` one element into a rank-0 output aliased to 0."""
     return _scalar_atomic_case(plt.atomic_add, np.array([1, 2, 3, 4], np.float32), 0.0)
 
 
 @peer("triton", f"{TRITON_TESTS}::test_scalar_atomic[max_i32]", backend="triton",
-      reference=lambda x, init: jnp.max(x), interpretable=False, why_not=RANK0_ATOMIC,
-      unavailable_says="atomic")
+      reference=lambda x, init: jnp.max(x))
 def triton_scalar_atomic_max():
     """Four programs each `atomic_max` one int32 into a rank-0 output aliased to INT_MIN."""
     values = np.array([1, 2, 3, 4], np.int32)
@@ -437,11 +430,7 @@ def _counter_kernel(lock_in, count_in, lock_ref, count_ref):
 
 
 @peer("triton", f"{TRITON_TESTS}::test_atomic_counter", backend="triton",
-      reference=lambda lock, count: (jnp.int32(0), count + 4),
-      interpretable=False,
-      why_not="JAX's test skips interpret mode: 'While loop not supported in interpret mode.'; "
-              "its lock and counter are rank-0 atomics, which JAX 0.12's interpreter cannot run",
-      unavailable_says="atomic")
+      reference=lambda lock, count: (jnp.int32(0), count + 4))
 def triton_spin_lock_counter():
     """Four programs take a spin lock (`atomic_cas` in a while loop), increment a shared
     counter and release the lock with `atomic_xchg`."""

@@ -8,11 +8,10 @@
   the CPU is missing ("MLIR translation rule for primitive ... not found"). That is the
   interpreter's limit, not the kernel's fault, so the executor is *unavailable* for that
   kernel, with the primitive and the user's line named.
-- JAX's HLO interpreter cannot run an atomic on a rank-0 ref (`plt.atomic_add(o_ref, (),
-  x)`: its discharge rule unpacks an index that is not there), nor a window whose size is
-  traced (`pl.ds(start, size)` of a `pl.BoundedSlice` block): `interpret` and `vectorized`
-  are unavailable for such kernels, the first decided before running, the second from
-  the interpreter's error.
+- JAX's HLO interpreter cannot run a window whose size is traced (`pl.ds(start, size)` of a
+  `pl.BoundedSlice` block): `interpret` and `vectorized` are unavailable for such kernels,
+  from the interpreter's error. (Triton atomics it cannot discharge, rank-0 ones and
+  `atomic_xchg`, pallaslab's run rewrites as loads and stores: `model/_jax/atomics.py`.)
 - JAX's TPU interpreter refuses kernels Mosaic compiles, and misreads one access: a grid
   whose "parallel" dimensions do not all come first ("Dimensions with parallel semantics must
   form a prefix of the grid"; known before running, `tpu_interpreter_refusal`), and a masked
@@ -37,7 +36,6 @@ from typing import Any
 
 from pallaslab.model import Kernel
 from pallaslab.model._jax import rerun
-from pallaslab.model._jax.equation_fields import call_site_of
 
 # Mesh classes of TPU mesh kernels (tensorcore and SparseCore meshes).
 TPU_MESH_KINDS = ("TensorCoreMesh", "VectorSubcoreMesh", "ScalarSubcoreMesh")
@@ -69,40 +67,14 @@ def hlo_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
     return None
 
 
-HLO_INTERPRETER = "JAX's HLO interpreter (interpret=True)"
-
-
 def hlo_interpreter_gap(kernels: Iterable[Kernel]) -> str | None:
     """What the kernels use that JAX's HLO interpreter does not implement, decided before
     running (None: nothing known). Unlike `hlo_interpreter_refusal`, no other interpreter
-    is implied: `interpret` and `vectorized` are unavailable, the kernel is not at fault."""
-    for k in kernels:
-        if k.kind != "pallas_call" or k.handle is None:
-            continue
-        if sites := _unindexed_atomic_sites(k.handle.eqn.params["jaxpr"]):
-            more = f" and {len(sites) - 1} more" if len(sites) > 1 else ""
-            return (f"{HLO_INTERPRETER} does not implement an atomic on a rank-0 ref (index "
-                    f"()), used by kernel {k.name} at {sites[0]}{more}: its discharge rule "
-                    "expects an index ('ValueError: not enough values to unpack'); a limit of "
-                    "the interpreter, not a fault of the kernel: pallaslab check judges it "
-                    "statically, pallaslab lower --compile compiles it for a GPU")
+    is implied: `interpret` and `vectorized` would be unavailable, the kernel not at fault.
+    Nothing is known today: the rank-0 atomics JAX's rule cannot discharge run as loads
+    and stores in pallaslab's run (`model/_jax/atomics.py`)."""
+    del kernels
     return None
-
-
-def _unindexed_atomic_sites(jaxpr: Any) -> tuple[str, ...]:
-    """"file.py:LINE" of each atomic (`plt.atomic_*`) on a ref with no index, at any depth."""
-    found: dict[str, None] = {}
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "atomic_rmw":
-            _, transforms, *_ = eqn.params["args_tree"].unflatten(eqn.invars)
-            if not transforms:
-                found.setdefault(call_site_of(eqn) or "an unknown line")
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, tuple) else (value,):
-                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr
-                if hasattr(sub, "eqns"):
-                    found.update(dict.fromkeys(_unindexed_atomic_sites(sub)))
-    return tuple(found)
 
 
 TPU_INTERPRETER = "JAX's TPU interpreter (TPU interpret mode)"

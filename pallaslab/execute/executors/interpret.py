@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pallaslab.execute.executors import capabilities, semaphore_refusals
@@ -10,6 +11,8 @@ from pallaslab.execute.result import RunResult
 from pallaslab.execute.worker.monitor import RunMonitor, total_programs
 from pallaslab.execute.worker.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import _jax
+from pallaslab.model._jax.atomics import NOTE as ATOMICS_NOTE
+from pallaslab.model._jax.atomics import has_atomics, program_order_overrides
 
 
 class InterpretExecutor:
@@ -41,6 +44,10 @@ class InterpretExecutor:
             def overrides(eqn: Any) -> dict[str, Any]:
                 update: dict[str, Any] = {"interpret": True}
                 kernel = by_eqn.get(id(eqn))
+                # Triton atomics as loads and stores, applied in program order.
+                if atomics := program_order_overrides(eqn):
+                    update |= atomics
+                    eqn = eqn.replace(params={**eqn.params, **atomics})
                 if kernel is not None:
                     index = kernel.index
                     update |= _jax.instrument_kernel(
@@ -50,4 +57,7 @@ class InterpretExecutor:
 
             return _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
 
-        return timed_jaxpr_run(self, prepared, rewrite, monitor)
+        result = timed_jaxpr_run(self, prepared, rewrite, monitor)
+        if any(has_atomics(k.handle.eqn) for k in cap if k.handle is not None):
+            result = dataclasses.replace(result, notes=(*result.notes, ATOMICS_NOTE))
+        return result
