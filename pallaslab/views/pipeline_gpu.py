@@ -63,9 +63,9 @@ def gpu_facts(kernel: Kernel, preds: Sequence[GpuPrediction]) -> list[tuple[str,
         w = p.work
         facts += [
             (f"predicted on {name}", f"{format_time(p.time_s)}, {p.bound}-bound"),
-            (f"{name} waves", f"{_count(w.blocks, 'block')} in {_count(p.waves, 'wave')} of "
-                              f"{p.blocks_per_sm}/SM over {spec.sms} SMs (resident blocks "
-                              f"limited by {p.occupancy_limit})"),
+            (f"{name} waves", f"{_count(w.blocks, 'block')} in {_count(p.waves, 'wave')} over "
+                              f"{spec.sms} SMs, at most {p.blocks_per_sm} resident per SM "
+                              f"(limited by {p.occupancy_limit})"),
             (f"{name} terms", f"compute {format_time(p.compute_s)} at "
                               f"{_tflops(spec.peak_flops, w.dot_dtype)} TFLOP/s "
                               f"({w.dot_dtype}), memory {format_time(p.memory_s)} at "

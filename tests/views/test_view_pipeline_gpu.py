@@ -32,8 +32,8 @@ def test_a_triton_kernel_has_a_pipeline_tab_with_the_prediction_and_its_bound():
     assert (f"4 blocks, predicted H100 {format_time(p.time_s)}, {p.bound}-bound "
             "(GPU time model)") in text
     assert _predicted(view) in text
-    assert (f"H100 waves 4 blocks in {p.waves} wave{'s' if p.waves != 1 else ''} of "
-            f"{p.blocks_per_sm}/SM over 132 SMs") in text
+    assert (f"H100 waves 4 blocks in {p.waves} wave{'s' if p.waves != 1 else ''} over 132 "
+            f"SMs, at most {p.blocks_per_sm} resident per SM (limited by ") in text
     assert "bytes moved 2,400 B through HBM" in text  # two 200-element f32 inputs, one output
     assert "per-block overhead launch " in text and "flops 0 (" in text
     assert f"{p.bound}-bound" in html and "<b>" in html
@@ -46,7 +46,7 @@ def test_b200_is_predicted_when_the_workbench_targets_it():
     text = view.to_text()
     assert text.splitlines()[0].endswith("on GPU H100, B200 (model)")
     assert _predicted(view, "h100") in text and _predicted(view, "b200") in text
-    assert "B200 waves 4 blocks in 1 wave of " in text and " over 148 SMs" in text
+    assert "B200 waves 4 blocks in 1 wave over 148 SMs, at most " in text
     assert view.payload()["gpu"]["gpus"] == ["h100", "b200"]
 
 
