@@ -12,7 +12,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn, cast
 
 from pallaslab import settings
 from pallaslab.cases import Case, CaseCodeError, capture_case, load_case
@@ -220,7 +220,8 @@ def console(stderr: bool = False) -> Console:
     probe = Console(stderr=stderr)
     if probe.is_terminal:
         return Console(stderr=stderr, highlight=False, emoji=False)
-    return Console(file=_LinesStripped(probe.file), highlight=False, emoji=False, width=160)
+    stripped = cast(IO[str], _LinesStripped(probe.file))  # a stream: write, flush, isatty
+    return Console(file=stripped, highlight=False, emoji=False, width=160)
 
 
 class _LinesStripped:

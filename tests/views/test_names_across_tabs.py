@@ -130,7 +130,7 @@ def test_a_static_compare_says_the_verdict_then_why_before_its_tables():
 
 def test_the_saved_copy_is_not_scrolled_into_notebook_7s_short_box():
     assert (f".jp-CodeCell.jp-mod-outputsScrolled .jp-Cell-outputArea:has(.{SAVED_CLASS})"
-            " { max-height: none; }") in saved_fragment("<p>copy</p>")
+            " { max-height: none; overflow-y: visible; }") in saved_fragment("<p>copy</p>")
 
 
 def _doubling(x_ref, o_ref):
