@@ -196,3 +196,27 @@ def test_the_user_s_own_interpret_mode_is_untouched():
             out_specs=pl.BlockSpec((), lambda i: ()),
             out_shape=jax.ShapeDtypeStruct((), x.dtype), input_output_aliases={1: 0},
             interpret=True)(x, jnp.zeros((), x.dtype)))(*args)
+
+
+def _double(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def test_vectorized_batches_the_other_kernels_and_interprets_the_atomic_one_itself():
+    """No fallback of the whole function: the atomic kernel runs inside vectorized's own
+    computation, its atomics in program order."""
+    counter, _, _ = rank0_counter()
+
+    def fn(x):
+        spec = pl.BlockSpec((BLOCK,), lambda i: (i,))
+        doubled = pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                 grid=(x.shape[0] // BLOCK,), in_specs=[spec], out_specs=spec,
+                                 compiler_params=TRITON)(x)
+        return counter(doubled)
+
+    x = rand((32,))
+    result = run(fn, x, executor="vectorized")
+    assert result.status == "ran" and result.fallback is None and result.ran_under is None
+    assert [b.how for b in result.batching] == ["batched", "interpreted"]
+    assert NOTE in result.notes
+    np.testing.assert_allclose(result.outputs[0], 2 * np.sum(x), rtol=1e-5)

@@ -11,8 +11,7 @@ from pallaslab.execute.result import RunResult
 from pallaslab.execute.worker.monitor import RunMonitor, total_programs
 from pallaslab.execute.worker.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import _jax
-from pallaslab.model._jax.atomics import NOTE as ATOMICS_NOTE
-from pallaslab.model._jax.atomics import has_atomics, program_order_overrides
+from pallaslab.model._jax import atomics
 
 
 class InterpretExecutor:
@@ -45,9 +44,9 @@ class InterpretExecutor:
                 update: dict[str, Any] = {"interpret": True}
                 kernel = by_eqn.get(id(eqn))
                 # Triton atomics as loads and stores, applied in program order.
-                if atomics := program_order_overrides(eqn):
-                    update |= atomics
-                    eqn = eqn.replace(params={**eqn.params, **atomics})
+                if in_order := atomics.program_order_overrides(eqn):
+                    update |= in_order
+                    eqn = eqn.replace(params={**eqn.params, **in_order})
                 if kernel is not None:
                     index = kernel.index
                     update |= _jax.instrument_kernel(
@@ -58,6 +57,5 @@ class InterpretExecutor:
             return _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)
 
         result = timed_jaxpr_run(self, prepared, rewrite, monitor)
-        if any(has_atomics(k.handle.eqn) for k in cap if k.handle is not None):
-            result = dataclasses.replace(result, notes=(*result.notes, ATOMICS_NOTE))
-        return result
+        return dataclasses.replace(result, notes=(*result.notes, *atomics.run_notes(
+            k.handle.eqn for k in cap if k.handle is not None)))

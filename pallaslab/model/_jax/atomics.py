@@ -20,7 +20,7 @@ replaced, so the user's own `interpret=True` runs are untouched.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax.numpy as jnp
@@ -54,6 +54,11 @@ def has_atomics(eqn: Any) -> bool:
     """Does this `pallas_call` equation's body use a Triton atomic, at any depth?"""
     jaxpr = eqn.params.get("jaxpr")
     return jaxpr is not None and rewrite.contains(jaxpr, _is_atomic)
+
+
+def run_notes(eqns: Iterable[Any]) -> tuple[str, ...]:
+    """The note a run of these kernel equations carries: `NOTE` when one uses atomics."""
+    return (NOTE,) if any(has_atomics(eqn) for eqn in eqns) else ()
 
 
 def program_order_overrides(eqn: Any) -> dict[str, Any] | None:
