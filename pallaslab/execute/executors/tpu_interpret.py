@@ -27,7 +27,8 @@ TPU_INTERPRET_CORES = 2
 def tpu_interpret_refusal(kernels: Sequence[Kernel]) -> str | None:
     """Why TPU interpret mode cannot run these kernels (None: it can)."""
     return semaphore_refusals.tpu_interpreter_semaphore_refusal(kernels) or \
-        _zero_size_refusal(kernels) or capabilities.tpu_interpreter_refusal(kernels)
+        _zero_size_refusal(kernels) or _bounded_slice_refusal(kernels) or \
+        capabilities.tpu_interpreter_refusal(kernels)
 
 
 class TpuInterpretExecutor:
@@ -140,6 +141,19 @@ def _zero_size_refusal(kernels: Sequence[Kernel]) -> str | None:
                         f"zero-size shape {tuple(op.shape)}, which JAX's interpreter fails to "
                         "index (ValueError: Out of bound slice: start=0, dim=0); a limit of "
                         "the interpreter, not a verdict on the kernel")
+    return None
+
+
+def _bounded_slice_refusal(kernels: Sequence[Kernel]) -> str | None:
+    """TPU interpret mode fails inside its own code on a `pl.BoundedSlice` window (its
+    block copies expect one start per dimension); `interpret` runs such windows at their own
+    size (`model/_jax/bounded_slices.py`)."""
+    for k in kernels:
+        for op in (*k.inputs, *k.outputs):
+            if any(d.kind == "bounded" for d in op.block_dims or ()):
+                return (f"TPU interpret mode cannot run kernel {k.name}: {op.origin} has a "
+                        "pl.BoundedSlice window, which JAX's interpreter fails to copy; a "
+                        "limit of the interpreter, not a verdict on the kernel")
     return None
 
 
