@@ -11,8 +11,10 @@ What Mosaic allocates in scoped VMEM for a `pallas_call`:
   at most 8 rows; a rank-1 buffer to a multiple of 128 x packing elements.
 - an operand whose index map is constant (the same block every step), or any operand of a
   single-step grid, gets one buffer: there is nothing to prefetch.
-- what the body allocates: `run_scoped` buffers once each; each nested `emit_pipeline`
-  `buffer_count` (default 2) buffers per operand it copies, whatever its grid.
+- what the body allocates: `run_scoped` buffers once each, sequential regions sharing memory
+  (the need is the most any one of them needs, not their sum); each nested `emit_pipeline`
+  `buffer_count` (default 2) buffers per operand it copies, whatever its grid (none when it
+  is given its buffers, `allocations=`: they are `run_scoped` buffers already counted).
 SMEM holds scalar-prefetch operands, SMEM blocks and SMEM scratch; semaphores are counted
 (nested pipelines: one DMA semaphore per buffer).
 
@@ -98,6 +100,8 @@ class Occupancy:
     # The largest matrix product the body computes (shape, dtype, bytes), if one reaches
     # SPILL_RISK_BYTES: the MXU's result lands in scoped VMEM whole, beside the buffers.
     product: tuple[tuple[int, ...], str, int] | None = None
+    # Of the operands' bytes, what sequential `run_scoped` regions share (not in `bytes`).
+    scoped_shared: int = 0
 
     @property
     def product_bytes(self) -> int:
@@ -167,6 +171,7 @@ class Occupancy:
             "semaphores": self.semaphores, "operands": [op.to_json() for op in self.operands],
             "spill_note": self.spill_note, "product_bytes": self.product_bytes,
             "need_bytes": self.need_bytes, "need_fits": self.need_fits,
+            "scoped_shared": self.scoped_shared,
         }
 
     def __str__(self) -> str:
@@ -181,6 +186,9 @@ class Occupancy:
             lines.append(f"  {op.origin:<12} {op.space:<9} {op.buffers} x "
                          f"{'x'.join(map(str, op.padded_shape)) or '()'} {op.dtype:<9} "
                          f"{kib(op.bytes):>12}")
+        if self.scoped_shared:
+            lines.append(f"  {'shared':<12} {'vmem':<9} sequential run_scoped regions reuse "
+                         f"{kib(self.scoped_shared)} (not counted twice)")
         if self.product is not None:
             shape, dtype, size = self.product
             lines.append(f"  {'body':<12} {'vmem':<9} {dtype}{list(shape)} matrix product "
@@ -322,37 +330,67 @@ def _buffers(op: Operand, kernel: Kernel, constant_index: bool) -> int:
 
 
 def body_occupancy(kernel: Kernel, chip: Chip, prefix: str = "") -> tuple[OperandOccupancy, ...]:
-    """`run_scoped` buffers (once each) and every nested `emit_pipeline`'s buffers, recursively.
+    """`run_scoped` buffers (once each) and every nested `emit_pipeline`'s buffers, recursively
+    (none for a pipeline given its buffers: the `run_scoped` that made them holds them).
 
-    Summed, although sequential scopes may share memory: an upper bound when a body has
-    several, exact for one (tests/analysis/test_vmem_fidelity.py).
+    Each buffer's own bytes; `scoped_sharing` says how much of their sum sequential
+    `run_scoped` regions share.
     """
     out = [dataclasses.replace(operand_occupancy(op, kernel, chip), origin=prefix + op.origin)
            for op in kernel.scoped]
     for i, pipeline in enumerate(kernel.pipelines):
         label = f"{prefix}pipelines[{i}]."
-        out += [pipeline_operand_occupancy(op, chip, label) for op in pipeline.operands]
+        out += [pipeline_operand_occupancy(op, chip, label, pipeline.preallocated)
+                for op in pipeline.operands]
         out += body_occupancy(pipeline, chip, label)
     return tuple(out)
 
 
-def pipeline_operand_occupancy(op: Operand, chip: Chip, label: str) -> OperandOccupancy:
+def scoped_sharing(kernel: Kernel, chip: Chip) -> int:
+    """Bytes of scoped VMEM that the body's `run_scoped` buffers counted one by one overstate:
+    Mosaic frees a region's buffers when it ends, so regions neither of which encloses the
+    other (one after the other, or the branches of a `cond`) are alive one at a time. A
+    region needs its own buffers plus the most any one of the regions directly inside it
+    needs; the body, the most of its outermost regions. Buffers with no region (`scope`
+    empty) stay counted whole."""
+    own: dict[tuple[int, ...], int] = {}
+    total = 0
+    for op in kernel.scoped:
+        if not op.scope or _space(op) != "vmem":
+            continue
+        size = operand_occupancy(op, kernel, chip).bytes
+        total += size
+        for depth in range(1, len(op.scope) + 1):
+            own.setdefault(op.scope[:depth], 0)
+        own[op.scope] += size
+
+    def need(region: tuple[int, ...]) -> int:
+        inner = [need(r) for r in own if len(r) == len(region) + 1 and r[:-1] == region]
+        return (own[region] if region else 0) + max(inner, default=0)
+
+    return total - need(())
+
+
+def pipeline_operand_occupancy(op: Operand, chip: Chip, label: str,
+                               preallocated: bool = False) -> OperandOccupancy:
     """One operand of an `emit_pipeline`, as jax/_src/pallas/mosaic/pipeline.py allocates it:
     `buffer_count` (default 2) buffers of one block, even for a single step or a constant
     index map (and as many DMA semaphores, see `pipeline_semaphores`) -- unless the outer ref
     already lives in the block's memory space (`Operand.in_place`): the pipeline then
-    windows it in place."""
+    windows it in place; or the pipeline was given its buffers (`preallocated`)."""
     one = operand_occupancy(dataclasses.replace(op, role="scratch"), _NO_KERNEL, chip)
-    count = 0 if op.in_place else (op.buffer_count or 2)
+    count = 0 if op.in_place or preallocated else (op.buffer_count or 2)
     return dataclasses.replace(one, origin=label + op.origin, role=op.role, buffers=count,
                                bytes=count * one.buffer_bytes)
 
 
 def pipeline_semaphores(kernel: Kernel) -> int:
-    """DMA semaphores of the nested pipelines: one per buffer of each copied operand."""
+    """DMA semaphores of the nested pipelines: one per buffer of each copied operand (none
+    for a pipeline given its buffers: their semaphores are `run_scoped` ones)."""
     total = 0
     for pipeline in kernel.pipelines:
-        total += sum(op.buffer_count or 2 for op in pipeline.operands if not op.in_place)
+        if not pipeline.preallocated:
+            total += sum(op.buffer_count or 2 for op in pipeline.operands if not op.in_place)
         total += pipeline_semaphores(pipeline)
     return total
 
@@ -393,11 +431,13 @@ def occupancy(kernel: Kernel, chip: str | Chip = "v5e") -> Occupancy:
                 for op in kernel.operands) + body_occupancy(kernel, c)
     limit, source = vmem_limit(kernel, c)
     values = _jax.kernel_body_values(kernel)
+    shared = scoped_sharing(kernel, c)
     return Occupancy(
         kernel=kernel.name,
         chip=c.name,
         operands=ops,
-        bytes=sum(o.bytes for o in ops if o.space == "vmem"),
+        bytes=sum(o.bytes for o in ops if o.space == "vmem") - shared,
+        scoped_shared=shared,
         limit=limit,
         limit_source=source,
         vmem_capacity=limit if on_sparse_core(kernel) else c.vmem_capacity,

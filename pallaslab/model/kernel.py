@@ -62,6 +62,10 @@ class Operand:
     # A buffer of non-array elements (Mosaic GPU "barrier", TPU semaphores): `dtype` is a
     # stand-in int32.
     value_type: str | None = None
+    # `run_scoped` buffers: the regions enclosing it, outermost first, its own last (ids in
+    # the order the body opens them); regions neither of which encloses the other are alive
+    # one after the other (see analysis/occupancy.py).
+    scope: tuple[int, ...] = ()
 
     @property
     def is_semaphore(self) -> bool:
@@ -230,6 +234,9 @@ class Kernel:
     # `outer_dims` grid dimensions are the enclosing kernel's grid (the pipeline runs whole,
     # from its first step, in each outer program).
     outer_dims: int = 0
+    # Nested pipelines given their buffers (`emit_pipeline(..., allocations=...)`, made by a
+    # `run_scoped` of the enclosing body): they allocate none of their own.
+    preallocated: bool = False
     # Body equations whose nested structure (DMA, semaphore op, pipeline) could not be read:
     # what, where and why; the rest of the capture stands.
     structure_notes: tuple[str, ...] = ()

@@ -65,6 +65,10 @@ class _Walk:
     # A sub-jaxpr's parameter -> the outer value it always equals (never a loop's carry).
     aliases: dict[Any, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # The `run_scoped` regions open at the equation walked (ids, outermost first), and how
+    # many the walk has opened.
+    regions: list[int] = dataclasses.field(default_factory=list)
+    opened: int = 0
 
 
 def nested_structure(kernel: Kernel, body: Any) -> Nested:
@@ -182,12 +186,19 @@ def _run_scoped(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
         walk.dmas.append(dataclasses.replace(dma, source=dma.source or call_site_of(eqn)))
         return
     names = getattr(jaxpr.debug_info, "arg_names", None) or ()
+    walk.regions.append(walk.opened)
+    walk.opened += 1
+    scope = tuple(walk.regions)
     for i, v in enumerate(jaxpr.invars):
         origin = f"scoped[{len(walk.scoped)}]"
         walk.origin[v] = origin
         param = str(names[i]) if i < len(names) and names[i] else None
-        walk.scoped.append(dataclasses.replace(_scoped_operand(origin, v.aval), param=param))
-    _walk_jaxpr(jaxpr, walk, repeated=repeated, kernel=kernel)
+        walk.scoped.append(dataclasses.replace(_scoped_operand(origin, v.aval), param=param,
+                                               scope=scope))
+    try:
+        _walk_jaxpr(jaxpr, walk, repeated=repeated, kernel=kernel)
+    finally:
+        walk.regions.pop()
 
 
 def _is_sync_copy(jaxpr: Any) -> bool:
@@ -415,6 +426,7 @@ def _pipeline(eqn: Any, walk: _Walk, kernel: Kernel, index: int) -> Kernel:
         backend="tpu", cost_estimate=None, kernel_jaxpr=str(body),
         traced_for_chip=kernel.traced_for_chip, dynamic_values_reason=why,
         outer_dims=len(outer_grid), handle=handle,
+        preallocated=getattr(args, "allocations", None) is not None,
     )
 
 
