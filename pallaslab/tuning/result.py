@@ -56,10 +56,20 @@ class Candidate:
     reason: str | None = None  # why it is out (None: in the ranking)
     rank: int | None = None  # 1 is the best; None: out
     capture: Any = dataclasses.field(default=None, repr=False, compare=False)  # for compiles
+    # Out only by the VMEM estimate, within 25% of the limit: the compiler decides when asked.
+    over_estimate: bool = False
 
     @property
     def out(self) -> bool:
         return self.reason is not None
+
+    @property
+    def decided_by(self) -> str | None:
+        """Who decided a candidate over by the estimate: "the compiler" (it ran), else "the
+        estimate"; None for every other candidate."""
+        if not self.over_estimate:
+            return None
+        return "the compiler" if self.verdicts else "the estimate"
 
     @property
     def label(self) -> str:
@@ -87,6 +97,7 @@ class Candidate:
         return {"config": {k: _jsonable(v) for k, v in self.config.items()}, "rank": self.rank,
                 "out": self.out, "reason": self.reason, "findings": list(self.findings),
                 "compiles": self.compiles, "verdicts": [v.to_json() for v in self.verdicts],
+                "over_estimate": self.over_estimate, "decided_by": self.decided_by,
                 "chips": {c.chip: c.to_json() for c in self.chips}}
 
 

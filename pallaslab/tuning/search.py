@@ -19,6 +19,12 @@ from pallaslab.tuning.result import Candidate, TuneResult, Verdict
 from pallaslab.tuning.space import Config, TuneSpaceError, configs
 
 CaptureOf = Callable[[Config], Capture]
+# A candidate out only by the VMEM estimate (no error finding) and needing at most this share
+# of the limit is "over by the estimate": the estimate errs by this much on real kernels
+# (tokamax's ragged dot on 7x: 32.5 of 32 MiB, libtpu compiles it), so when the compiler is
+# asked (`compile_top` > 0) its verdict decides.
+BORDERLINE = 1.25
+OVER_BY_ESTIMATE = "over by the estimate"
 
 
 def tune(fn: Callable[..., Any], space: Mapping[str, Iterable[Any]] | Sequence[Mapping[str, Any]],
@@ -33,7 +39,9 @@ def tune(fn: Callable[..., Any], space: Mapping[str, Iterable[Any]] | Sequence[M
     bytes) and the pipeline model's predicted time and bound. The `compile_top` fastest are
     then compiled by the real compiler for `target` (libtpu for a TPU target; default: each
     chip's TPU target), cached on disk; one it refuses is out, and the next is compiled,
-    until `compile_top` compile or the ranking is exhausted.
+    until `compile_top` compile or the ranking is exhausted. A candidate out only by the
+    VMEM estimate and within 25% of the limit is "over by the estimate": it is compiled in
+    its place by predicted time, and the compiler's verdict decides.
 
     Args:
         fn: builds and calls the kernel for one config, `fn(*args, **config)`.
@@ -124,11 +132,15 @@ def judge(capture_of: CaptureOf, config: Config, chips: Sequence[str]) -> Candid
                   if f.severity in ("error", "warning"))
     errors = [f for f in found if f.severity == "error"]
     reason = None
+    over = False
     if errors:
         reason = f"{errors[0].code}: {errors[0].message}"
     elif unfit := [c for c in chip_estimates if not c.fits]:
-        reason = f"does not fit {', '.join(c.chip for c in unfit)}: {unfit[0].reason}"
-    return Candidate(config, chip_estimates, texts, reason=reason, capture=cap)
+        over = all(c.vmem_bytes <= BORDERLINE * c.limit for c in unfit)
+        reason = (f"{OVER_BY_ESTIMATE + ': ' if over else ''}does not fit "
+                  f"{', '.join(c.chip for c in unfit)}: {unfit[0].reason}")
+    return Candidate(config, chip_estimates, texts, reason=reason, capture=cap,
+                     over_estimate=over)
 
 
 def _first_line(err: BaseException) -> str:
@@ -147,22 +159,28 @@ def _ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
 
 def _compiled(ranked: list[Candidate], targets: Sequence[str], k: int,
               deadline: float | None) -> list[Candidate]:
-    """Compile down the ranking until `k` compile; a refused one is out, naming the code."""
-    out: list[Candidate] = []
+    """Compile down the ranking until `k` compile; a refused one is out, naming the code.
+    Candidates over by the estimate (`Candidate.over_estimate`) take their place in the
+    ranking by predicted time and are compiled too: the compiler's verdict decides (one it
+    accepts is ranked, saying so; one it refuses stays out)."""
+    contenders = sorted((c for c in ranked if not c.out or c.over_estimate),
+                        key=lambda c: c.time())
+    out: list[Candidate] = [c for c in ranked if c.out and not c.over_estimate]
     accepted = 0
-    for c in ranked:
-        if c.out or accepted >= k or (deadline is not None and time.monotonic() > deadline):
+    for c in contenders:
+        if accepted >= k or (deadline is not None and time.monotonic() > deadline):
             out.append(c)
             continue
         verdicts = tuple(compiler_verdict(c, t) for t in targets)
         refused = [v for v in verdicts if not v.compiles]
         if refused:
             v = refused[0]
+            over = f"{OVER_BY_ESTIMATE}, and " if c.over_estimate else ""
             c = dataclasses.replace(c, verdicts=verdicts, reason=(
-                f"the compiler refuses it for {v.target}: {v.code}: {v.message}"))
+                f"{over}the compiler refuses it for {v.target}: {v.code}: {v.message}"))
         else:
             accepted += 1
-            c = dataclasses.replace(c, verdicts=verdicts)
+            c = dataclasses.replace(c, verdicts=verdicts, reason=None)
         out.append(c)
     return _ranked(out)
 

@@ -63,15 +63,22 @@ def _ranked_row(result: Any, c: Any) -> tuple[Any, ...]:
         cells += [f"{e.time * 1e6:.2f}" if e.time is not None else "?", e.bound or "?",
                   f"{e.vmem_bytes / 1024:.0f}"]
     by_target = {v.target: v for v in c.verdicts}
+    over = f" (over by the estimate; {c.decided_by} decided)" if c.over_estimate else ""
     for t in result.targets:
         v = by_target.get(t)
-        cells.append(Badge("-") if v is None else Badge(v.text, "ok" if v.compiles else "bad"))
+        cells.append(Badge("-") if v is None else
+                     Badge(v.text + over, "ok" if v.compiles else "bad"))
     return tuple(cells)
 
 
 def out_table(outs: list[Any]) -> Table:
     return Table(("config", "why it is out"),
-                 tuple((Code(c.label), c.reason or "") for c in outs))
+                 tuple((Code(c.label), _why(c)) for c in outs))
+
+
+def _why(c: Any) -> str:
+    why = c.reason or ""
+    return f"{why} ({c.decided_by} decided)" if c.over_estimate else why
 
 
 def _value(v: Any) -> str:

@@ -34,7 +34,7 @@ def test_every_config_is_judged_once(result):
 def test_an_oversize_block_is_out_on_v5e_with_the_vmem_reason(result):
     c = by_config(result, bm=1024, bn=1024, bk=1024)
     assert c.out and c.rank is None
-    assert c.reason.startswith("does not fit v5e: ")
+    assert c.reason.startswith("over by the estimate: does not fit v5e: ")  # 20 of 16 MiB
     assert "_kernel on TPU v5e: " in c.reason and "16.00 MiB scoped-VMEM limit" in c.reason
     assert not c.chip("v5e").fits and c.chip("v5e").vmem_bytes > c.chip("v5e").limit
 
