@@ -31,6 +31,10 @@ from typing import Any, Literal
 from pallaslab.analysis.occupancy_gpu import gpu_occupancy, mosaic_gpu_resources
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax.chips import kernel_body_vector_ops
+from pallaslab.model._jax.warpgroups import (
+    lowers_producer_registers,
+    syncs_warpgroups_by_named_barriers,
+)
 
 Bound = Literal["compute", "memory", "latency"]
 
@@ -115,6 +119,8 @@ class GpuWork:
     flops_source: str  # "body dots", "cost estimate", or what the caller handed over
     vector_ops: float = 0.0  # elementwise results on the FP32 cores, whole kernel
     transcendentals: float = 0.0  # exp, log, sigmoid... on the special-function units
+    compute_warpgroups: int = 1  # warpgroups that issue the dots and the elementwise work
+    ping_pong: bool = False  # do named barriers schedule those warpgroups against each other?
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +154,14 @@ def predict_work(work: GpuWork, gpu: str = "h100") -> GpuPrediction:
     peak = spec.peak_flops.get(work.dot_dtype, spec.peak_flops["float32"])
     vector = (work.vector_ops / spec.vector_ops_per_s
               + work.transcendentals / spec.transcendentals_per_s)
-    block_compute = (work.flops / peak + vector) * spec.sms / max(1, work.blocks)
+    tensor = work.flops / peak
+    # Two or more compute warpgroups scheduled against each other overlap one's elementwise
+    # work with another's matrix products (FlashAttention-3's ping-pong scheduling, Shah et
+    # al. 2024, section 3.1): the SM's tensor cores and its FP32/special-function units then
+    # run at once. Unscheduled, each warpgroup's dot waits for the elementwise work it needs.
+    overlapped = (max(tensor, vector) if work.compute_warpgroups >= 2 and work.ping_pong
+                  else tensor + vector)
+    block_compute = overlapped * spec.sms / max(1, work.blocks)
     used_per_wave = min(per_sm, max(1, math.ceil(work.blocks / spec.sms)))
     compute = waves * used_per_wave * block_compute
     memory = work.hbm_bytes / spec.hbm_bytes_per_s
@@ -159,7 +172,7 @@ def predict_work(work: GpuWork, gpu: str = "h100") -> GpuPrediction:
     return GpuPrediction(spec.name, work, occ.blocks_per_sm,
                          occ.limited_by if occ.blocks_per_sm else "does not fit", waves,
                          compute, memory, latency, time, bound,
-                         compute * vector / max(work.flops / peak + vector, 1e-30))
+                         compute * min(1.0, vector / max(overlapped, 1e-30)))
 
 
 # --- from a captured kernel -------------------------------------------------------------------
@@ -189,7 +202,9 @@ def kernel_work(kernel: Kernel, *, flops: float | None = None, shared_bytes: int
                    hbm_bytes=float(_hbm_bytes(kernel)), num_warps=warps, num_stages=stages,
                    shared_bytes=est_shared if shared_bytes is None else shared_bytes,
                    registers=est_regs if registers is None else registers,
-                   flops_source=flops_source, vector_ops=vector, transcendentals=trans)
+                   flops_source=flops_source, vector_ops=vector, transcendentals=trans,
+                   compute_warpgroups=_compute_warpgroups(kernel, warpgroups),
+                   ping_pong=backend == "mosaic_gpu" and syncs_warpgroups_by_named_barriers(kernel))
 
 
 def gpu_prediction(kernel: Kernel, gpu: str = "h100", **given: Any) -> GpuPrediction:
@@ -202,6 +217,16 @@ def _warpgroups(kernel: Kernel) -> int:
     if kernel.mesh is not None and kernel.mesh.warpgroups:
         return max(1, int(kernel.mesh.warpgroups[1]))
     return 1
+
+
+def _compute_warpgroups(kernel: Kernel, warpgroups: int) -> int:
+    """The warpgroups doing the math: a Mosaic GPU kernel of three or more warpgroups
+    that lowers one warpgroup's registers specializes it as the producer that only issues TMA
+    copies (the FlashAttention-3 layout, Shah et al. 2024, section 3.1: "producer" and
+    "consumer" warpgroups, with `setmaxnreg`); the others compute. Triton: one."""
+    if kernel.backend != "mosaic_gpu":
+        return 1
+    return max(1, warpgroups - 1) if lowers_producer_registers(kernel) else warpgroups
 
 
 def _captured_flops(kernel: Kernel, blocks: int) -> tuple[float, str]:

@@ -21,6 +21,7 @@ from pallaslab.analysis import published as pub
 from pallaslab.analysis.gpu_model import GpuPrediction, gpu_prediction, gpu_spec
 from pallaslab.errors import PallasLabError
 from pallaslab.model._jax.chips import kernel_body_vector_ops
+from pallaslab.model._jax.xla_ops import xla_boundary_bytes
 
 HARDWARE_GPUS = {"H100 80GB HBM3": "h100", "B200": "b200"}
 # The compute capability tokamax picks its kernel generation by (sm90: Hopper, sm100: Blackwell;
@@ -210,6 +211,7 @@ class GpuRowPrediction:
     predicted_s: float
     kernels: tuple[str, ...]
     bounds: tuple[str, ...]
+    xla_s: float = 0.0  # of predicted_s: XLA's HBM traffic between and around the kernels
 
     @property
     def ratio(self) -> float:
@@ -232,10 +234,26 @@ def predict(row: pub.Row) -> GpuRowPrediction:
         raise pub.BuildError("tokamax: not implemented", str(err).splitlines()[0]) from err
     except AttributeError as err:  # tokamax's kernel asks the JAX version for what it lacks
         raise pub.BuildError("tokamax failed tracing (AttributeError)", repr(err)) from err
-    flops = problem_flops(row)
+    padding = _head_dim_padding(row, cap.kernels)
+    flops = problem_flops(row) * padding
     preds = _kernel_predictions(cap.kernels, gpu, flops, problem_transcendentals(row))
-    return GpuRowPrediction(row, sum(p.time_s for p in preds),
-                            tuple(k.name for k in cap.kernels), tuple(p.bound for p in preds))
+    xla = xla_boundary_bytes(cap.handle.closed_jaxpr) if cap.handle is not None else None
+    xla_s = xla.bytes / gpu_spec(gpu).hbm_bytes_per_s if xla is not None else 0.0
+    return GpuRowPrediction(row, sum(p.time_s for p in preds) + xla_s,
+                            tuple(k.name for k in cap.kernels), tuple(p.bound for p in preds),
+                            xla_s)
+
+
+def _head_dim_padding(row: pub.Row, kernels: tuple[Any, ...]) -> float:
+    """How much wider the kernels' head dim is than the problem's: tokamax pads q, k and v's
+    head dim (16 -> 64 on Mosaic GPU) and the kernels do the padded dots."""
+    _, op = backend_op(row)
+    if not op.startswith("flash_attention"):
+        return 1.0
+    q = pub.problem_arrays(row.problem)["q"][0]
+    dims = [o.shape[-1] for k in kernels for o in k.inputs
+            if len(o.shape) == len(q) and tuple(o.shape[:-1]) == tuple(q[:-1])]
+    return max(dims, default=q[-1]) / q[-1] if dims else 1.0
 
 
 def _attention_scores(row: pub.Row) -> tuple[float, int, int]:

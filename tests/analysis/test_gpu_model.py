@@ -224,3 +224,69 @@ def test_an_attention_vjp_row_passes_its_bias_and_mask():
     built = gpu_model_published.build(row)
     assert [a.shape for a in built.args[-2:]] == [(1, 4, 256, 256), (2, 1, 1, 256)]
     assert gpu_model_published.predict(row).predicted_s > 0
+
+
+def test_two_compute_warpgroups_overlap_elementwise_with_tensor_work():
+    spec = gpu_model.GPUS["h100"]
+    work = gpu_model.GpuWork(blocks=132, flops=spec.peak_flops["bfloat16"] * 1e-3,
+                             dot_dtype="bfloat16", hbm_bytes=0.0, num_warps=12, num_stages=2,
+                             shared_bytes=0, registers=0, flops_source="given",
+                             vector_ops=spec.vector_ops_per_s * 1e-3)
+    serial = gpu_model.predict_work(work, "h100")  # 1 ms of dots, then 1 ms elementwise
+    two = dataclasses.replace(work, compute_warpgroups=2)
+    unscheduled = gpu_model.predict_work(two, "h100")
+    overlapped = gpu_model.predict_work(dataclasses.replace(two, ping_pong=True), "h100")
+    assert serial.compute_s == pytest.approx(2e-3) == unscheduled.compute_s
+    assert overlapped.compute_s == pytest.approx(1e-3) and overlapped.bound == "compute"
+
+
+def test_a_warp_specialized_mosaic_gpu_kernel_has_two_compute_warpgroups():
+    # tokamax's Hopper flash attention: three warpgroups, the third a TMA producer that
+    # lowers its registers (set_max_registers decrease)
+    row = published.Row(
+        "H100 80GB HBM3", "pallas_mosaic_gpu_flash_attention",
+        "q=bf16[1,2,256,4,64] k=bf16[1,2,256,4,64] v=bf16[1,2,256,4,64] causal=False "
+        "q_start=None k_start=None softcap=None dropout=0.0 paging=None",
+        '{"block_q":64,"block_kv":64,"num_stages":2}', 3.5e-5, (3.5e-5,), 244)
+    built = gpu_model_published.build(row)
+    with gpu_model_published._as_gpu("h100"):
+        kernel = capture(built.fn, *built.args).kernels[0]
+    assert kernel.mesh is not None and kernel.mesh.warpgroups[1] == 3
+    work = gpu_model.kernel_work(kernel)
+    assert work.compute_warpgroups == 2 and work.ping_pong  # its schedule barriers
+
+
+def _scaled_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def test_xla_traffic_between_kernels_is_what_crosses_their_boundary():
+    from pallaslab.model._jax.xla_ops import xla_boundary_bytes
+
+    n = 1024
+
+    def fn(x):
+        padded = jnp.pad(x, ((0, 0), (0, 128)))  # XLA: reads x, writes the padded copy
+        y = pl.pallas_call(_scaled_kernel, out_shape=jax.ShapeDtypeStruct(padded.shape,
+                                                                          jnp.float32))(padded)
+        return y.reshape(-1).astype(jnp.bfloat16).sum()  # reads y; a scalar out
+
+    traffic = xla_boundary_bytes(capture(fn, jax.ShapeDtypeStruct((n, 128), jnp.float32))
+                                 .handle.closed_jaxpr)
+    assert traffic.read_bytes == n * 128 * 4 + n * 256 * 4  # x, then the kernel's output
+    assert traffic.written_bytes == n * 256 * 4 + 2  # the pad's result, the bf16 sum
+    assert "pad" in traffic.primitives
+
+
+def test_an_attention_vjp_row_adds_the_xla_work_around_its_kernels():
+    row = dataclasses.replace(_VJP_ROW, op_file="pallas_mosaic_gpu_flash_attention_vjp",
+                              problem=_VJP_ROW.problem.replace(
+                                  "is_causal=false;", 'bias="bf16[1,4,256,256]"; '
+                                  'mask={"bool_mask": null, "is_causal": false};'),
+                              config='{"block_q_dkv":64,"block_kv_dkv":64,"block_q_dq":64,'
+                                     '"block_kv_dq":64,"num_stages":2,"compute_wgs":1}')
+    pred = gpu_model_published.predict(row)
+    assert len(pred.kernels) == 2  # dK/dV and dQ: the whole VJP is captured
+    # at least the dbias reduction's read of the per-batch dS (bf16[2,4,256,256])
+    assert pred.xla_s >= 2 * 4 * 256 * 256 * 2 / gpu_model.GPUS["h100"].hbm_bytes_per_s
+    assert pred.predicted_s > pred.xla_s
