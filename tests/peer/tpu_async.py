@@ -12,14 +12,9 @@ from registry import peer
 
 ORIGIN = "tpu_pallas_async_test.py::PallasCallAsyncCopyTest::"
 ANY = pl.BlockSpec(memory_space=pl.ANY)
-# JAX's interpreters cannot run these (JAX's test runs them compiled, on a TPU): interpret
-# mode makes each output from its uninitialized value, which a DMA semaphore has none of.
-NOT_INTERPRETABLE = dict(
-    interpretable=False,
-    why_not="JAX's TPU interpreter cannot pass a DMA semaphore between pallas_calls: it makes "
-            "each output from its uninitialized value, which a semaphore has none of "
-            "('NotImplementedError: nan + dma_sem')",
-    unavailable_says="DMA semaphore passed between pallas_calls")
+# JAX's interpreters cannot run these ('NotImplementedError: nan + dma_sem'); pallaslab's
+# `interpret` passes the semaphore between the calls in program order
+# (pallaslab/model/_jax/cross_call_semaphores.py), so each compares against its reference.
 SEM = pl.BlockSpec(memory_space=pltpu.SEMAPHORE)
 
 
@@ -57,8 +52,7 @@ def _basic_async_copy(x):
     return _copy_done(x, out, sem)
 
 
-@peer("local-dma", ORIGIN + "test_basic_async_copy", backend="tpu", reference=lambda x: x,
-      **NOT_INTERPRETABLE)
+@peer("local-dma", ORIGIN + "test_basic_async_copy", backend="tpu", reference=lambda x: x)
 def basic_async_copy():
     return _basic_async_copy, (_x(),)
 
@@ -71,7 +65,7 @@ def _multiple_async_copy(x):
 
 
 @peer("semaphores", ORIGIN + "test_multiple_async_copy", backend="tpu",
-      reference=lambda x: (x, x), **NOT_INTERPRETABLE)
+      reference=lambda x: (x, x))
 def multiple_async_copy():
     return _multiple_async_copy, (_x(),)
 
@@ -100,7 +94,6 @@ def _async_slice(x):
                           out_specs=ANY, input_output_aliases={1: 0})(x, out, sem)
 
 
-@peer("local-dma", ORIGIN + "test_async_slice", backend="tpu", reference=lambda x: x[1],
-      **NOT_INTERPRETABLE)
+@peer("local-dma", ORIGIN + "test_async_slice", backend="tpu", reference=lambda x: x[1])
 def async_slice():
     return _async_slice, (_x((4, 8, 128)),)

@@ -105,7 +105,11 @@ def run_executor_for(cap: Sequence[Kernel], devices: int | None = None
     reports a deadlock) where interpret mode passes both by."""
     name = default_executor_for(cap, devices)
     if _interprets_hlo(name) and (why := needs_tpu_semantics(cap)) is not None:
-        return executor_of_mode("tpu"), why
+        tpu = executor_of_mode("tpu")
+        if (refused := executor_spec(tpu).refusal(cap)) is None \
+                or executor_spec(name).refusal(cap) is not None:
+            return tpu, why
+        return name, refused  # TPU interpret mode cannot run them: the one that can
     return name, interpreter_choice(cap, devices)
 
 

@@ -11,7 +11,7 @@ from pallaslab.execute.result import RunResult
 from pallaslab.execute.worker.monitor import RunMonitor, total_programs
 from pallaslab.execute.worker.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import _jax
-from pallaslab.model._jax import atomics, bounded_slices
+from pallaslab.model._jax import atomics, bounded_slices, cross_call_semaphores
 
 
 class InterpretExecutor:
@@ -54,11 +54,13 @@ class InterpretExecutor:
                         on_check=slot.check_failed) or {}
                 return update
 
-            # pl.BoundedSlice windows at their own size, grid step by grid step.
-            return bounded_slices.with_windows(
-                _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides))
+            # Semaphores passed between pallas_calls in program order, then pl.BoundedSlice
+            # windows at their own size, grid step by grid step.
+            return bounded_slices.with_windows(cross_call_semaphores.with_semaphores_in_order(
+                _jax.rewrite_kernels(cap.handle.closed_jaxpr, overrides)))
 
         result = timed_jaxpr_run(self, prepared, rewrite, monitor)
         eqns = [k.handle.eqn for k in cap if k.handle is not None]
         return dataclasses.replace(result, notes=(
-            *result.notes, *atomics.run_notes(eqns), *bounded_slices.run_notes(eqns)))
+            *result.notes, *atomics.run_notes(eqns), *bounded_slices.run_notes(eqns),
+            *cross_call_semaphores.run_notes(eqns)))

@@ -61,8 +61,14 @@ def hlo_interpreter_semaphore_refusal(kernels: Sequence[Kernel]) -> str | None:
 
 
 def with_hlo_semaphore_refusal(refusal: Refusal) -> Refusal:
-    """`refusal` that also refuses semaphores passed between kernels (an executor's spec)."""
+    """`refusal` that also refuses semaphores passed between kernels other than plain
+    `pallas_call`s (an executor's spec): between `pallas_call`s, pallaslab's interpreted run
+    passes them itself, in program order (`model/_jax/cross_call_semaphores.py`)."""
     def refuse(kernels: Sequence[Kernel]) -> str | None:
+        passing = [k for k in kernels
+                   if any(op.is_semaphore for op in (*k.inputs, *k.outputs))]
+        if all(k.kind == "pallas_call" for k in passing):
+            return refusal(kernels)
         return hlo_interpreter_semaphore_refusal(kernels) or refusal(kernels)
     return refuse
 

@@ -80,7 +80,15 @@ def with_windows(closed_jaxpr: Any) -> Any:
     return rewrite.retrace_replacing(closed_jaxpr, has_bounded_slices, run)
 
 
+def is_semaphore(aval: Any) -> bool:
+    """Is this aval a semaphore's (`pltpu.SemaphoreType.DMA` / `REGULAR`)?"""
+    dtype = getattr(aval, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, pallas_core.semaphore_dtype)
+
+
 def _uninitialized(shape: tuple[int, ...], dtype: Any) -> Any:
+    if jnp.issubdtype(dtype, pallas_core.semaphore_dtype):  # a semaphore's count: zero
+        return jnp.zeros(shape, pallas_core.SEMAPHORE_INTERPRET_DTYPE)
     return pallas_primitives.uninitialized_value(shape, dtype)
 
 
@@ -116,7 +124,9 @@ def _valid(shape: tuple[int, ...], sizes: list[Any | None]) -> Any:
 
 def run(eqn: Any, args: list[Any]) -> list[Any]:
     """The `pallas_call` equation `eqn` applied to `args`, grid step by grid step, every
-    `pl.BoundedSlice` window at its own size (see the module's docstring)."""
+    `pl.BoundedSlice` window at its own size (see the module's docstring). A semaphore
+    operand (in or out) is its count, an array of JAX's interpreted semaphore dtype, as the
+    interpreter's DMA rules count it (`cross_call_semaphores` passes them between calls)."""
     if (why := unsupported(eqn)) is not None:
         raise NotImplementedError(f"pl.BoundedSlice windows beside {why}")
     params = eqn.params
@@ -139,9 +149,14 @@ def run(eqn: Any, args: list[Any]) -> list[Any]:
     squeezed = [tuple(i for i, d in enumerate(bm.block_shape)
                       if isinstance(d, pallas_core.Squeezed)) for bm in mappings]
 
+    sems = [is_semaphore(bm.array_aval) for bm in mappings]
+
     def padded(x: Any, shape: tuple[int, ...]) -> Any:
         # a block size of padding past every end: a window is read and written where it
         # is, never clamped back into the array as `dynamic_slice` would
+        if jnp.issubdtype(x.dtype, pallas_core.SEMAPHORE_INTERPRET_DTYPE) or \
+                jnp.issubdtype(x.dtype, pallas_core.semaphore_dtype):
+            return x
         return jnp.pad(x, [(0, b) for b in shape],
                        constant_values=_uninitialized((), x.dtype))
 
@@ -171,8 +186,9 @@ def run(eqn: Any, args: list[Any]) -> list[Any]:
                 # an aliased input reads the output buffer it shares
                 source = arrays[n_in + alias_of[k]] if k in alias_of else arrays[k]
                 block = lax.dynamic_slice(source, starts, shape)
-                block = jnp.where(_valid(shape, sizes), block, _uninitialized(shape,
-                                                                              block.dtype))
+                if not sems[k]:
+                    block = jnp.where(_valid(shape, sizes), block,
+                                      _uninitialized(shape, block.dtype))
                 blocks.append(lax.squeeze(block, sq))
             results = jax_core.eval_jaxpr(body, body_consts, *scalars, *blocks, *scratch)
         written = results[n_scalars:n_scalars + len(blocks)]
@@ -184,7 +200,7 @@ def run(eqn: Any, args: list[Any]) -> list[Any]:
             keep = [a for a in range(len(shape)) if a not in squeezed[k]]
             value = lax.broadcast_in_dim(written[k], shape, keep)
             old = lax.dynamic_slice(arrays[k], starts, shape)
-            value = jnp.where(_valid(shape, sizes), value, old)
+            value = jnp.where(_valid(shape, sizes), value.astype(old.dtype), old)
             new_arrays[k] = lax.dynamic_update_slice(arrays[k], value, starts)
         return new_arrays, list(new_scratch)
 

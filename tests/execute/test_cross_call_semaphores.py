@@ -1,0 +1,110 @@
+"""DMA semaphores passed between `pallas_call`s (JAX's async-copy pattern: one call starts a
+copy and returns its semaphore, a later one waits on it). Neither of JAX's interpreters runs
+it ("nan + dma_sem", "AbstractSemaphoreTyRules has no attribute 'full'"); pallaslab's
+`interpret` runs it in program order, the copy completing at the wait
+(`pallaslab/model/_jax/cross_call_semaphores.py`): a correct pair compares ALL CLOSE with no
+executor named, a pair whose second call never waits does not."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from pallaslab import compare, run
+from pallaslab.model._jax.cross_call_semaphores import NOTE
+
+ANY = pl.BlockSpec(memory_space=pl.ANY)
+SEM = pl.BlockSpec(memory_space=pltpu.SEMAPHORE)
+
+
+def _start_kernel(index_ref, src_ref, src_alias_ref, dst_ref, sem):
+    del src_alias_ref
+    pltpu.make_async_copy(src_ref.at[index_ref[0]], dst_ref, sem).start()
+
+
+def _done_kernel(src_ref, dst_ref, sem, dst_alias_ref, *, wait):
+    del dst_alias_ref
+    if wait:  # sized by row 0: the wait needs the copy's shape, not its source
+        pltpu.make_async_copy(src_ref.at[0], dst_ref, sem).wait()
+
+
+def copy_start(x, index):
+    row = jax.ShapeDtypeStruct(x.shape[1:], x.dtype)
+    return pl.pallas_call(
+        _start_kernel,
+        out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), row, pltpu.SemaphoreType.DMA(())),
+        grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, in_specs=[ANY],
+                                               out_specs=(ANY, ANY, SEM)),
+        input_output_aliases={1: 0})(jnp.reshape(index, (1,)).astype(jnp.int32), x)
+
+
+def copy_done(x, dst, sem, wait=True):
+    return pl.pallas_call(
+        functools.partial(_done_kernel, wait=wait),
+        out_shape=jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+        in_specs=[ANY, ANY, SEM], out_specs=ANY, input_output_aliases={1: 0})(x, dst, sem)
+
+
+def one_row(mutant: str | None = None):
+    """Row 2 of x copied by an async copy the next call waits for, then scaled."""
+    def fn(x):
+        x, dst, sem = copy_start(x, 2)
+        return copy_done(x, dst, sem, wait=mutant != "no-wait") * 3.0
+
+    x = jnp.arange(4 * 8 * 128, dtype=jnp.float32).reshape(4, 8, 128) / 7.0
+    return fn, (x,), lambda x: x[2] * 3.0
+
+
+def two_in_flight(mutant: str | None = None):
+    """Two copies in flight at once (rows 1 and 3), waited in the opposite order."""
+    def fn(x):
+        x, dst1, sem1 = copy_start(x, 1)
+        x, dst3, sem3 = copy_start(x, 3)
+        row3 = copy_done(x, dst3, sem3)
+        row1 = copy_done(x, dst1, sem1, wait=mutant != "no-wait")
+        return row1 + 2.0 * row3
+
+    x = jnp.arange(4 * 8 * 128, dtype=jnp.float32).reshape(4, 8, 128) / 5.0
+    return fn, (x,), lambda x: x[1] + 2.0 * x[3]
+
+
+KERNELS = {"one_row": one_row, "two_in_flight": two_in_flight}
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_a_semaphore_joined_pair_compares_all_close_with_no_executor_named(name):
+    fn, args, reference = KERNELS[name]()
+    for result in (compare(fn, *args), compare(fn, *args, reference=reference)):
+        assert result.allclose and result.passed, result.verdict()
+        ran = [r for r in result.results if r.executor != "reference"]
+        assert all(r.status == "ran" and NOTE in r.notes for r in ran)
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_a_missing_wait_in_the_second_call_is_a_mismatch(name):
+    fn, args, reference = KERNELS[name]("no-wait")
+    result = compare(fn, *args, reference=reference)
+    assert result.complete and not result.allclose, result.verdict()
+    alone = compare(fn, *args)
+    assert not alone.passed, alone.verdict()
+
+
+def test_interpret_completes_the_copy_at_the_wait_and_says_what_it_models():
+    fn, args, reference = one_row()
+    result = run(fn, *args, executor="interpret")
+    assert result.status == "ran", result.reason
+    np.testing.assert_allclose(result.outputs[0], reference(*args), rtol=1e-6)
+    assert NOTE in result.notes and "not modelled" in NOTE
+
+
+def test_tpu_interpret_still_says_it_cannot_run_a_passed_semaphore():
+    fn, args, _ = one_row()
+    result = run(fn, *args, executor="tpu-interpret")
+    assert result.status == "unavailable"
+    assert "nan + dma_sem" in result.reason
