@@ -58,6 +58,8 @@ from pallaslab.views.pipeline_manual import (
     manual_ops,
     manual_parts,
     nested_pipelines,
+    nested_totals,
+    with_nested,
 )
 from pallaslab.views.pipeline_record import RunRecord, run_record
 from pallaslab.views.pipeline_tree import pipeline_tree
@@ -128,6 +130,8 @@ class PipelinePayload(TypedDict):
     dma_traffic: NotRequired[DmaTraffic | None]
     # Published device timings of this kernel's op and shapes ($PALLASLAB_PUBLISHED_TIMINGS).
     published: NotRequired[list[str]]
+    # The BlockSpec pipeline's facts as the text words them: steps, predicted, then `facts()`.
+    facts: NotRequired[list[list[str]]]
     # A GPU kernel: the GPU time model's lead line and (fact, value) pairs, as the text shows.
     gpu: NotRequired[GpuPayload | None]
 
@@ -395,6 +399,10 @@ class PipelineView(InteractiveView):
         payload["recorded_note"] = note
         payload["dma_traffic"] = dma_traffic(k, recorded)
         payload["published"] = self.published
+        # the facts the text and static HTML show, worded once (the widget lists them)
+        payload["facts"] = [["steps", f"{self.model.summary.steps:,}"],
+                            ["predicted", self.headline()[0][1]],
+                            *([a, b] for a, b in self.facts())]
         return visible_payload(payload)
 
     def _on_selection(self, change: Mapping[str, Any]) -> None:
@@ -435,6 +443,9 @@ class PipelineView(InteractiveView):
         compute = format_time(s.compute_time)
         predicted = ("predicted time", format_time(s.predicted_time))
         moved = dma_traffic(self.ctx.kernel, self.recorded[0])
+        nested = nested_totals(self.ctx.kernel, self.chip)
+        if moved is None and nested is not None:
+            return with_nested(s, nested)
         if moved is None:
             return [predicted,
                     ("compute", f"{compute} ({100 * s.compute_bound_fraction:.0f}% "
@@ -495,7 +506,7 @@ class PipelineView(InteractiveView):
                                 s.predicted_time, COMPUTE), *self._measured_svgs()]
         return pipeline_tree(
             ("Pipeline of kernel ", f"{k.index} ", Code(k.name), f" on TPU {self.chip} (model)"),
-            f"{s.steps:,} steps, predicted {format_time(s.predicted_time)}", self.facts(), svgs,
+            f"{s.steps:,} steps, predicted {self.headline()[0][1]}", self.facts(), svgs,
             manual_parts(k, self.chip), recorded, note)
 
     def _measured_svgs(self) -> list[str]:

@@ -3,9 +3,10 @@ order, and the pipeline model of each nested `emit_pipeline`'s inner grid."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TypedDict
 
-from pallaslab.analysis.pipeline import pipeline
+from pallaslab.analysis.pipeline import PipelineSummary, pipeline
 from pallaslab.model import Kernel
 from pallaslab.util.names import ref_name
 from pallaslab.util.text import visible
@@ -133,6 +134,56 @@ def nested_pipelines(kernel: Kernel, chip: str) -> list[NestedPipeline]:
             f"exposed copy time {format_time(s.exposed_copy_time)}; HBM traffic "
             f"{_html.num(s.hbm_bytes)} B"]))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class NestedTotals:
+    """Every nested pipeline's model summed over the kernel's programs."""
+
+    time: float  # seconds
+    compute: float
+    exposed_copy: float
+    hbm_bytes: int
+
+
+def nested_totals(kernel: Kernel, chip: str) -> NestedTotals | None:
+    """The nested pipelines' time, compute, exposed copies and traffic, over the whole kernel:
+    a pipeline tiled over the kernel's grid is modelled whole, one that is not runs once per
+    program. None without nested pipelines, or when one has no model."""
+    if not kernel.pipelines:
+        return None
+    time = compute = exposed = 0.0
+    hbm = 0
+    for pipe in kernel.pipelines:
+        repeat = 1 if pipe.outer_dims else kernel.programs
+        try:
+            s = pipeline(pipe, chip).summary
+        except ValueError:  # a dynamic inner grid: no total rather than a partial one
+            return None
+        if repeat is None:
+            return None
+        time += repeat * s.predicted_time
+        compute += repeat * s.compute_time
+        exposed += repeat * s.exposed_copy_time
+        hbm += repeat * s.hbm_bytes
+    return NestedTotals(time, compute, exposed, hbm)
+
+
+def with_nested(s: PipelineSummary, nested: NestedTotals) -> list[tuple[str, str]]:
+    """The headline of a kernel whose body runs nested pipelines: the kernel's own model counts
+    the body's work once per step, the nested models count each inner step, so the body's
+    compute is the larger of the two (the same work, not added); the traffic is both."""
+    body = max(s.compute_time, nested.time)
+    total = s.predicted_time - s.compute_time + body
+    compute = max(s.compute_time, nested.compute)
+    hbm = s.hbm_bytes + nested.hbm_bytes
+    return [("predicted time", f"{format_time(total)} (with its nested pipelines)"),
+            ("compute", f"{format_time(compute)} ({100 * compute / total:.0f}% compute-bound)"
+             if total else format_time(compute)),
+            ("exposed copy time", format_time(s.exposed_copy_time + nested.exposed_copy)),
+            ("HBM traffic", f"{_html.num(hbm)} B ({_html.num(s.hbm_bytes)} B through the "
+                            f"kernel's BlockSpecs, {_html.num(nested.hbm_bytes)} B through its "
+                            "nested pipelines)")]
 
 
 def nested_grid_text(pipe: Kernel) -> str:

@@ -55,3 +55,26 @@ def test_the_recorded_events_read_the_same_in_text_and_html(view):
     for o in ops:
         line = op_line(o)
         assert line.strip() in text and esc(line) in html
+
+
+def test_a_kernel_running_nested_pipelines_is_timed_with_them():
+    # Tutorial 05's kernel: operands left in HBM, the body an emit_pipeline over an inner
+    # (2, 2, 2) grid. The headline counts the nested pipeline's steps and traffic, not the
+    # kernel's own single step ("predicted 541.6 ns, HBM traffic 0 B" above a 3.04 µs pipeline).
+    import kernels_tpu
+
+    from pallaslab.analysis.pipeline import pipeline
+    from pallaslab.views.pipeline_manual import format_time
+
+    fn, args = kernels_tpu.emit_pipeline_matmul()
+    view = pallaslab.inspect(fn, *args).view("pipeline")
+    inner = pipeline(view.ctx.kernel.pipelines[0], view.chip).summary
+    lines = view.to_text().splitlines()
+    assert lines[1] == f"  1 steps, predicted {format_time(inner.predicted_time)} (with its " \
+        "nested pipelines)"
+    assert (f"  HBM traffic {inner.hbm_bytes:,} B (0 B through the kernel's BlockSpecs, "
+            f"{inner.hbm_bytes:,} B through its nested pipelines)") in lines
+    # the widget lists the facts the text shows, worded once
+    facts = view.payload()["facts"]
+    assert facts[:2] == [["steps", "1"], ["predicted", lines[1].split("predicted ")[1]]]
+    assert [f"  {a} {b}" for a, b in facts[2:]] == lines[2:2 + len(facts) - 2]

@@ -24,7 +24,8 @@ import {
  * @typedef {{version: number, kernel: string, index: number, chip: string, grid: number[],
  *   programs: number, summary: Record<string, any>, stall_time: number | null,
  *   measured: Record<string, any> | null, tracks: TrackPayload[], chips: string[],
- *   live: boolean, published?: string[], gpu?: import("./pipeline_gpu.js").GpuPayload | null}
+ *   live: boolean, published?: string[], facts?: string[][],
+ *   gpu?: import("./pipeline_gpu.js").GpuPayload | null}
  *   & import("./pipeline_manual.js").BeyondBlockSpecs} PipelinePayload
  */
 /**
@@ -67,32 +68,13 @@ function local(canvas, e) {
 }
 
 /**
- * The facts above the timelines: steps, predicted and measured times, stall, traffic.
+ * The facts above the timelines, worded in Python as the text and static HTML show them
+ * (steps, predicted time, compute, exposed copies, stall, traffic, measured, published).
  * @param {PipelinePayload} p
  * @returns {string[][]}
  */
 function factRows(p) {
-  const s = p.summary;
-  // A kernel that moves its own data: what its DMAs move, and no share or exposed time the
-  // model cannot know (it times BlockSpec copies only).
-  const moved = p.dma_traffic;
-  const traffic = `${s.hbm_bytes.toLocaleString("en-US")} B`;
-  const rows = [
-    ["steps", s.steps.toLocaleString("en-US")],
-    ["predicted", fmtTime(s.predicted_time)],
-    ["compute", `${fmtTime(s.compute_time)} (${moved ? "share not estimated" : `${Math.round(100 * s.compute_bound_fraction)}% compute-bound`})`],
-    ["exposed copy", moved ? moved.exposed : fmtTime(s.exposed_copy_time)],
-    ["longest stall", s.stall_step === null ? "none" : `step ${s.stall_step} (program (${programIds(p.grid, s.stall_step).join(", ")}))`],
-    ...(moved ? [["moved by its DMAs", moved.text]] : []),
-    ...(!moved ? [["HBM traffic", traffic]] : s.hbm_bytes ? [["HBM traffic", `${traffic} through BlockSpecs`]] : []),
-  ];
-  if (p.measured) {
-    rows.push(["measured", `${fmtTime(p.measured.total_time)}, ${p.measured.steps.toLocaleString("en-US")} steps` +
-      (p.measured.mean_step ? `, mean step ${fmtTime(p.measured.mean_step)}` : "")]);
-  }
-  // Published device timings of this op and shape (PALLASLAB_PUBLISHED_TIMINGS), beside the model.
-  for (const line of p.published || []) rows.push(["published", line.replace(/^published /, "")]);
-  return rows;
+  return p.facts || [];
 }
 
 /** The BlockSpec pipeline's timelines: their state (zoom window, hover), drawing and input. */
