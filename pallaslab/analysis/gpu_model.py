@@ -121,6 +121,7 @@ class GpuWork:
     transcendentals: float = 0.0  # exp, log, sigmoid... on the special-function units
     compute_warpgroups: int = 1  # warpgroups that issue the dots and the elementwise work
     ping_pong: bool = False  # do named barriers schedule those warpgroups against each other?
+    pipeline_steps: int = 0  # steps of the copy pipeline each output tile runs (0: many)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +167,11 @@ def predict_work(work: GpuWork, gpu: str = "h100") -> GpuPrediction:
     compute = waves * used_per_wave * block_compute
     memory = work.hbm_bytes / spec.hbm_bytes_per_s
     latency = spec.launch_s + waves * spec.wave_latency_s
-    time = max(compute, memory) + latency
+    # A pipeline started afresh for each output tile hides its copies behind its compute
+    # only from its second step on: of s steps, the first step's share of the smaller term
+    # stays exposed (one step: the copies, then the math, then the stores, in turn).
+    exposed = min(compute, memory) / work.pipeline_steps if work.pipeline_steps else 0.0
+    time = max(compute, memory) + exposed + latency
     terms: dict[Bound, float] = {"compute": compute, "memory": memory, "latency": latency}
     bound = max(terms, key=lambda b: terms[b])
     return GpuPrediction(spec.name, work, occ.blocks_per_sm,
@@ -180,10 +185,11 @@ def predict_work(work: GpuWork, gpu: str = "h100") -> GpuPrediction:
 
 def kernel_work(kernel: Kernel, *, flops: float | None = None, shared_bytes: int | None = None,
                 registers: int | None = None, flops_source: str = "given",
-                transcendentals: float | None = None) -> GpuWork:
+                transcendentals: float | None = None, pipeline_steps: int = 0) -> GpuWork:
     """The work of a captured Triton or Mosaic GPU kernel. `flops`, `shared_bytes`,
     `registers` and `transcendentals` are what a caller knows better (the compiler's figures
-    from a real compile, a problem's analytic work); otherwise they come from the capture."""
+    from a real compile, a problem's analytic work); otherwise they come from the capture;
+    `pipeline_steps`, the steps each output tile's copy pipeline runs, where known."""
     backend = kernel.backend or "triton"
     params = dict(kernel.compiler_params.get(backend, {}))
     warpgroups = _warpgroups(kernel)
@@ -204,7 +210,8 @@ def kernel_work(kernel: Kernel, *, flops: float | None = None, shared_bytes: int
                    registers=est_regs if registers is None else registers,
                    flops_source=flops_source, vector_ops=vector, transcendentals=trans,
                    compute_warpgroups=_compute_warpgroups(kernel, warpgroups),
-                   ping_pong=backend == "mosaic_gpu" and syncs_warpgroups_by_named_barriers(kernel))
+                   ping_pong=backend == "mosaic_gpu" and syncs_warpgroups_by_named_barriers(kernel),
+                   pipeline_steps=pipeline_steps)
 
 
 def gpu_prediction(kernel: Kernel, gpu: str = "h100", **given: Any) -> GpuPrediction:

@@ -236,7 +236,8 @@ def predict(row: pub.Row) -> GpuRowPrediction:
         raise pub.BuildError("tokamax failed tracing (AttributeError)", repr(err)) from err
     padding = _head_dim_padding(row, cap.kernels)
     flops = problem_flops(row) * padding
-    preds = _kernel_predictions(cap.kernels, gpu, flops, problem_transcendentals(row))
+    preds = _kernel_predictions(cap.kernels, gpu, flops, problem_transcendentals(row),
+                                pipeline_steps(row))
     xla = xla_boundary_bytes(cap.handle.closed_jaxpr) if cap.handle is not None else None
     xla_s = xla.bytes / gpu_spec(gpu).hbm_bytes_per_s if xla is not None else 0.0
     return GpuRowPrediction(row, sum(p.time_s for p in preds) + xla_s,
@@ -280,12 +281,24 @@ def problem_transcendentals(row: pub.Row) -> float | None:
     return None
 
 
+def pipeline_steps(row: pub.Row) -> int:
+    """Steps of the copy pipeline each output tile runs, where the op restarts it per tile
+    (0: not known, or many): tokamax's Mosaic GPU gated linear unit runs one
+    `emit_pipeline_warp_specialized` over the contracting dim, `tile_k` at a time, per tile."""
+    _, op = backend_op(row)
+    tile_k = pub.config(row).get("tile_k")
+    if op != "gated_linear_unit" or not tile_k:
+        return 0
+    return math.ceil(pub.problem_arrays(row.problem)["x"][0][-1] / int(tile_k))
+
+
 def _kernel_predictions(kernels: tuple[Any, ...], gpu: str, flops: float,
-                        transcendentals: float | None = None) -> list[GpuPrediction]:
+                        transcendentals: float | None = None,
+                        steps: int = 0) -> list[GpuPrediction]:
     blocks = [max(1, k.programs or 1) for k in kernels]
     total = sum(blocks)
     trans = [kernel_body_vector_ops(k)[1] * b for k, b in zip(kernels, blocks, strict=True)]
     return [gpu_prediction(k, gpu, flops=flops * b / total, flops_source="problem",
                            transcendentals=None if transcendentals is None or not t
-                           else transcendentals * t / sum(trans))
+                           else transcendentals * t / sum(trans), pipeline_steps=steps)
             for k, b, t in zip(kernels, blocks, trans, strict=True)]

@@ -290,3 +290,19 @@ def test_an_attention_vjp_row_adds_the_xla_work_around_its_kernels():
     # at least the dbias reduction's read of the per-batch dS (bf16[2,4,256,256])
     assert pred.xla_s >= 2 * 4 * 256 * 256 * 2 / gpu_model.GPUS["h100"].hbm_bytes_per_s
     assert pred.predicted_s > pred.xla_s
+
+
+def test_a_one_step_pipeline_per_tile_serializes_copies_and_math():
+    spec = gpu_model.GPUS["h100"]
+    work = gpu_model.GpuWork(blocks=132, flops=spec.peak_flops["bfloat16"] * 1e-3,
+                             dot_dtype="bfloat16", hbm_bytes=spec.hbm_bytes_per_s * 0.5e-3,
+                             num_warps=12, num_stages=2, shared_bytes=0, registers=0,
+                             flops_source="given")
+    many = gpu_model.predict_work(work, "h100")  # copies hidden behind 1 ms of math
+    one = gpu_model.predict_work(dataclasses.replace(work, pipeline_steps=1), "h100")
+    four = gpu_model.predict_work(dataclasses.replace(work, pipeline_steps=4), "h100")
+    assert one.time_s - many.time_s == pytest.approx(0.5e-3)
+    assert four.time_s - many.time_s == pytest.approx(0.125e-3)
+    # the GLU row contracts 128 with tile_k 128: one step per output tile
+    assert gpu_model_published.pipeline_steps(_GLU_ROW) == 1
+    assert gpu_model_published.pipeline_steps(_VJP_ROW) == 0
