@@ -17,6 +17,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from pallaslab import compare, run
 from pallaslab.model._jax.bounded_slices import NOTE
+from pallaslab.model._jax.traced_size_copies import NOTE as TRACED_NOTE
 
 ROWS, LANES, BOUND = 16, 128, 8
 STARTS = np.array([0, 3, 8], np.int32)  # windows [0, 3), [3, 8), [8, 16)
@@ -84,7 +85,50 @@ def segment_sums(mutant: str | None = None):
     return fn, (_x(),), reference
 
 
-KERNELS = {"scaled_windows": scaled_windows, "segment_sums": segment_sums}
+# --- the same windows inside a kernel: pltpu.emit_pipeline over HBM ---------------------------
+# emit_pipeline copies each window by a DMA whose size is traced, rounded up to the (8, 128)
+# tiling as the TPU pipeline rounds it ("Shapes must be 1D sequences of concrete values" in
+# JAX's interpreter): a window one row short still copies its whole tile, so the wrong variant
+# leaves a whole tile out.
+
+PIPE_ROWS = 32
+PIPE_WINDOWS = np.array([[0, 16], [16, 24], [24, 32]], np.int32)  # [start, end), tile-aligned
+
+
+def _pipeline_body(x_vmem, o_vmem):
+    o_vmem[...] = x_vmem[...] * 2.0 + 1.0
+
+
+def _pipelined(x_hbm, windows_hbm, o_hbm, windows_smem):
+    pltpu.sync_copy(windows_hbm, windows_smem)
+
+    def index_map(i):
+        start = windows_smem[i, 0]
+        return (pl.ds(start, windows_smem[i, 1] - start), 0)
+
+    spec = pl.BlockSpec((pl.BoundedSlice(16), LANES), index_map)
+    pltpu.emit_pipeline(_pipeline_body, grid=(len(PIPE_WINDOWS),), in_specs=[spec],
+                        out_specs=spec)(x_hbm, o_hbm)
+
+
+def pipelined_windows(mutant: str | None = None):
+    windows = PIPE_WINDOWS.copy()
+    if mutant == "short":  # the middle window ends a tile early: rows 16-23 never copied
+        windows[1, 1] = 16
+    anywhere = pl.BlockSpec(memory_space=pl.ANY)
+
+    def fn(x):
+        return pl.pallas_call(
+            _pipelined, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[anywhere, anywhere], out_specs=anywhere,
+            scratch_shapes=[pltpu.SMEM(windows.shape, jnp.int32)])(x, jnp.asarray(windows))
+
+    x = jnp.arange(PIPE_ROWS * LANES, dtype=jnp.float32).reshape(PIPE_ROWS, LANES) / 100.0
+    return fn, (x,), lambda x: x * 2.0 + 1.0
+
+
+KERNELS = {"scaled_windows": scaled_windows, "segment_sums": segment_sums,
+           "pipelined_windows": pipelined_windows}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
@@ -92,7 +136,9 @@ def test_a_correct_bounded_slice_kernel_compares_all_close_with_no_executor_name
     fn, args, _ = KERNELS[name]()
     result = compare(fn, *args)
     assert result.allclose and result.passed, result.verdict()
-    assert all(r.status == "ran" and NOTE in r.notes for r in result.results)
+    note = TRACED_NOTE if name == "pipelined_windows" else NOTE
+    ours = [r for r in result.results if r.ran_as == "interpret"]
+    assert ours and all(r.status == "ran" and note in r.notes for r in ours)
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
@@ -129,5 +175,11 @@ def test_a_window_one_row_short_is_a_mismatch_or_a_finding():
 
 def test_a_body_that_reads_past_its_window_is_a_mismatch():
     fn, args, reference = segment_sums("whole-block")
+    result = compare(fn, *args, reference=reference)
+    assert result.complete and not result.allclose, result.verdict()
+
+
+def test_a_pipelined_window_a_tile_short_is_a_mismatch():
+    fn, args, reference = pipelined_windows("short")
     result = compare(fn, *args, reference=reference)
     assert result.complete and not result.allclose, result.verdict()

@@ -19,9 +19,6 @@ from pallaslab.execute.executors import vectorized
 from pallaslab.execute.prepared import prepare
 from pallaslab.model._jax.trace import abstract_tpu
 
-UNSIZED = ("JAX's HLO interpreter (interpret=True) does not implement a window of varying size "
-           "(pl.ds with a traced size, as a pl.BoundedSlice block makes)")
-
 
 def test_a_pallas_call_closing_over_refs_runs_interpreted_and_matches():
     fn, args = load_function("tests/peer/tpu_state.py:stateful_kernel_on_refs")()
@@ -143,7 +140,9 @@ def test_jax_s_interpreter_cannot_run_a_bounded_slice_window():
 
 
 @pytest.mark.parametrize("executor", ["interpret", "vectorized"])
-def test_a_bounded_slice_window_is_unavailable_with_the_interpreter_s_reason(executor):
+def test_a_bounded_slice_window_runs_as_row_copies_in_pallaslab_s_run(executor):
+    """pallaslab's run copies a traced-size DMA row by row (model/_jax/traced_size_copies.py;
+    tests/execute/test_bounded_slices.py)."""
     result = run(_bounded, *BOUNDED_ARGS, executor=executor)
-    assert result.status == "unavailable" and result.error is None
-    assert result.unavailable.startswith(UNSIZED)
+    assert result.status == "ran", result.reason
+    np.testing.assert_array_equal(result.outputs[0], BOUNDED_ARGS[0])

@@ -11,7 +11,12 @@ from pallaslab.execute.result import RunResult
 from pallaslab.execute.worker.monitor import RunMonitor, total_programs
 from pallaslab.execute.worker.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import _jax
-from pallaslab.model._jax import atomics, bounded_slices, cross_call_semaphores
+from pallaslab.model._jax import (
+    atomics,
+    bounded_slices,
+    cross_call_semaphores,
+    traced_size_copies,
+)
 
 
 class InterpretExecutor:
@@ -47,6 +52,10 @@ class InterpretExecutor:
                 if in_order := atomics.program_order_overrides(eqn):
                     update |= in_order
                     eqn = eqn.replace(params={**eqn.params, **in_order})
+                # DMAs of a traced size (emit_pipeline's pl.BoundedSlice) as row copies.
+                if rows := traced_size_copies.row_copy_overrides(eqn):
+                    update |= rows
+                    eqn = eqn.replace(params={**eqn.params, **rows})
                 if kernel is not None:
                     index = kernel.index
                     update |= _jax.instrument_kernel(
@@ -63,4 +72,4 @@ class InterpretExecutor:
         eqns = [k.handle.eqn for k in cap if k.handle is not None]
         return dataclasses.replace(result, notes=(
             *result.notes, *atomics.run_notes(eqns), *bounded_slices.run_notes(eqns),
-            *cross_call_semaphores.run_notes(eqns)))
+            *cross_call_semaphores.run_notes(eqns), *traced_size_copies.run_notes(eqns)))
