@@ -85,6 +85,40 @@ def segment_sums(mutant: str | None = None):
     return fn, (_x(),), reference
 
 
+# --- a 2-D grid over windows and lane blocks, scratch carried, the output aliased ------------
+
+def _accumulate_kernel(starts_ref, sizes_ref, x_ref, y_ref, o_ref, steps_ref):
+    del starts_ref, sizes_ref
+
+    @pl.when(pl.program_id(1) == 0)
+    def _():
+        steps_ref[...] = jnp.zeros_like(steps_ref)
+
+    steps_ref[...] += 1.0  # 1 in the first lane block of each window, 2 in the second
+    o_ref[...] = x_ref[...] + y_ref[...] * steps_ref[...]
+
+
+def windows_by_lanes(mutant: str | None = None):
+    del mutant
+    spec = pl.BlockSpec((pl.BoundedSlice(BOUND), LANES),
+                        lambda i, j, starts, sizes: (pl.ds(starts[i], sizes[i]), j))
+
+    def fn(x, y):
+        return pl.pallas_call(
+            _accumulate_kernel,
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=2, grid=(len(STARTS), 2), in_specs=[spec, spec],
+                out_specs=spec, scratch_shapes=[pltpu.VMEM((BOUND, LANES), jnp.float32)]),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), input_output_aliases={3: 0},
+        )(jnp.asarray(STARTS), jnp.asarray(SIZES), x, y)
+
+    def reference(x, y):
+        return x + y * jnp.repeat(jnp.array([1.0, 2.0]), LANES)[None, :]
+
+    x = jnp.arange(ROWS * 2 * LANES, dtype=jnp.float32).reshape(ROWS, 2 * LANES) / 100.0
+    return fn, (x, jnp.ones_like(x) * 0.5), reference
+
+
 # --- the same windows inside a kernel: pltpu.emit_pipeline over HBM ---------------------------
 # emit_pipeline copies each window by a DMA whose size is traced, rounded up to the (8, 128)
 # tiling as the TPU pipeline rounds it ("Shapes must be 1D sequences of concrete values" in
@@ -128,7 +162,7 @@ def pipelined_windows(mutant: str | None = None):
 
 
 KERNELS = {"scaled_windows": scaled_windows, "segment_sums": segment_sums,
-           "pipelined_windows": pipelined_windows}
+           "windows_by_lanes": windows_by_lanes, "pipelined_windows": pipelined_windows}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
