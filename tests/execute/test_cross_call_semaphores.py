@@ -74,7 +74,19 @@ def two_in_flight(mutant: str | None = None):
     return fn, (x,), lambda x: x[1] + 2.0 * x[3]
 
 
-KERNELS = {"one_row": one_row, "two_in_flight": two_in_flight}
+def jitted_halves(mutant: str | None = None):
+    """The start and the wait each under its own jax.jit: the semaphore crosses both."""
+    start = jax.jit(lambda x: copy_start(x, 1))
+    done = jax.jit(functools.partial(copy_done, wait=mutant != "no-wait"))
+
+    def fn(x):
+        return done(*start(x)) + 1.0
+
+    x = jnp.arange(4 * 8 * 128, dtype=jnp.float32).reshape(4, 8, 128) / 3.0
+    return fn, (x,), lambda x: x[1] + 1.0
+
+
+KERNELS = {"one_row": one_row, "two_in_flight": two_in_flight, "jitted_halves": jitted_halves}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))

@@ -17,7 +17,8 @@ its destination uninitialized, so a missing wait shows as wrong output.
 Not modelled: a wait is recognised per kernel (a kernel with a `dma_wait` anywhere completes
 the copies of every semaphore it takes, whether or not the wait runs), a read of the
 destination in the waiting kernel before its wait sees the copy, and a semaphore passed
-through another equation (a loop, a `jit`) between the two calls is not followed.
+through a loop between the two calls is not followed (a `jit` or `named_call` between them is
+inlined).
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ NOTE = ("DMA semaphores passed between pallas_calls run in program order: a copy
 
 @dataclasses.dataclass
 class Pending:
-    """A semaphore returned by a `pallas_call`: its count, and the starting call's outputs
-    with its copies made (by the call's output variable), given to the call that waits."""
+    """A semaphore returned by a `pallas_call`: its count, and for each output the starting
+    call returned (by the returned value's id: it flows unchanged through the `jit`s between
+    the calls), that value and the one with the call's copies made, given to the call that
+    waits."""
     count: Any
-    copied: dict[Any, Any]
+    copied: dict[int, tuple[Any, Any]]
 
 
 def _kernel_invars_of_semaphores(eqn: Any, outputs: bool) -> list[Any]:
@@ -61,6 +64,17 @@ def passes_semaphores(eqn: Any) -> bool:
         bounded_slices.is_semaphore(v.aval) for v in (*eqn.invars, *eqn.outvars))
 
 
+def _carries_semaphores(eqn: Any) -> bool:
+    """A call (`jit`, `named_call`) that returns or takes a semaphore: inlined, so the
+    semaphore's count and copies flow on to the kernel that waits."""
+    return eqn.primitive.name != "pallas_call" and "jaxpr" in eqn.params and any(
+        bounded_slices.is_semaphore(v.aval) for v in (*eqn.invars, *eqn.outvars))
+
+
+def _matches(eqn: Any) -> bool:
+    return passes_semaphores(eqn) or _carries_semaphores(eqn)
+
+
 def run_notes(eqns: Iterable[Any]) -> tuple[str, ...]:
     """The note a run of these kernel equations carries: `NOTE` when one passes a
     semaphore."""
@@ -72,7 +86,7 @@ def with_semaphores_in_order(closed_jaxpr: Any) -> Any:
     program order (see the module's docstring); unchanged when there is none."""
     if not rewrite.contains(closed_jaxpr, passes_semaphores):
         return closed_jaxpr
-    return rewrite.retrace_replacing(closed_jaxpr, passes_semaphores, _run)
+    return rewrite.retrace_replacing(closed_jaxpr, _matches, _run)
 
 
 def _waits(jaxpr: Any) -> bool:
@@ -108,19 +122,22 @@ def _subjaxprs(eqn: Any) -> list[Any]:
 
 
 def _run(eqn: Any, invals: list[Any]) -> list[Any]:
+    if _carries_semaphores(eqn):  # a jit between the kernels: its body, inline
+        inner = eqn.params["jaxpr"]
+        return rewrite.eval_replacing(inner, inner.consts, invals, _matches, _run)
     pending = [x for x in invals if isinstance(x, Pending)]
     if pending and _waits(eqn.params["jaxpr"]):
-        copied: dict[Any, Any] = {}
+        copied: dict[int, tuple[Any, Any]] = {}
         for p in pending:
             copied.update(p.copied)
-        invals = [x if hasattr(v, "val") else copied.get(v, x)  # a literal is no output
-                  for v, x in zip(eqn.invars, invals, strict=True)]
+        invals = [copied[id(x)][1] if id(x) in copied and copied[id(x)][0] is x else x
+                  for x in invals]
     invals = [x.count if isinstance(x, Pending) else x for x in invals]
     with_copies = bounded_slices.run(eqn, invals)
     if not any(bounded_slices.is_semaphore(v.aval) for v in eqn.outvars):
         return with_copies
     without = bounded_slices.run(_without_starts(eqn), invals)
-    copied = {v: x for v, x in zip(eqn.outvars, with_copies, strict=True)
+    copied = {id(y): (y, x) for v, x, y in zip(eqn.outvars, with_copies, without, strict=True)
               if not bounded_slices.is_semaphore(v.aval)}
     return [Pending(x, copied) if bounded_slices.is_semaphore(v.aval) else y
             for v, x, y in zip(eqn.outvars, with_copies, without, strict=True)]
