@@ -2,13 +2,13 @@
 varying-size window, run grid step by grid step as the TPU pipeline copies it.
 
 JAX's interpreters stop at such a kernel: the HLO interpreter cannot turn a `pl.ds(start,
-size)` from an index map into a block's start ("Unsupported block dim type: BoundedSlice";
-with other shapes "Shapes must be 1D sequences of concrete values"), and TPU interpret mode
-fails inside its own code. `BoundedSlice(n)` is documented (`pl.BoundedSlice`, and Mosaic's
-pipeline copies it so): the kernel's ref has the static size `n`; the index map returns
-`pl.ds(start, size)` with `size <= n`; the pipeline copies rows `[start, start + size)` of
-the array into the block's first `size` rows, and an output block's first `size` rows back.
-The rows past `size` are undefined.
+size)` from an index map into a block's start ("Unsupported block dim type: BoundedSlice"),
+and TPU interpret mode fails inside its own code. (Inside a kernel, `pltpu.emit_pipeline`
+copies such windows by DMAs of a traced size: `traced_size_copies`.) `BoundedSlice(n)` is
+documented (`pl.BoundedSlice`, and Mosaic's pipeline copies it so): the kernel's ref has the
+static size `n`; the index map returns `pl.ds(start, size)` with `size <= n`; the pipeline
+copies rows `[start, start + size)` of the array into the block's first `size` rows, and an
+output block's first `size` rows back. The rows past `size` are undefined.
 
 This module gives pallaslab's own interpreted run that rule, as a replacement of the
 `pallas_call` equation in the executor's copy of the jaxpr (no rule of JAX's is registered or
@@ -17,8 +17,9 @@ program at a time, like `interpret=True`: each input block is read at its own wi
 undefined rows filled as `interpret=True` fills uninitialized memory (NaN for floats, the
 minimum for integers) so a kernel that reads them shows it; each output block writes back
 only its window's rows. Not modelled: what a real TPU leaves in the undefined rows (the
-previous step's data), and a window's size above its bound (Mosaic's behaviour there is
-undefined; here it is clipped to the bound).
+previous step's data), a window's size above its bound (Mosaic's behaviour there is
+undefined; here it is clipped to the bound), and any rounding of the copies to the memory's
+tiling (emit_pipeline rounds its copies up; here exactly the window's rows move).
 """
 
 from __future__ import annotations
