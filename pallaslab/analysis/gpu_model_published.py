@@ -239,7 +239,10 @@ def predict(row: pub.Row) -> GpuRowPrediction:
     preds = _kernel_predictions(cap.kernels, gpu, flops, problem_transcendentals(row),
                                 pipeline_steps(row))
     xla = xla_boundary_bytes(cap.handle.closed_jaxpr) if cap.handle is not None else None
-    xla_s = xla.bytes / gpu_spec(gpu).hbm_bytes_per_s if xla is not None else 0.0
+    # XLA's ops between the kernels: their HBM traffic, and a launch for each fusion that
+    # writes a result (counted as one per result written: multi-output fusions aside)
+    xla_s = (xla.bytes / gpu_spec(gpu).hbm_bytes_per_s + xla.results * gpu_spec(gpu).launch_s
+             if xla is not None else 0.0)
     return GpuRowPrediction(row, sum(p.time_s for p in preds) + xla_s,
                             tuple(k.name for k in cap.kernels), tuple(p.bound for p in preds),
                             xla_s)

@@ -275,7 +275,7 @@ def test_xla_traffic_between_kernels_is_what_crosses_their_boundary():
                                  .handle.closed_jaxpr)
     assert traffic.read_bytes == n * 128 * 4 + n * 256 * 4  # x, then the kernel's output
     assert traffic.written_bytes == n * 256 * 4 + 2  # the pad's result, the bf16 sum
-    assert "pad" in traffic.primitives
+    assert "pad" in traffic.primitives and traffic.results == 2
 
 
 def test_an_attention_vjp_row_adds_the_xla_work_around_its_kernels():

@@ -28,6 +28,7 @@ class XlaTraffic:
     read_bytes: int  # kernel outputs and call arguments that XLA ops read
     written_bytes: int  # XLA results that kernels read or the call returns
     primitives: tuple[str, ...]  # the XLA ops on the boundary, in order, once each
+    results: int = 0  # XLA results written to HBM: at least one launched fusion each
 
     @property
     def bytes(self) -> int:
@@ -44,7 +45,7 @@ def xla_boundary_bytes(closed_jaxpr: Any) -> XlaTraffic:
         walk.write(v)
     return XlaTraffic(sum(_nbytes(v) for v in walk.read.values()),
                       sum(_nbytes(v) for v in walk.written.values()),
-                      tuple(dict.fromkeys(walk.prims)))
+                      tuple(dict.fromkeys(walk.prims)), len(walk.written))
 
 
 class _Walk:
