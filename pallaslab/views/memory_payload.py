@@ -47,6 +47,7 @@ class ChipMemory(TypedDict):
     smem_bytes: int
     smem_capacity: int
     semaphores: int
+    shared: int  # bytes sequential run_scoped regions reuse: the operands' sum less this
     spill_note: str | None  # a large body value beyond the counted matrix product: a note
     operands: list[MemoryOperand]  # on-chip operands only, inputs, outputs, scratch
 
@@ -133,7 +134,7 @@ def chip_memory(occ: Occupancy, labels: dict[str, str] | None = None) -> ChipMem
         chip=occ.chip, target=get_chip(occ.chip).target, bytes=occ.bytes, limit=occ.limit,
         limit_source=occ.limit_source, capacity=occ.vmem_capacity, fits=occ.fits,
         over=max(0, occ.bytes - occ.limit), smem_bytes=occ.smem_bytes,
-        smem_capacity=occ.smem_capacity, semaphores=occ.semaphores,
+        smem_capacity=occ.smem_capacity, semaphores=occ.semaphores, shared=occ.scoped_shared,
         spill_note=occ.shown_spill_note, operands=[_operand(o, labels or {}) for o in ops])
 
 

@@ -101,6 +101,9 @@ def operand_table(chips: Sequence[ChipMemory]) -> Table:
     def total(label: str, cells: Sequence[Inline]) -> tuple[Inline, ...]:
         return (label, "", "", "", "", *cells)
 
+    if any(c["shared"] for c in chips):  # the rows above add up to more than the total
+        rows.append(total("shared by sequential run_scoped regions",
+                          [f"-{num(c['shared'])}" for c in chips]))
     rows.append(total("total VMEM", [num(c["bytes"]) for c in chips]))
     rows.append(total("limit", [f"{num(c['limit'])} ({c['limit_source']})" for c in chips]))
     rows.append(total("SMEM", [num(c["smem_bytes"]) for c in chips]))

@@ -140,3 +140,14 @@ def test_the_estimate_matches_libtpus_exact_need(libtpu_needs, name):
               f"{truth / 1024:.1f} KiB")
     assert truth <= occ.bytes + GRANULARITY, report  # never below what libtpu needs
     assert abs(occ.bytes - truth) <= max(TOLERANCE * truth, GRANULARITY), report
+
+
+def test_the_memory_view_says_what_the_regions_share():
+    # the operand rows add up to more than the total: the table says by how much, and why
+    fn, args = _call(_siblings)
+    view = pallaslab.inspect(fn, *args).memory(chips="v5e")
+    (chip,) = view.payload()["chips"]
+    assert chip["shared"] > 0 and chip["bytes"] == 2 * MiB
+    row = next(line for line in view.to_text().splitlines() if "shared by sequential" in line)
+    assert row.split()[-1] == f"-{chip['shared']:,}"
+    assert "shared by sequential run_scoped regions" in view.to_html()

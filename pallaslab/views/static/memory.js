@@ -18,7 +18,8 @@ import { h, num, lifetime, onModel } from "./prelude.js";
 /**
  * @typedef {{chip: string, target: string, bytes: number, limit: number, limit_source: string,
  *   capacity: number, fits: boolean, over: number, smem_bytes: number, smem_capacity: number,
- *   semaphores: number, spill_note: string | null, operands: MemoryOperand[]}} ChipMemory
+ *   semaphores: number, shared: number, spill_note: string | null,
+ *   operands: MemoryOperand[]}} ChipMemory
  */
 /**
  * @typedef {{chip: string, vmem_bytes: number, body_bytes: number, need_bytes: number,
@@ -218,6 +219,8 @@ function operandTable(chips) {
     for (const c of chips) tr.append(h("td", `num ${cls ? cls(c) : ""}`, f(c)));
     table.append(tr);
   };
+  // sequential run_scoped regions reuse memory: the rows above add up to more than the total
+  if (chips.some((c) => c.shared)) foot("shared by sequential run_scoped regions", (c) => `-${num(c.shared)}`);
   foot("total VMEM", (c) => num(c.bytes));
   foot("limit", (c) => `${num(c.limit)} (${c.limit_source})`);
   foot("SMEM", (c) => num(c.smem_bytes));
