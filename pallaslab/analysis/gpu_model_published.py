@@ -27,7 +27,8 @@ HARDWARE_GPUS = {"H100 80GB HBM3": "h100", "B200": "b200"}
 # The compute capability tokamax picks its kernel generation by (sm90: Hopper, sm100: Blackwell;
 # CUDA C Programming Guide, "Compute Capabilities").
 _CAPABILITY = {"h100": 9.0, "b200": 10.0}
-NOT_PALLAS = "not a Pallas kernel (tokamax runs it through jax_triton.triton_call)"
+NOT_PALLAS = ("not a Pallas kernel (tokamax runs it through jax_triton.triton_call): "
+              "out of scope for a Pallas tool")
 
 
 def gpu_of(row: pub.Row) -> str | None:
