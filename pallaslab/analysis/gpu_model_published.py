@@ -189,11 +189,13 @@ def problem_flops(row: pub.Row) -> float:
     a = pub.problem_arrays(row.problem)
     if op.startswith("flash_attention"):
         scores, d, dv = _attention_scores(row)
+        first, second = _computed_shares(row)
         # forward: S = QK^T (d) and O = PV (dv); backward: the dK/dV pass recomputes S and
         # forms dP = dO V^T (dv), dV = P^T dO (dv), dK = dS^T Q (d); the dQ pass recomputes S
         # and dP and forms dQ = dS K (d) (tokamax's two backward kernels, FlashAttention-2).
-        per = (d + dv) if op == "flash_attention" else (d + 2 * dv + d) + (d + dv + d)
-        return 2.0 * scores * per
+        if op == "flash_attention":
+            return 2.0 * scores * first * (d + dv)
+        return 2.0 * scores * (first * (d + 2 * dv + d) + second * (d + dv + d))
     if op == "gated_linear_unit":
         x, w = a["x"][0], a["weights"][0]
         return 2.0 * math.prod(x[:-1]) * x[-1] * math.prod(w[1:])
@@ -262,13 +264,39 @@ def _head_dim_padding(row: pub.Row, kernels: tuple[Any, ...]) -> float:
 
 
 def _attention_scores(row: pub.Row) -> tuple[float, int, int]:
-    """(scores computed, q/k head dim, v head dim): causal masks skip half the scores."""
+    """(scores of the whole, unmasked problem, q/k head dim, v head dim)."""
     a = pub.problem_arrays(row.problem)
     (*batch, sq, hq, d), (*_, sk, _, dv) = a["q"][0], a["v"][0]
-    b = math.prod(batch)
+    return math.prod(batch) * hq * sq * sk, d, dv
+
+
+# The (q, kv) block sizes of each pass, by the row's config: the forward's; the backward's
+# dK/dV pass, then its dQ pass.
+_BLOCKS = (("block_q", "block_kv"), ("block_q", "block_k"), ("block_q_dkv", "block_kv_dkv"),
+           ("block_q_dq", "block_kv_dq"), ("block_m1", "block_n1"), ("block_m2", "block_n2"))
+
+
+def _computed_shares(row: pub.Row) -> tuple[float, float]:
+    """The share of the scores each pass computes (the forward's or dK/dV's, then dQ's): all
+    of them, or under a causal mask the blocks on or below the diagonal, whole (a block the
+    diagonal crosses is computed entire, then masked)."""
     causal = (pub.field(row.problem, "causal") or pub.field(row.problem, "is_causal")
               or "").lower() == "true"
-    return b * hq * sq * sk * (0.5 if causal else 1.0), d, dv
+    if not causal:
+        return 1.0, 1.0
+    a = pub.problem_arrays(row.problem)
+    sq, sk = a["q"][0][-3], a["v"][0][-3]
+    cfg = pub.config(row)
+    blocks = [(int(cfg[q]), int(cfg[k])) for q, k in _BLOCKS if cfg.get(q) and cfg.get(k)]
+    shares = [_causal_share(sq, sk, bq, bk) for bq, bk in blocks] or [0.5]
+    return shares[0], shares[-1]
+
+
+def _causal_share(sq: int, sk: int, bq: int, bk: int) -> float:
+    """Share of an sq x sk score matrix in the bq x bk blocks a causal kernel computes."""
+    computed = sum(bq * bk * min(math.ceil(sk / bk), math.ceil(min(sk, (i + 1) * bq) / bk))
+                   for i in range(math.ceil(sq / bq)))
+    return min(1.0, computed / (sq * sk))
 
 
 def problem_transcendentals(row: pub.Row) -> float | None:
@@ -278,7 +306,8 @@ def problem_transcendentals(row: pub.Row) -> float | None:
     _, op = backend_op(row)
     a = pub.problem_arrays(row.problem)
     if op.startswith("flash_attention"):
-        return _attention_scores(row)[0] * (1 if op == "flash_attention" else 2)
+        first, second = _computed_shares(row)
+        return _attention_scores(row)[0] * (first if op == "flash_attention" else first + second)
     if op == "gated_linear_unit" and pub.field(row.problem, "activation") not in (None, "None"):
         x, w = a["x"][0], a["weights"][0]
         return float(math.prod(x[:-1]) * w[-1])

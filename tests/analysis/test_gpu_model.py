@@ -306,3 +306,15 @@ def test_a_one_step_pipeline_per_tile_serializes_copies_and_math():
     # the GLU row contracts 128 with tile_k 128: one step per output tile
     assert gpu_model_published.pipeline_steps(_GLU_ROW) == 1
     assert gpu_model_published.pipeline_steps(_VJP_ROW) == 0
+
+
+def test_a_causal_kernel_computes_whole_blocks_on_the_diagonal():
+    row = published.Row(
+        "H100 80GB HBM3", "pallas_mosaic_gpu_flash_attention",
+        "q=bf16[1,256,4,64] k=bf16[1,256,4,64] v=bf16[1,256,4,64] causal=False",
+        '{"block_q":64,"block_kv":128,"num_stages":2}', 3.5e-5, (3.5e-5,), 244)
+    causal = dataclasses.replace(row, problem=row.problem.replace("False", "True"))
+    # 64-row q blocks over 128-column kv blocks: 1, 1, 2, 2 blocks of the 4 x 2 (not half)
+    assert gpu_model_published.problem_flops(causal) == pytest.approx(
+        0.75 * gpu_model_published.problem_flops(row))
+    assert gpu_model_published.problem_transcendentals(causal) == 0.75 * 4 * 256 * 256
