@@ -35,7 +35,6 @@ FRONT_ENDS = {  # name -> (jupyter app, URL path, theme, viewport)
     "notebook7": ("notebook", "notebooks", "JupyterLab Dark", (1280, 760)),
 }
 MAX_SHOTS = 40  # per notebook and front end
-QUIET_SECONDS = 8  # the kernel idle this long after Run All: every cell has run
 
 
 def main() -> int:
@@ -94,23 +93,21 @@ def run_one(page, server, front: str, path: str, name: str, root: Path, out: Pat
     page.on("request", lambda r: None if r.url.startswith((base, "data:", "blob:"))
             else refused.append(r.url))
     page.on("pageerror", lambda e: js_errors.append(str(e)))
-    page.goto(f"{base}/{path}/{name}?token={server['token']}")
+    # `reset`: JupyterLab would otherwise restore the previous notebook's tab beside this one
+    page.goto(f"{base}/{path}/{name}?reset&token={server['token']}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90000)
     wait(lambda: kernels_idle(server), 120)
     start = time.monotonic()
     menu(page, "Run", "Run All Cells")
-    quiet_since = None
+    # Done when the saved notebook has every code cell numbered and the kernel is idle (the
+    # kernel alone can look idle between two cells of Run All).
     while time.monotonic() - start < 900:
-        if kernels_idle(server):
-            quiet_since = quiet_since or time.monotonic()
-            if time.monotonic() - quiet_since >= QUIET_SECONDS:
-                break
-        else:
-            quiet_since = None
-        time.sleep(0.5)
-    seconds = (quiet_since or time.monotonic()) - start
-    menu(page, "File", "Save")
-    page.wait_for_timeout(2000)
+        page.wait_for_timeout(3000)
+        page.keyboard.press("Control+s")
+        page.wait_for_timeout(1000)
+        if all_ran(root / name) and kernels_idle(server):
+            break
+    seconds = time.monotonic() - start
     shots = screenshots(page, out, f"{front}-{name.removesuffix('.ipynb')}")
     outputs = [o for c in json.loads((root / name).read_text())["cells"]
                if c["cell_type"] == "code" for o in c.get("outputs", [])]
@@ -123,6 +120,13 @@ def run_one(page, server, front: str, path: str, name: str, root: Path, out: Pat
             "stderr": ["".join(o["text"])[:300] for o in outputs
                        if o.get("output_type") == "stream" and o.get("name") == "stderr"],
             "js_errors": js_errors, "refused": refused, "shots": shots}
+
+
+def all_ran(path: Path) -> bool:
+    """Every code cell has run, or one failed (Run All stops there)."""
+    code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    failed = any(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
+    return failed or all(c.get("execution_count") for c in code)
 
 
 def screenshots(page, out: Path, stem: str) -> int:
@@ -138,7 +142,7 @@ def screenshots(page, out: Path, stem: str) -> int:
             e.scrollTop = before + e.clientHeight * 0.9; return e.scrollTop > before; }""")
         if not moved:
             break
-        page.wait_for_timeout(700)  # windowed cells render as they come into view
+        page.wait_for_timeout(1500)  # windowed cells render as they come into view
     return shots
 
 
