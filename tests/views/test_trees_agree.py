@@ -164,3 +164,20 @@ def test_step_on_devices_renders_its_tree():
     assert text.startswith("Step kernel 0 body on 4 devices: not stepped yet")
     assert "note: Not stepped yet." in text
     assert text.count("not started: ") == 4 and to_html(tree).count("not started: ") == 4
+
+
+def test_every_tab_of_a_workbench_renders_its_tree():
+    # Every registered tab a TPU and a GPU kernel offer (Compare and Step before any run
+    # included): no view words its text or static HTML outside its one tree.
+    import kernels_gpu
+
+    import pallaslab
+
+    fn, args = kernels_gpu.masked_row_softmax()
+    benches = [workbench("matmul_f32"), pallaslab.Workbench(pallaslab.capture(fn, *args))]
+    seen = set()
+    for wb in benches:
+        for tab in wb.tabs():
+            assert_renders_its_tree(wb.view(tab.name))
+            seen.add(tab.name)
+    assert {"overview", "grid", "memory", "pipeline", "lowering"} <= seen, seen
