@@ -28,7 +28,7 @@ EXCEPTIONS = {
     ("device_check/child.py", "device"): "the device check's subject and its event name",
     ("device_check/kernel_check.py", "device"): "the device check's subject, which is also "
                                                 "the executor it compares",
-    ("views/step_devices.py", "device"): "a column header of the Step tab's device table",
+    ("views/step_tree.py", "device"): "a column header of the Step tab's device table",
 }
 
 
