@@ -22,13 +22,17 @@ import argparse
 import collections
 import dataclasses
 import json
+import math
 import os
+import random
 import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -37,6 +41,7 @@ from pallaslab.tuning import TuneResult
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared/published/tokamax_autotune_pallas.csv"
 TIE = 0.02  # a candidate predicted within 2% of the winner counts as ranked above it
+BEST = 0.10  # the share of the kept candidates the model would hand to the device
 
 
 def config_key(config: Any) -> str:
@@ -62,6 +67,95 @@ def sample(rows: Sequence[pub.Row], per_group: int) -> list[pub.Row]:
             problems.add(row.problem)
             out.append(row)
     return out
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    """A tokamax Config as the table writes it: its fields, enums as their values, tuples as
+    lists (so it goes through JSON and back into the op's Config)."""
+    out = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        value = getattr(value, "value", value)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _bound(row: pub.Row) -> Any:
+    """tokamax's op for the row (its config the row's) bound to the row's arguments (shapes
+    only), whose `autotuning_configs` is the search space tokamax's autotuner measures."""
+    import jax
+    from tokamax.ops import tpu
+
+    arrays = pub.problem_arrays(row.problem)
+    cfg = pub.config(row)
+    if row.op == "ragged_dot":
+        lhs, rhs = pub.need(arrays, "lhs", "rhs")
+        op = tpu.RaggedDot(config=tpu.RaggedDotConfig(**cfg), bypass_device_check=True)
+        groups = jax.ShapeDtypeStruct((rhs[0][0],), "int32")
+        return op.bind(pub.sds(lhs), pub.sds(rhs), group_sizes=groups,
+                       ragged_dot_dimension_numbers=pub.ragged_dot_dims(row.problem))
+    if row.op in ("lsce", "lsce_vjp"):
+        x, labels, w = (pub.sds(a) for a in pub.need(arrays, "x", "labels", "w"))
+        op = tpu.LinearSoftmaxCrossEntropyLoss(
+            config=tpu.LinearSoftmaxCrossEntropyLossConfig(**cfg), bypass_device_check=True)
+        reduction = pub.field(row.problem, "reduction") or "sum"
+        if row.op == "lsce":
+            return op.bind(x, labels, w, reduction=reduction)
+        scalar = jax.ShapeDtypeStruct((), "float32")
+        lse = jax.ShapeDtypeStruct(labels.shape, "float32")
+        return op.vjp.bind((lse,), scalar, scalar, x, labels, w, reduction=reduction)
+    if row.op == "flash_attention":
+        q, k, v = (pub.sds(a) for a in pub.need(arrays, "q", "k", "v"))
+        op = tpu.FlashAttention(config=tpu.FlashAttentionConfig(**cfg), bypass_device_check=True)
+        return op.bind(q, k, v, is_causal=pub.flag(row.problem, "causal"))
+    if row.op == "flash_attention_vjp":
+        built = pub.build(row)
+        r0, r1, out, dout, q, k, v = built.args[:7]
+        from tokamax._src.ops.attention import pallas_mosaic_tpu_vjp as vjp_mod
+
+        op = vjp_mod.PallasMosaicTpuFlashAttentionVjp(config=vjp_mod.Config(**cfg),
+                                                       bypass_device_check=True)
+        from tokamax._src.ops.attention import base as attn_base
+
+        scale = float(pub.field(row.problem, "logits_scale") or 1.0 / math.sqrt(q.shape[-1]))
+        preset = jax.lax.DotAlgorithmPreset.DEFAULT
+        return op.bind((r0, r1), out, dout, q, k, v, precision=(preset, preset),
+                       logits_dtype=np.dtype(np.float32), logits_scale=scale, bias=None,
+                       logits_soft_cap=None, dropout_mask=None,
+                       mask=attn_base.Mask(None, is_causal=pub.flag(row.problem, "is_causal")),
+                       dropout_rate=0.0, paging_info=None, q_indices=None, k_indices=None,
+                       normalize_output=True)
+    raise pub.BuildError("op not supported", f"{row.op_file!r}")
+
+
+def tokamax_space(row: pub.Row) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """tokamax's autotuning search space for the row's problem on the row's chip (its spaces
+    ask `pltpu.get_tpu_info()`: enumerated under the chip's abstract TPU, as `capture(chip=)`
+    traces), sorted; and the published winner as a config of that space (defaults filled)."""
+    from pallaslab.model._jax.trace import abstract_tpu
+
+    try:
+        with abstract_tpu(row.chip):
+            bound = _bound(row)
+            space = bound.autotuning_configs
+    except pub.BuildError:
+        raise
+    except Exception as err:  # tokamax rejects the problem or the config
+        raise pub.BuildError(f"no tokamax space ({type(err).__name__})",
+                             f"line {row.line}: {str(err).splitlines()[0][:200]}") from err
+    configs = sorted((_config_dict(c) for c in space), key=config_key)
+    return configs, _config_dict(bound.op.config)
+
+
+def capped(space: Sequence[dict[str, Any]], winner: dict[str, Any], cap: int,
+           seed: int) -> list[dict[str, Any]]:
+    """At most `cap` configs of `space`: the winner and a seeded random sample of the others
+    (the whole space when it is no larger); the winner is added when the space lacks it."""
+    key = config_key(winner)
+    others = [c for c in space if config_key(c) != key]
+    if cap and len(others) + 1 > cap:
+        others = random.Random(seed).sample(others, cap - 1)
+    return [winner, *others]
 
 
 def tune_row(row: pub.Row, space: Sequence[dict[str, Any]]) -> tuple[TuneResult, int]:
@@ -96,17 +190,51 @@ class Outcome:
     rank: int | None  # the winner's rank, ties against it; None: tune ruled it out
     ratio: float | None  # predicted time of tune's pick / the winner's published time
     reason: str | None = None  # why the winner is out
+    space: int = 0  # the size of the space the candidates were drawn from (0: the candidates)
+    in_space: bool = True  # the winner is one of the space's configs (else it was added)
 
     @property
     def false_out(self) -> bool:
         return self.rank is None
 
+    @property
+    def kept(self) -> int:
+        """The candidates the model keeps (those it rules out, libtpu's refusals estimated by
+        the VMEM fit, are removed from the ranking)."""
+        return self.candidates - self.outs
 
-def outcome(row: pub.Row, result: TuneResult, batch: int = 1) -> Outcome:
+    @property
+    def best(self) -> int:
+        """The size of the model's best 10% of the candidates it keeps (at least one)."""
+        return max(1, math.ceil(BEST * self.kept))
+
+    @property
+    def in_best(self) -> bool:
+        return self.rank is not None and self.rank <= self.best
+
+    @property
+    def percentile(self) -> float:
+        """The winner's rank as a percentile of the kept candidates (1 of 100: 1; ruled out:
+        100)."""
+        return 100.0 if self.rank is None else 100.0 * self.rank / self.kept
+
+    @property
+    def pruning(self) -> float:
+        """The whole space over the best 10% the model would measure: the space's kept share
+        estimated from the candidates tuned when the space was sampled."""
+        space = self.space or self.candidates
+        best = max(1, math.ceil(BEST * space * self.kept / self.candidates))
+        return space / best
+
+
+def outcome(row: pub.Row, result: TuneResult, batch: int = 1,
+            winner_config: dict[str, Any] | None = None, space: int = 0,
+            in_space: bool = True) -> Outcome:
     """The published winner's place in `result` (tuned for `row.chip`; its times are for one
-    of `batch` elements)."""
+    of `batch` elements); the winner is `winner_config` where given (the row's config with the
+    space's defaults filled), else the row's config."""
     chip = row.chip or ""
-    key = config_key(row.config)
+    key = config_key(row.config if winner_config is None else winner_config)
     winner = next((c for c in result.candidates if config_key(c.config) == key), None)
     if winner is None:
         raise ValueError(f"line {row.line}: the winner {row.config} is not in the tuned space")
@@ -114,10 +242,11 @@ def outcome(row: pub.Row, result: TuneResult, batch: int = 1) -> Outcome:
     ratio = best[0].time(chip) * batch / row.median_s if best else None
     outs = sum(c.out for c in result.candidates)
     if winner.out:
-        return Outcome(row, len(result.candidates), outs, None, ratio, winner.reason)
+        return Outcome(row, len(result.candidates), outs, None, ratio, winner.reason, space,
+                       in_space)
     limit = winner.time(chip) * (1 + TIE)
     above = sum(1 for c in result.ranked if c is not winner and c.time(chip) < limit)
-    return Outcome(row, len(result.candidates), outs, above + 1, ratio)
+    return Outcome(row, len(result.candidates), outs, above + 1, ratio, None, space, in_space)
 
 
 def summary(outcomes: Sequence[Outcome]) -> str:
@@ -151,6 +280,31 @@ def final_line(outcomes: Sequence[Outcome]) -> str:
             f"false outs {false_outs}")
 
 
+def space_summary(outcomes: Sequence[Outcome]) -> str:
+    """One line of figures over `outcomes` of tokamax's spaces."""
+    n = len(outcomes)
+    if not n:
+        return "no rows"
+    med = statistics.median
+    return "  ".join([
+        f"rows {n:3d}", f"space/row {med(o.space or o.candidates for o in outcomes):4.0f}",
+        f"tuned/row {med(o.candidates for o in outcomes):3.0f}",
+        f"winner in best 10% {sum(o.in_best for o in outcomes) / n:4.0%}",
+        f"median percentile {med(o.percentile for o in outcomes):5.1f}",
+        f"pruning {med(o.pruning for o in outcomes):4.1f}x",
+        f"false outs {sum(o.false_out for o in outcomes)}",
+        f"winner not in space {sum(not o.in_space for o in outcomes)}"])
+
+
+def tune_line(outcomes: Sequence[Outcome]) -> str:
+    n = len(outcomes)
+    share = sum(o.in_best for o in outcomes) / n if n else 0.0
+    pct = statistics.median(o.percentile for o in outcomes) if n else 100.0
+    pruning = statistics.median(o.pruning for o in outcomes) if n else 0.0
+    return (f"tune: {n} rows, winner in best 10% {share:.0%}, median percentile {pct:.0f}, "
+            f"pruning {pruning:.1f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", nargs="?", help="the published table (default: "
@@ -158,13 +312,22 @@ def main() -> int:
     for flag, what in (("--op", "only this op (e.g. ragged_dot)"),
                        ("--chip", "only this chip (e.g. 7x)")):
         ap.add_argument(flag, default="", help=what)
-    ap.add_argument("--per-group", type=int, default=1, help="problems per op and chip")
+    ap.add_argument("--spaces", choices=("tokamax", "table"), default="tokamax",
+                    help="tokamax: tokamax's autotuning space of each row's problem; table: "
+                    "the distinct configs the table holds per op and chip")
+    ap.add_argument("--per-group", type=int, default=0,
+                    help="problems per op and chip (default 12 for tokamax spaces, else 1)")
+    ap.add_argument("--cap", type=int, default=6, help="tokamax spaces: candidates tuned per "
+                    "row at most (the winner and a seeded sample of the rest; 0: all)")
     args = ap.parse_args()
     table = args.csv or os.environ.get("PALLASLAB_PUBLISHED_TIMINGS") or str(DEFAULT_CSV)
     rows = [r for r in pub.tpu_rows(pub.read_rows(table)) if r.op
             and args.op in ("", r.op) and args.chip in ("", r.chip)]
+    per_group = args.per_group or (12 if args.spaces == "tokamax" else 1)
+    if args.spaces == "tokamax":
+        return tokamax_main(sample(rows, per_group), len(rows), args.cap)
     space_of = spaces(rows)
-    picked = sample(rows, args.per_group)
+    picked = sample(rows, per_group)
     print(f"{len(picked)} problems from {len(rows)} TPU rows; space: the table's distinct configs "
           f"per op and chip; model only, ties within {TIE:.0%} against the model")
     start = time.perf_counter()
@@ -191,6 +354,41 @@ def main() -> int:
     print(final_line(every))
     return 0
 
+
+
+def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int) -> int:
+    print(f"{len(picked)} rows from {total} TPU rows; space: tokamax's autotuning configs of "
+          f"each row's problem and chip (at most {cap or 'all'} tuned: the winner and a seeded "
+          f"sample); model only (no libtpu: its refusals estimated by the VMEM fit), ties "
+          f"within {TIE:.0%} against the model", flush=True)
+    start = time.perf_counter()
+    groups: dict[tuple[str, str], list[Outcome]] = collections.defaultdict(list)
+    failed: collections.Counter[str] = collections.Counter()
+    for row in picked:
+        try:
+            space, winner = tokamax_space(row)
+            in_space = any(config_key(c) == config_key(winner) for c in space)
+            tuned = capped(space, winner, cap, row.line)
+            result, batch = tune_row(row, tuned)
+        except pub.BuildError as err:
+            failed[err.reason] += 1
+            continue
+        o = outcome(row, result, batch, winner, len(space) + (not in_space), in_space)
+        groups[(row.op or "", row.chip or "")].append(o)
+        where = (f"rank {o.rank}/{o.kept}" if o.rank is not None
+                 else f"OUT ({(o.reason or '')[:80]})")
+        print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} space {o.space:4d}, "
+              f"{o.candidates:3d} tuned, {o.outs:3d} out, winner {where}"
+              f"{'' if in_space else ' (not in the space: added)'}", flush=True)
+    print(f"\n{time.perf_counter() - start:.0f} s")
+    for (op, chip), outs in sorted(groups.items()):
+        print(f"{op:<20} {chip:<4} {space_summary(outs)}")
+    every = [o for outs in groups.values() for o in outs]
+    print(f"{'all':<25} {space_summary(every)}")
+    for reason, count in failed.most_common():
+        print(f"not tuned: {count} x {reason}")
+    print(tune_line(every))
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

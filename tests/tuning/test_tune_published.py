@@ -104,3 +104,57 @@ def test_a_grouped_matmul_is_timed_by_its_nested_pipeline() -> None:
     assert best is not None and best.chip("7x").model == "pipeline"
     mxu = 2 * 8192 * 2048 * 1024 / get_chip("7x").bf16_flops
     assert best.time("7x") >= mxu
+
+
+def test_the_winners_percentile_best_tenth_and_pruning() -> None:
+    """Twenty candidates, two ruled out: 18 kept, the best 10% is the top 2 (ceil(1.8)); ties
+    within 2% count against the model; a winner ruled out is at the 100th percentile."""
+    times = {b: (1 + b / 10) * 1e-4 for b in range(18)}
+    result = _result(*(_candidate({"b": b}, t) for b, t in times.items()),
+                     _candidate({"b": 18}, None, reason="does not fit 7x"),
+                     _candidate({"b": 19}, None, reason="does not fit 7x"))
+    first = bench.outcome(_row({"b": 0}), result, space=200)
+    assert (first.rank, first.kept, first.best) == (1, 18, 2)
+    assert first.in_best and first.percentile == pytest.approx(100 / 18)
+    # 200 configs, 90% of them kept (as in the candidates): the best 10% is 18 of them.
+    assert first.pruning == pytest.approx(200 / 18)
+    third = bench.outcome(_row({"b": 2}), result)
+    assert third.rank == 3 and not third.in_best and third.percentile == pytest.approx(300 / 18)
+    assert third.pruning == pytest.approx(20 / 2)  # no space given: the candidates are it
+    out = bench.outcome(_row({"b": 18}), result)
+    assert out.false_out and not out.in_best and out.percentile == 100.0
+    # a tie: b=1 within 2% of b=0 (1.0e-4 vs 1.01e-4) puts b=0 second, still in the best 2.
+    tied = _result(_candidate({"b": 0}, 1.0e-4), _candidate({"b": 1}, 1.01e-4),
+                   *(_candidate({"b": b}, b * 1e-4) for b in range(2, 20)))
+    assert bench.outcome(_row({"b": 0}), tied).rank == 2
+    outcomes = [first, third, out]
+    line = bench.tune_line(outcomes)
+    assert line == "tune: 3 rows, winner in best 10% 33%, median percentile 17, pruning 10.0x"
+    assert "winner in best 10%  33%" in bench.space_summary(outcomes)
+
+
+def test_a_sampled_space_keeps_the_winner() -> None:
+    space = [{"b": b} for b in range(50)]
+    tuned = bench.capped(space, {"b": 7}, 10, seed=3)
+    assert len(tuned) == 10 and tuned[0] == {"b": 7} and tuned.count({"b": 7}) == 1
+    assert tuned == bench.capped(space, {"b": 7}, 10, seed=3)  # seeded
+    assert bench.capped(space, {"b": 99}, 0, seed=3)[0] == {"b": 99}  # added when missing
+    assert len(bench.capped(space, {"b": 7}, 0, seed=3)) == 50  # 0: the whole space
+
+
+def test_tokamax_space_is_enumerated_for_the_rows_chip() -> None:
+    """tokamax's LSCE space asks `pltpu.get_tpu_info()`, which fails on a CPU: it is
+    enumerated under the row's chip; the winner comes back with the space's defaults filled."""
+    space, winner = bench.tokamax_space(_row({"b_block_size": 1024, "h_block_size": 512,
+                                              "v_block_size": 1024}))
+    assert winner == {"b_block_size": 1024, "h_block_size": 512, "v_block_size": 1024,
+                      "buffer_count": [2, 2]}
+    assert len(space) > 3 and all(c["h_block_size"] % 128 == 0 for c in space)
+    assert bench.config_key(winner) in {bench.config_key(c) for c in space}
+
+
+def test_a_json_array_in_a_config_is_a_tuple() -> None:
+    """tokamax hashes its configs: LSCE's `buffer_count` from JSON must be a tuple."""
+    row = _row({"b_block_size": 1024, "h_block_size": 512, "v_block_size": 1024,
+                "buffer_count": [3, 2]})
+    assert pub.config(row)["buffer_count"] == (3, 2)
