@@ -33,6 +33,7 @@ def estimate(kernels: Sequence[tuple[Kernel, Tiling | None]], chip: str) -> Chip
     bounds: dict[str, float] = {}
     models: set[str] = set()
     total, fits, need, limit, reason = 0.0, True, 0, 0, None
+    flops, moved = 0.0, 0
     for kernel, tiling in kernels:
         occ = occupancy(kernel, chip)
         need, limit = max(need, occ.need_bytes), max(limit, occ.effective_limit)
@@ -40,7 +41,8 @@ def estimate(kernels: Sequence[tuple[Kernel, Tiling | None]], chip: str) -> Chip
             fits = False
             found = overflow_finding(occ) if not occ.fits else spill_risk_finding(occ)
             reason = reason or found.message
-        time, shares, model = kernel_time(kernel, tiling, chip)
+        time, shares, model, work = kernel_time(kernel, tiling, chip)
+        flops, moved = flops + work[0], moved + work[1]
         models.add(model)
         total += time
         for name, seconds in shares.items():
@@ -48,18 +50,20 @@ def estimate(kernels: Sequence[tuple[Kernel, Tiling | None]], chip: str) -> Chip
     ok = not math.isnan(total)
     bound = max(bounds, key=lambda b: bounds[b]) if ok and bounds else None
     return ChipEstimate(chip, fits, need, limit, total if ok else None, bound,
-                        "roofline" if "roofline" in models else "pipeline", reason)
+                        "roofline" if "roofline" in models else "pipeline", reason,
+                        flops or None, moved or None)
 
 
 def kernel_time(kernel: Kernel, tiling: Tiling | None, chip: str
-                ) -> tuple[float, dict[str, float], str]:
-    """(predicted seconds, seconds per bound, the model used). The bound is the largest of
+                ) -> tuple[float, dict[str, float], str, tuple[float, int]]:
+    """(predicted seconds, seconds per bound, the model used, (its ops, its HBM bytes): the
+    pipeline's, or the whole grid's ops and each HBM operand once). The bound is the largest of
     the compute (MXU and VPU work), the per-step overhead and the copies compute waits for;
     HBM when the copies keep HBM busy for most of the time."""
     c = get_chip(chip)
     grouped = _grouped_time(kernel, chip)
     if grouped is not None:
-        return grouped, {"compute": grouped}, "pipeline"
+        return grouped, {"compute": grouped}, "pipeline", (0.0, 0)
     if tiling is not None:
         try:
             p = pipeline(kernel, c, tiling=tiling)
@@ -72,14 +76,18 @@ def kernel_time(kernel: Kernel, tiling: Tiling | None, chip: str
                       "exposed DMA": s.exposed_copy_time}
             if s.hbm_bytes / c.hbm_bandwidth >= HBM_SHARE * s.predicted_time:
                 shares["HBM"] = s.predicted_time
-            return s.predicted_time, shares, "pipeline"
+            return s.predicted_time, shares, "pipeline", (float(s.flops), int(s.hbm_bytes))
     time = roofline_time(kernel, c)
     programs = max(1, kernel.programs or 1)
     compute = compute_time(kernel, c, step_cost(kernel, c.mxu_size)) * programs
     overhead = programs * STEP_OVERHEAD
     moved = time - overhead  # the roofline's larger term: the MXU's, or HBM's
+    work = (step_cost(kernel, c.mxu_size).flops * programs,
+            sum(math.prod(op.shape) * np.dtype(op.dtype).itemsize for op in kernel.operands
+                if op.role in ("input", "output")
+                and op.memory_space in ("any", "hbm", "default")))
     return time, {"compute": compute, "HBM": moved if moved > compute else 0.0,
-                  "per-step overhead": overhead}, "roofline"
+                  "per-step overhead": overhead}, "roofline", (float(work[0]), int(work[1]))
 
 
 def _grouped_time(kernel: Kernel, chip: str) -> float | None:

@@ -24,6 +24,8 @@ class ChipEstimate:
     bound: str | None  # one of BOUNDS
     model: str  # "pipeline", or "roofline" where the kernel moves its own data
     reason: str | None = None  # why it does not fit
+    flops: float | None = None  # the kernels' modelled ops (the roofline chart's work)
+    hbm_bytes: int | None = None  # the bytes they move to and from HBM
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -157,6 +159,17 @@ class TuneResult:
 
     def _repr_html_(self) -> str:
         return self.to_html()
+
+    def widget(self) -> Any:
+        """The live Tune view (an anywidget; needs `pallaslab[notebook]`)."""
+        from pallaslab.tuning.widget import tune_widget
+
+        return tune_widget(self)
+
+    def _ipython_display_(self) -> None:  # a cell's value: the live view, then its static copy
+        from pallaslab.tuning.widget import display_tune
+
+        display_tune(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text form
         printer.text(self.to_text())

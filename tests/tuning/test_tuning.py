@@ -1,5 +1,6 @@
 """`pallaslab.tuning` keeps to its row of the layer table (docs/architecture.md): it may use
-the model, the analyses, the lowering layer, the views' parts, errors and util; never the
+the model, the analyses, the lowering layer, the views' parts and base (the live widget and
+its saved copy), errors and util; never the
 executors, the workbench or the shells; matplotlib only inside the function that draws."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from test_architecture import imports, module_name, under
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted((ROOT / "pallaslab" / "tuning").glob("*.py"))
 ALLOWED = ("pallaslab.tuning", "pallaslab.model", "pallaslab.analysis", "pallaslab.lowering",
-           "pallaslab.views.parts", "pallaslab.views._html", "pallaslab.errors", "pallaslab.util")
+           "pallaslab.views.parts", "pallaslab.views._html", "pallaslab.views.base",
+           "pallaslab.errors", "pallaslab.util")
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
