@@ -28,7 +28,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -344,16 +344,22 @@ def main() -> int:
         where = f"rank {o.rank}" if o.rank is not None else f"OUT ({(o.reason or '')[:90]})"
         print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} {o.candidates:3d} configs, "
               f"{o.outs:3d} out, winner {where}", flush=True)
+    return report(groups, failed, start, summary, final_line)
+
+
+def report(groups: dict[tuple[str, str], list[Outcome]], failed: collections.Counter[str],
+           start: float, summarize: Callable[[Sequence[Outcome]], str],
+           last: Callable[[Sequence[Outcome]], str]) -> int:
+    """The figures per op and chip, over all, the rows not tuned, and the final line."""
     print(f"\n{time.perf_counter() - start:.0f} s")
     for (op, chip), outs in sorted(groups.items()):
-        print(f"{op:<20} {chip:<4} {summary(outs)}")
+        print(f"{op:<20} {chip:<4} {summarize(outs)}")
     every = [o for outs in groups.values() for o in outs]
-    print(f"{'all':<25} {summary(every)}")
+    print(f"{'all':<25} {summarize(every)}")
     for reason, count in failed.most_common():
         print(f"not tuned: {count} x {reason}")
-    print(final_line(every))
+    print(last(every))
     return 0
-
 
 
 def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int) -> int:
@@ -380,15 +386,8 @@ def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int) -> int:
         print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} space {o.space:4d}, "
               f"{o.candidates:3d} tuned, {o.outs:3d} out, winner {where}"
               f"{'' if in_space else ' (not in the space: added)'}", flush=True)
-    print(f"\n{time.perf_counter() - start:.0f} s")
-    for (op, chip), outs in sorted(groups.items()):
-        print(f"{op:<20} {chip:<4} {space_summary(outs)}")
-    every = [o for outs in groups.values() for o in outs]
-    print(f"{'all':<25} {space_summary(every)}")
-    for reason, count in failed.most_common():
-        print(f"not tuned: {count} x {reason}")
-    print(tune_line(every))
-    return 0
+    return report(groups, failed, start, space_summary, tune_line)
+
 
 if __name__ == "__main__":
     sys.exit(main())
