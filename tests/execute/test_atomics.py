@@ -17,7 +17,7 @@ from catalog import rand
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallaslab import compare, run
+from pallaslab import compare, run, step
 from pallaslab.model._jax.atomics import NOTE
 
 TRITON = plt.CompilerParams(num_warps=4)
@@ -220,3 +220,23 @@ def test_vectorized_batches_the_other_kernels_and_interprets_the_atomic_one_itse
     assert [b.how for b in result.batching] == ["batched", "interpreted"]
     assert NOTE in result.notes
     np.testing.assert_allclose(result.outputs[0], 2 * np.sum(x), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_stepping_an_atomic_kernel_program_by_program_gives_its_reference(name):
+    fn, args, reference = KERNELS[name]()
+    stepper = step(fn, *args)
+    stepper.step(stepper.programs)
+    for ours, theirs in zip(stepper.outputs(), jax.tree.leaves(reference(*args)), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_stepping_back_over_an_atomic_undoes_it():
+    fn, args, _ = rank0_counter()
+    stepper = step(fn, *args)
+    stepper.step(2)
+    after_two = stepper.outputs()[0].copy()
+    stepper.step()
+    stepper.back()
+    np.testing.assert_array_equal(stepper.outputs()[0], after_two)
+    np.testing.assert_allclose(after_two, np.sum(np.asarray(args[0])[:2 * BLOCK]), rtol=1e-5)

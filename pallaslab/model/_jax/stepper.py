@@ -13,7 +13,7 @@ from jax._src import core as jax_core
 from jax._src import source_info_util
 from jax._src.pallas import core as pallas_core
 
-from pallaslab.model._jax import mesh_runners
+from pallaslab.model._jax import atomics, mesh_runners
 from pallaslab.model._jax.base import CALL_ONCE, KERNEL_PRIMITIVES, PALLAS_CALL, Jaxpr
 from pallaslab.model._jax.equation_fields import call_site_of, memory_space_of
 from pallaslab.model._jax.rerun import override_params, rewrite_value
@@ -42,8 +42,8 @@ def program_runner(kernel: Kernel) -> ProgramRunner:
         return mesh_runners.mesh_program_runner(kernel)
     eqn = kernel.handle.eqn
     gm = eqn.params["grid_mapping"]
-    discharged, _, scratch_avals = hlo_interpreter.kernel_to_hlo_jaxpr(
-        eqn.params["jaxpr"], (), gm)
+    body = (atomics.program_order_overrides(eqn) or eqn.params)["jaxpr"]  # Triton atomics
+    discharged, _, scratch_avals = hlo_interpreter.kernel_to_hlo_jaxpr(body, (), gm)
     grid = tuple(int(g) for g in kernel.grid)  # type: ignore[arg-type]
     n_index = gm.num_index_operands
     n_inout = gm.num_inputs + gm.num_outputs
