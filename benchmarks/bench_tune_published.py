@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
+import contextlib
 import dataclasses
+import itertools
 import json
 import math
+import multiprocessing
 import os
 import random
 import statistics
@@ -317,15 +321,17 @@ def main() -> int:
                     "the distinct configs the table holds per op and chip")
     ap.add_argument("--per-group", type=int, default=0,
                     help="problems per op and chip (default 12 for tokamax spaces, else 1)")
-    ap.add_argument("--cap", type=int, default=6, help="tokamax spaces: candidates tuned per "
+    ap.add_argument("--cap", type=int, default=8, help="tokamax spaces: candidates tuned per "
                     "row at most (the winner and a seeded sample of the rest; 0: all)")
+    ap.add_argument("--jobs", type=int, default=1, help="tokamax spaces: rows tuned at once "
+                    "(worker processes)")
     args = ap.parse_args()
     table = args.csv or os.environ.get("PALLASLAB_PUBLISHED_TIMINGS") or str(DEFAULT_CSV)
     rows = [r for r in pub.tpu_rows(pub.read_rows(table)) if r.op
             and args.op in ("", r.op) and args.chip in ("", r.chip)]
     per_group = args.per_group or (12 if args.spaces == "tokamax" else 1)
     if args.spaces == "tokamax":
-        return tokamax_main(sample(rows, per_group), len(rows), args.cap)
+        return tokamax_main(sample(rows, per_group), len(rows), args.cap, args.jobs)
     space_of = spaces(rows)
     picked = sample(rows, per_group)
     print(f"{len(picked)} problems from {len(rows)} TPU rows; space: the table's distinct configs "
@@ -362,7 +368,7 @@ def report(groups: dict[tuple[str, str], list[Outcome]], failed: collections.Cou
     return 0
 
 
-def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int) -> int:
+def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int, jobs: int = 1) -> int:
     print(f"{len(picked)} rows from {total} TPU rows; space: tokamax's autotuning configs of "
           f"each row's problem and chip (at most {cap or 'all'} tuned: the winner and a seeded "
           f"sample); model only (no libtpu: its refusals estimated by the VMEM fit), ties "
@@ -370,23 +376,37 @@ def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int) -> int:
     start = time.perf_counter()
     groups: dict[tuple[str, str], list[Outcome]] = collections.defaultdict(list)
     failed: collections.Counter[str] = collections.Counter()
-    for row in picked:
-        try:
-            space, winner = tokamax_space(row)
-            in_space = any(config_key(c) == config_key(winner) for c in space)
-            tuned = capped(space, winner, cap, row.line)
-            result, batch = tune_row(row, tuned)
-        except pub.BuildError as err:
-            failed[err.reason] += 1
-            continue
-        o = outcome(row, result, batch, winner, len(space) + (not in_space), in_space)
-        groups[(row.op or "", row.chip or "")].append(o)
-        where = (f"rank {o.rank}/{o.kept}" if o.rank is not None
-                 else f"OUT ({(o.reason or '')[:80]})")
-        print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} space {o.space:4d}, "
-              f"{o.candidates:3d} tuned, {o.outs:3d} out, winner {where}"
-              f"{'' if in_space else ' (not in the space: added)'}", flush=True)
+    spawn = multiprocessing.get_context("spawn")  # no fork of a process with JAX's threads
+    with (concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn) if jobs > 1
+          else contextlib.nullcontext(None)) as pool:
+        placed = (pool.map(place, picked, itertools.repeat(cap)) if pool is not None
+                  else (place(row, cap) for row in picked))
+        for row, o in zip(picked, placed, strict=True):
+            if isinstance(o, str):
+                failed[o] += 1
+                continue
+            show(row, o, groups)
     return report(groups, failed, start, space_summary, tune_line)
+
+
+def place(row: pub.Row, cap: int) -> Outcome | str:
+    """Where the model puts the row's winner in tokamax's space (at most `cap` candidates),
+    or why the row is not tuned."""
+    try:
+        space, winner = tokamax_space(row)
+        in_space = any(config_key(c) == config_key(winner) for c in space)
+        result, batch = tune_row(row, capped(space, winner, cap, row.line))
+    except pub.BuildError as err:
+        return err.reason
+    return outcome(row, result, batch, winner, len(space) + (not in_space), in_space)
+
+
+def show(row: pub.Row, o: Outcome, groups: dict[tuple[str, str], list[Outcome]]) -> None:
+    groups[(row.op or "", row.chip or "")].append(o)
+    where = f"rank {o.rank}/{o.kept}" if o.rank is not None else f"OUT ({(o.reason or '')[:80]})"
+    print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} space {o.space:4d}, "
+          f"{o.candidates:3d} tuned, {o.outs:3d} out, winner {where}"
+          f"{'' if o.in_space else ' (not in the space: added)'}", flush=True)
 
 
 if __name__ == "__main__":
