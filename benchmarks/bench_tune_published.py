@@ -1,19 +1,26 @@
 """`pallaslab.tune` against the configs tokamax's device autotuner picked (issue 40 item 4).
 
-For a sample of TPU problems of the published autotuning table (per op and chip the first
-`--per-group` problems), the candidate space is every distinct config the table holds for that
-op and chip (configs that do not suit the problem drop out at capture, with their reason).
-`pallaslab.tune` ranks them by the model for the row's chip (no compile, nothing runs), and the
-published winner's place is read off: its rank among the configs in (a config predicted within
-2% of the winner counts as ranked above it), or a false out when tune rules the winner out.
+`--spaces tokamax` (the default): for a sample of TPU rows of the published autotuning table
+(per op and chip the first `--per-group` problems, 12 by default: 108 rows over every op and
+chip), the candidates are tokamax's own autotuning search space for the row's problem
+(`op.bind(...).autotuning_configs`, enumerated under the row's chip's abstract TPU: the LSCE
+spaces ask `pltpu.get_tpu_info()`, as `capture(chip=)` answers it). A space is sampled to at most
+`--cap` candidates (the published winner and a seeded sample of the rest; 0: all), each tuned
+by the model alone for the row's chip (no libtpu: the configs it would refuse are estimated by
+the model's VMEM fit and ruled out). The winner's rank counts ties against the model (a
+candidate predicted within 2% of it ranks above it); a winner ruled out is at the 100th
+percentile. Prints per row, then per op and chip and over all: the share of rows whose winner is
+in the model's best 10% of the candidates it keeps (ceil(10%), at least one), the median
+percentile rank (rank / candidates kept), the pruning factor (the whole space over its best 10%,
+the kept share estimated from the candidates tuned); then
+`tune: N rows, winner in best 10% P%, median percentile Q, pruning Fx`.
 
-Prints per op and chip: problems, candidates per problem, median rank of the winner, the share
-of problems with the winner in the top 1 / 3 / 5, the false outs (winner ruled out) over all
-configs ruled out, the median predicted time of tune's pick over the winner's published time;
-then `tune-published: P problems, winner in top-3 X%, top-5 Y%, false outs Z`.
+`--spaces table`: the candidate space is every distinct config the table holds for that op and
+chip; prints the rank of the winner (top 1 / 3 / 5, false outs) and
+`tune-published: P problems, winner in top-3 X%, top-5 Y%, false outs Z`.
 
 Run: JAX_PLATFORMS=cpu nice -n 10 .venv/bin/python benchmarks/bench_tune_published.py
-     [CSV] [--per-group N] [--op OP] [--chip CHIP]       (about 5 minutes on 2 busy cores)
+     [CSV] [--spaces tokamax|table] [--per-group N] [--cap N] [--jobs N] [--op OP] [--chip CHIP]
 """
 
 from __future__ import annotations
