@@ -271,3 +271,19 @@ def test_fuser_tutorial_shows_what_was_fused_and_whose_arrays():
     assert "prologue -> args[0]" in text and "c:f32[64,128] = exp a" in text
     assert "epilogue applied to outputs" in text and "all close" in text
     assert text.rstrip().endswith("[('prologue', 'args[0]'), ('epilogue', 'outputs')]")
+
+
+def test_tuning_tutorial_ranks_the_matmul_and_shows_the_tune_view():
+    nb = executed(next(p for p in NOTEBOOKS if p.name == "08_tuning_block_sizes.ipynb"))
+    text = outputs_text(nb)
+    assert "best: {'bm': 512, 'bn': 512, 'bk': 2048}" in text
+    assert "24 candidate(s): 21 ranked, 3 out; modelled on v5e, v6e" in text
+    assert "does not fit v5e" in text
+    # the result as a cell's value, and %%pallas --tune's: the live view, then its static copy
+    views = [(o, nxt) for c in nb.cells if c.cell_type == "code"
+             for o, nxt in zip(c.outputs, c.outputs[1:], strict=False)
+             if WIDGET in o.get("data", {}) and "Tune" in o.data.get("text/plain", "")]
+    assert len(views) == 2
+    assert all("pl-saved-widget" in nxt.data["text/html"] for _, nxt in views)
+    assert "9 candidate(s): 8 ranked, 1 out; modelled on v5e; not compiled" in text
+    assert text.rstrip().endswith("f32 best: {'bm': 512, 'bn': 256, 'bk': 2048}")
