@@ -158,3 +158,16 @@ def test_a_json_array_in_a_config_is_a_tuple() -> None:
     row = _row({"b_block_size": 1024, "h_block_size": 512, "v_block_size": 1024,
                 "buffer_count": [3, 2]})
     assert pub.config(row)["buffer_count"] == (3, 2)
+
+
+def test_a_row_is_placed_in_its_tokamax_space() -> None:
+    """A small LSCE problem written here, its whole tokamax space tuned (cap 0) and sampled
+    (cap 3): the winner is ranked among the candidates the model keeps."""
+    row = _row({"b_block_size": 1024, "h_block_size": 512, "v_block_size": 1024})
+    whole = bench.place(row, 0)
+    assert isinstance(whole, bench.Outcome) and whole.in_space
+    assert whole.candidates == whole.space > 3 and whole.rank is not None
+    assert 0 < whole.percentile <= 100 and whole.pruning >= 1
+    sampled = bench.place(row, 3)
+    assert isinstance(sampled, bench.Outcome)
+    assert (sampled.candidates, sampled.space) == (3, whole.space)
