@@ -131,11 +131,53 @@ def spin_lock(mutant: str | None = None):
     return fn, (rand((32,)),), _locked_reference
 
 
+# --- a histogram: lanes of one atomic add hit the same bin, and every lane counts -----------
+
+BINS = 16
+LOWEST = int(np.iinfo(np.int32).min)
+
+
+def _histogram_kernel(idx_ref, init_ref, low_ref, o_ref, peak_ref, *, mutant: str | None):
+    del init_ref, low_ref  # aliased with o_ref and peak_ref: zero counts, the lowest int32
+    idx = idx_ref[...]
+    if mutant == "index":  # every lane one bin off (wrapping)
+        idx = (idx + 1) % BINS
+    add = plt.atomic_xchg if mutant == "xchg" else plt.atomic_add
+    add(o_ref, (idx,), jnp.ones(idx.shape, o_ref.dtype))
+    # the largest index seen per bin, over the lanes of the first half of the block only
+    half = jax.lax.broadcasted_iota(jnp.int32, idx.shape, 0) < idx.shape[0] // 2
+    plt.atomic_max(peak_ref, (idx,), idx, mask=half)
+
+
+def histogram(mutant: str | None = None):
+    def fn(idx):
+        return pl.pallas_call(
+            functools.partial(_histogram_kernel, mutant=mutant), grid=(idx.shape[0] // 64,),
+            in_specs=[pl.BlockSpec((64,), lambda i: (i,)),
+                      pl.BlockSpec((BINS,), lambda i: (0,)),
+                      pl.BlockSpec((BINS,), lambda i: (0,))],
+            out_specs=[pl.BlockSpec((BINS,), lambda i: (0,)),
+                       pl.BlockSpec((BINS,), lambda i: (0,))],
+            out_shape=[jax.ShapeDtypeStruct((BINS,), jnp.float32),
+                       jax.ShapeDtypeStruct((BINS,), jnp.int32)],
+            input_output_aliases={1: 0, 2: 1}, compiler_params=TRITON)(
+                idx, jnp.zeros((BINS,), jnp.float32), jnp.full((BINS,), LOWEST, jnp.int32))
+
+    def reference(idx):
+        half = (jnp.arange(idx.shape[0]) % 64) < 32
+        peak = jnp.full((BINS,), LOWEST, jnp.int32)
+        return [jnp.zeros((BINS,), jnp.float32).at[idx].add(1.0),
+                peak.at[jnp.where(half, idx, 0)].max(jnp.where(half, idx, peak[0]))]
+
+    idx = jnp.asarray(np.random.default_rng(0).integers(0, BINS, 256), jnp.int32)
+    return fn, (idx,), reference
+
+
 KERNELS = {"rank0_counter": rank0_counter, "atomic_swap": atomic_swap,
-           "split_k_matmul": split_k_matmul, "spin_lock": spin_lock}
+           "split_k_matmul": split_k_matmul, "spin_lock": spin_lock, "histogram": histogram}
 MUTANTS = [("rank0_counter", "store"), ("rank0_counter", "xchg"), ("atomic_swap", "index"),
            ("atomic_swap", "add"), ("split_k_matmul", "index"), ("split_k_matmul", "xchg"),
-           ("spin_lock", "index")]
+           ("spin_lock", "index"), ("histogram", "index"), ("histogram", "xchg")]
 
 
 @pytest.mark.parametrize("name", list(KERNELS))

@@ -11,8 +11,10 @@ rewrite gives every one the semantics Triton's lowering gives it (`tt.atomic_rmw
 them in interpret mode. Since programs run one at a time, each atomic is applied whole, in
 program order: a spin lock taken by `atomic_cas` is always free when a program reaches it (the
 previous program released it), so it never spins. What is *not* modelled is the order of
-concurrent atomics on a GPU (float sums can round differently there), nor two lanes of one
-atomic hitting the same element (the last lane wins here; on a GPU both apply).
+concurrent atomics on a GPU (float sums can round differently there). Two lanes of one add,
+max or min hitting the same element both apply (a histogram counts every lane, as a scatter
+does); for xchg, and, or and xor the last lane wins, and every lane gets the value from before
+the atomic back.
 
 Only the rewritten copy of the kernel's jaxpr changes: no rule of JAX's is registered or
 replaced, so the user's own `interpret=True` runs are untouched.
@@ -27,6 +29,7 @@ import jax.numpy as jnp
 from jax._src import tree_util
 from jax._src.pallas import core as pallas_core
 from jax._src.pallas import primitives as pallas_primitives
+from jax._src.state import discharge, indexing
 
 from pallaslab.model._jax import rewrite
 
@@ -79,12 +82,49 @@ def _apply(eqn: Any, invals: list[Any]) -> list[Any]:
         ref[...] = jnp.where(old == cmp, val, old)
         return [old]
     ref, transforms, val, mask = eqn.params["args_tree"].unflatten(invals)
-    op = _OPS[eqn.params["atomic_type"].name]
+    name = eqn.params["atomic_type"].name
+    if name in _SCATTERS and _gathers(transforms):  # lanes may share an element
+        return [_scattered(name, ref, transforms, val, mask)]
+    op = _OPS[name]
     old = _bind(pallas_primitives.load_p, (ref, transforms, None, None),
                 cache_modifier=None, eviction_policy=None, is_volatile=False)
     new = jnp.broadcast_to(op(old, val), old.shape).astype(old.dtype)
     _bind(pallas_primitives.swap_p, (ref, transforms, new, mask), eviction_policy=None)
     return [old]
+
+
+# Atomics whose lanes combine where they share an element, as a scatter combines them.
+_SCATTERS = {"ADD": "add", "MAX": "max", "MIN": "min"}
+
+
+def _gathers(transforms: Any) -> bool:
+    """Does the ref's indexer take elements by integer arrays (lanes that may repeat)?"""
+    return any(isinstance(t, indexing.NDIndexer)
+               and any(not isinstance(i, (indexing.Slice, int)) and getattr(i, "shape", ())
+                       for i in t.indices)
+               for t in transforms or ())
+
+
+def _scattered(name: str, ref: Any, transforms: Any, val: Any, mask: Any) -> Any:
+    """The whole ref updated as a scatter of the (masked) lanes: every lane applies, repeated
+    elements included. Returns each lane's value from before the atomic."""
+    full = ref[...]
+    old = discharge.transform_array(full, transforms)
+    val = jnp.broadcast_to(val, old.shape).astype(old.dtype)
+    if mask is not None:  # a masked-out lane leaves its element as it is
+        val = jnp.where(mask, val, _identity(name, old.dtype))
+    where = discharge.transform_array(
+        jnp.arange(full.size, dtype=jnp.int32).reshape(full.shape), transforms)
+    flat = getattr(full.reshape(-1).at[where.reshape(-1)], _SCATTERS[name])(val.reshape(-1))
+    ref[...] = flat.reshape(full.shape)
+    return old
+
+
+def _identity(name: str, dtype: Any) -> Any:
+    if name == "ADD":
+        return jnp.zeros((), dtype)
+    info = jnp.finfo(dtype) if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype)
+    return jnp.asarray(info.min if name == "MAX" else info.max, dtype)
 
 
 def _bind(primitive: Any, args: tuple[Any, ...], **params: Any) -> Any:
