@@ -24,7 +24,8 @@ from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import numpy as np
+
+from _published_report import print_tail
 
 from pallaslab.analysis import published as pub
 
@@ -130,21 +131,9 @@ def report(rows: list[pub.Row], results: dict[int, pub.Prediction],
         print(f"{op:<22}{chip:<5}{len(idx):>5}{len(ratios):>6}  {pub.ratio_stats(ratios)}")
     methods = collections.Counter(m for p in results.values() for m in p.methods)
     print("kernel models used: " + ", ".join(f"{m} {n}" for m, n in methods.most_common()))
-    if failures:
-        print("not built:")
-        for reason, n in collections.Counter(failures.values()).most_common():
-            print(f"  {n:4d}  {reason}")
-    worst = sorted(results.values(), key=lambda p: -abs(np.log(p.ratio)))[:8]
-    print("worst rows (predicted/measured):")
-    for p in worst:
-        print(f"  {p.ratio:5.2f}  {p.row.op} {p.row.chip} line {p.row.line}: "
-              f"{p.row.problem[:70]} {p.row.config[:60]}")
-    ratios = [p.ratio for p in results.values()]
-    r = np.asarray(ratios) if ratios else np.asarray([np.nan])
-    within = np.mean(np.maximum(r, 1 / r) <= 2) if ratios else 0.0
-    print(f"published: {len(rows)} rows, built {len(results)}, median ratio "
-          f"{np.median(r):.2f}, within 2x {within:.0%}")
-
+    print_tail("published", rows, results, failures,
+               lambda p: f"{p.row.op} {p.row.chip} line {p.row.line}: "
+                      f"{p.row.problem[:70]} {p.row.config[:60]}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import numpy as np
+from _published_report import print_tail
 
 from pallaslab.analysis import gpu_model_published as gp
 from pallaslab.analysis import published as pub
@@ -92,21 +92,9 @@ def report(rows: list[pub.Row], results: dict[int, gp.GpuRowPrediction],
               f"{pub.ratio_stats(ratios)}")
     bounds = collections.Counter(b for p in results.values() for b in p.bounds)
     print("bounds: " + ", ".join(f"{b} {n}" for b, n in bounds.most_common()))
-    if failures:
-        print("not built:")
-        for reason, n in collections.Counter(failures.values()).most_common():
-            print(f"  {n:4d}  {reason}")
-    worst = sorted(results.values(), key=lambda p: -abs(np.log(p.ratio)))[:8]
-    print("worst rows (predicted/measured):")
-    for p in worst:
-        print(f"  {p.ratio:5.2f}  {p.row.op_file} {p.row.hardware} line {p.row.line}: "
-              f"{p.row.problem[:60]} {p.row.config[:60]}")
-    ratios = [p.ratio for p in results.values()]
-    r = np.asarray(ratios) if ratios else np.asarray([np.nan])
-    within = np.mean(np.maximum(r, 1 / r) <= 2) if ratios else 0.0
-    print(f"published-gpu: {len(rows)} rows, built {len(results)}, median ratio "
-          f"{np.median(r):.2f}, within 2x {within:.0%}")
-
+    print_tail("published-gpu", rows, results, failures,
+               lambda p: f"{p.row.op_file} {p.row.hardware} line {p.row.line}: "
+                      f"{p.row.problem[:60]} {p.row.config[:60]}")
 
 if __name__ == "__main__":
     sys.exit(main())
