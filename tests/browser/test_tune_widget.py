@@ -1,12 +1,16 @@
 """The Tune view's ES module in real Chromium, against an in-page fake model: the heatmap has
 a cell per config (configs out crossed, their reason on hover), clicking a column header sorts
 the table, the copy field holds the chosen config, the axis selects redraw the heatmap, and
-the roofline draws a point per ranked config."""
+the roofline draws a point per ranked config; in a real JupyterLab, a TuneResult as a cell's
+value is the live widget, offline."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from harness import mount
+from test_jupyterlab import lab, notebook, open_notebook, run_all  # noqa: F401
 from tuning.matmul_case import arguments, matmul
 
 import pallaslab
@@ -91,3 +95,30 @@ def test_the_roofline_draws_a_point_per_ranked_config(page, result3):
     points = page.locator('svg.pl-tune-roofline[data-chip="v5e"] circle.pl-tune-point')
     assert points.count() == len(result3.ranked)
     assert page.locator("svg.pl-tune-roofline path.pl-tune-roof").count() == 2
+
+
+TESTS = Path(__file__).resolve().parents[1]
+LAB_CELLS = [
+    f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+    "import pallaslab\n"
+    "from tuning.matmul_case import arguments, matmul",
+    "result = pallaslab.tune(matmul, {'bm': [256, 512], 'bn': [256, 512]}, *arguments(),\n"
+    "                        chip='v5e', compile_top=0)\n"
+    "result",
+]
+
+
+def test_a_tune_result_is_the_live_widget_in_jupyterlab(page, lab, results_dir):  # noqa: F811
+    notebook(lab["root"] / "tune.ipynb", LAB_CELLS)
+    open_notebook(page, lab, "tune.ipynb")  # only the Lab server reachable
+    run_all(page)
+    out = page.locator(".jp-Cell").nth(1)
+    live = out.locator(".pl-live-widget .pl-tune")
+    live.wait_for(timeout=240000)
+    assert live.locator("g.pl-tune-cell").count() == 4
+    assert live.locator("input.pl-tune-copy-field").input_value().startswith("{'bm': ")
+    live.locator('th[data-col="rank"]').click()
+    assert live.locator("tbody tr").first.locator("td").first.inner_text() == "4"
+    assert not out.locator(".pl-saved-widget").first.is_visible()  # the copy hides under it
+    out.screenshot(path=str(results_dir / "lab-tune.png"))
+    assert page.requests_attempted == []  # offline: the widget's module travels with it

@@ -48,7 +48,7 @@ function heatmap(p, chip, x, y) {
   const times = p.candidates.filter((c) => !c.out).map((c) => c.chips[chip]?.us)
     .filter((t) => t !== null && t !== undefined).map(Number);
   const lo = Math.min(...times), hi = Math.max(...times);
-  const width = LEFT + CELL_W * xs.length + 10, height = TOP + CELL_H * ys.length + 40;
+  const width = LEFT + CELL_W * xs.length + 10, height = TOP + CELL_H * ys.length + 22;
   const root = svg("svg", { class: "pl-tune-heatmap", width, height, viewBox: `0 0 ${width} ${height}` });
   ys.forEach((yv, i) => {
     const row = TOP + CELL_H * (ys.length - 1 - i);
@@ -82,10 +82,10 @@ function heatmap(p, chip, x, y) {
     label.textContent = xv;
     root.append(label);
   });
-  const caption = svg("text", { x: LEFT, y: height - 6, class: "pl-dim" });
-  caption.textContent = `x: ${x}; predicted us on ${chip}, fastest per cell; \u00d7: every config there is out`;
-  root.append(caption);
-  return root;
+  const box = h("div", "pl-tune-heatmap-box");
+  box.append(root, h("div", "pl-dim",
+    `x: ${x}, y: ${y}; predicted us on ${chip}, the fastest config per cell; \u00d7: every config there is out (hover for why)`));
+  return box;
 }
 
 /**
@@ -147,7 +147,7 @@ function columns(p) {
     { name: "config", num: false, get: (c) => c.label }];
   for (const chip of p.chips) cols.push({ name: `${chip} us`, num: true, get: (c) => c.chips[chip]?.us ?? null });
   cols.push({ name: "bound", num: false, get: (c) => p.chips.map((k) => c.chips[k]?.bound ?? "?").join(" / ") },
-    { name: "VMEM KiB", num: true, get: (c) => Math.max(0, ...Object.values(c.chips).map((e) => e.vmem_kib)) });
+    { name: "VMEM KiB", num: true, get: (c) => Math.round(Math.max(0, ...Object.values(c.chips).map((e) => e.vmem_kib))) });
   for (const t of p.targets) cols.push({ name: `${t} compiler`, num: false, get: (c) => c.verdicts[t] ?? "-" });
   cols.push({ name: "out", num: false, get: (c) => c.reason ?? "" });
   return cols;
@@ -176,7 +176,7 @@ function table(p, signal) {
       tr.dataset.config = c.label;
       for (const k of cols) {
         const v = k.get(c);
-        tr.append(h("td", k.num ? "num" : "", v === null ? "-" : typeof v === "number" && k.name !== "rank" ? v.toFixed(2) : String(v)));
+        tr.append(h("td", k.num ? "num" : "", v === null ? "-" : typeof v === "number" && k.name.endsWith(" us") ? v.toFixed(2) : String(v)));
       }
       return tr;
     }));
@@ -187,6 +187,8 @@ function table(p, signal) {
   cols.forEach((k, i) => {
     const th = h("th", `${k.num ? "num " : ""}pl-sortable`, k.name);
     th.dataset.col = k.name;
+    th.style.cursor = "pointer";
+    th.title = `sort by ${k.name} (again: the other way)`;
     listen(th, "click", () => { sort.dir = sort.col === i ? -sort.dir : 1; sort.col = i; fill(); }, signal);
     head.append(th);
   });

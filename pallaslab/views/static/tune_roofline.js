@@ -7,7 +7,7 @@
 
 import { h, svg } from "./prelude.js";
 
-const W = 360, H = 220, L = 56, B = 30, T = 10, R = 10;
+const W = 360, H = 230, L = 56, B = 34, T = 14, R = 10;
 
 /**
  * @param {any} p the Tune payload (see tune.js)
@@ -42,7 +42,17 @@ function panel(p, chip) {
     `${q.label}: ${q.x.toFixed(1)} ops/B, ${(q.y / 1e12).toFixed(2)} Tops/s predicted`);
     root.append(dot);
   }
-  const labels = [[`${chip}: ops per HBM byte (log)`, L, H - 8], ["ops/s (log)", 4, T + 10]];
+  for (let e = Math.ceil(x0); e <= Math.floor(x1); e++) {
+    const t = svg("text", { x: sx(10 ** e), y: H - B + 12, "text-anchor": "middle", class: "pl-dim pl-tune-tick" });
+    t.textContent = `1e${e}`;
+    root.append(t);
+  }
+  for (let e = Math.ceil(y0); e <= Math.floor(y1); e++) {
+    const t = svg("text", { x: L - 4, y: sy(10 ** e) + 4, "text-anchor": "end", class: "pl-dim pl-tune-tick" });
+    t.textContent = `1e${e}`;
+    root.append(t);
+  }
+  const labels = [[`${chip}: ops per HBM byte (log)`, L, H - 4], ["ops/s (log)", 4, T + 2]];
   for (const [text, x, y] of labels) {
     const t = svg("text", { x, y, class: "pl-dim" });
     t.textContent = String(text);
