@@ -9,7 +9,9 @@ same from a function `config -> Capture` (the CLI's cases and `%%pallas --tune` 
 Its modules: `space` (the candidate configs and `--param` text, no JAX), `estimate` (one
 candidate on one chip: fit, time, bound), `search` (the loop, the compiler's verdicts),
 `result` (the frozen `TuneResult` and `Candidate`), `view` (one tree of parts for text, HTML
-and the CLI) and `heatmap` (matplotlib, imported when drawn). Names load on first use, so
+and the CLI), `heatmap` (matplotlib, imported when drawn), `widget` (the live Tune view:
+`static/tune.js`, displayed with its static copy) and `plotly_heatmap` (its heatmap as plotly's
+FigureWidget where plotly is installed). Names load on first use, so
 parsing `--param` imports no JAX.
 """
 

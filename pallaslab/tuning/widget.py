@@ -84,8 +84,34 @@ def _peaks(chips: Any) -> dict[str, dict[str, float]]:
 
 
 def tune_widget(result: Any) -> Any:
-    """The live widget (needs `pallaslab[notebook]`)."""
-    return widget_class(MODULE)(payload=tune_payload(result))
+    """The live widget (needs `pallaslab[notebook]`). With plotly, its heatmap is plotly's
+    FigureWidget between the view's head (the chosen config, the axis selects) and its body
+    (the table, the roofline), redrawn from Python when a select changes; without plotly, the
+    view's module draws the heatmap itself (SVG)."""
+    payload = tune_payload(result)
+    picked = payload["axes"]
+    try:
+        if picked is None:
+            raise ImportError("no heatmap")
+        from pallaslab.tuning.plotly_heatmap import TuneHeatmap
+
+        heat = TuneHeatmap(result, result.chips[0], picked[0], picked[1])
+    except ImportError:
+        return widget_class(MODULE)(payload=payload)
+    import ipywidgets
+
+    head = widget_class(MODULE)(payload={**payload, "plotly": True, "part": "head"})
+    body = widget_class(MODULE)(payload={**payload, "plotly": True, "part": "body"})
+
+    def redraw(change: Any) -> None:
+        sel = dict(change["new"] or {})
+        if {"chip", "x", "y"} <= sel.keys() and sel["x"] != sel["y"]:
+            heat.show(sel["chip"], sel["x"], sel["y"])
+
+    head.observe(redraw, names="selection")
+    box = ipywidgets.VBox([head, heat.figure, body])
+    box.heatmap = heat  # for tests and the curious: the figure and the result it draws
+    return box
 
 
 def _text_form(result: Any) -> str:

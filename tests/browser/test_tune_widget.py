@@ -102,10 +102,23 @@ LAB_CELLS = [
     f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
     "import pallaslab\n"
     "from tuning.matmul_case import arguments, matmul",
-    "result = pallaslab.tune(matmul, {'bm': [256, 512], 'bn': [256, 512]}, *arguments(),\n"
-    "                        chip='v5e', compile_top=0)\n"
+    "result = pallaslab.tune(matmul, {'bm': [256, 512], 'bn': [256, 512], 'bk': [512, 1024]},\n"
+    "                        *arguments(), chip='v5e', compile_top=0)\n"
     "result",
 ]
+
+
+def test_where_plotly_draws_the_heatmap_the_selects_tell_python(page, result3):
+    p = tune_payload(result3)
+    mount(page, "tune.js", {**p, "plotly": True, "part": "head"})
+    assert page.locator("svg.pl-tune-heatmap").count() == 0  # plotly's figure draws it
+    assert page.locator("table.pl-tune-table").count() == 0  # the body's
+    assert page.locator("input.pl-tune-copy-field").input_value() == repr(result3.best.config)
+    page.select_option('select[data-axis="y"]', "bk")
+    assert page.evaluate("model.saved.at(-1)") == {"x": "bm", "y": "bk", "chip": "v5e"}
+    mount(page, "tune.js", {**p, "plotly": True, "part": "body"})
+    assert page.locator("table.pl-tune-table").count() == 1
+    assert page.locator("select").count() == 0 and page.locator("svg.pl-tune-roofline").count() == 2
 
 
 def test_a_tune_result_is_the_live_widget_in_jupyterlab(page, lab, results_dir):  # noqa: F811
@@ -113,12 +126,19 @@ def test_a_tune_result_is_the_live_widget_in_jupyterlab(page, lab, results_dir):
     open_notebook(page, lab, "tune.ipynb")  # only the Lab server reachable
     run_all(page)
     out = page.locator(".jp-Cell").nth(1)
-    live = out.locator(".pl-live-widget .pl-tune")
-    live.wait_for(timeout=240000)
-    assert live.locator("g.pl-tune-cell").count() == 4
+    live = out.locator(".pl-live-widget")
+    live.locator("table.pl-tune-table").wait_for(timeout=240000)
     assert live.locator("input.pl-tune-copy-field").input_value().startswith("{'bm': ")
     live.locator('th[data-col="rank"]').click()
-    assert live.locator("tbody tr").first.locator("td").first.inner_text() == "4"
+    assert live.locator("tbody tr").first.locator("td").first.inner_text() == "8"
+    # plotly's FigureWidget (its own bundled JavaScript) draws the heatmap, offline; the
+    # view's y select redraws it from Python over bm x bk
+    title = live.locator(".js-plotly-plot .g-ytitle")
+    title.wait_for(timeout=60000)
+    assert title.text_content() == "bn"
+    live.locator('select[data-axis="y"]').select_option("bk")
+    page.wait_for_function("() => document.querySelector('.js-plotly-plot .g-ytitle')"
+                           "?.textContent === 'bk'", timeout=60000)
     assert not out.locator(".pl-saved-widget").first.is_visible()  # the copy hides under it
     out.screenshot(path=str(results_dir / "lab-tune.png"))
     assert page.requests_attempted == []  # offline: the widget's module travels with it

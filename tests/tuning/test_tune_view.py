@@ -58,7 +58,28 @@ def test_displayed_it_is_the_live_widget_then_its_static_copy(result):
     assert "candidate(s)" in live["text/plain"]
     assert SAVED_CLASS in saved["text/html"] and "pl-tune-heatmap" in saved["text/html"]
     assert "export default" in module_source("tune.js")
-    assert callable(result._ipython_display_) and result.widget().payload["version"] == 1
+    assert callable(result._ipython_display_)
+
+
+def test_with_plotly_the_heatmap_is_plotlys_figure_widget_between_head_and_body(result):
+    pytest.importorskip("plotly")
+    box = result.widget()
+    head, figure, body = box.children
+    assert figure is box.heatmap.figure and type(figure).__name__ == "FigureWidget"
+    assert (head.payload["part"], body.payload["part"]) == ("head", "body")
+    trace = figure.data[0]
+    assert list(trace.x) == ["256", "384", "512"] and list(trace.y) == ["256", "512"]
+    assert len(trace.z) * len(trace.z[0]) == 6  # bm x bn, the fastest bk in each cell
+    column = list(trace.x).index("384")  # every config there is out: crossed, reason on hover
+    assert all(row[column] is None for row in trace.z)
+    assert all(trace.text[i][column] == "\u00d7" for i in range(2))
+    assert "out, capture failed: ValueError: bm=384 does not divide" in trace.hovertext[0][column]
+    best = result.best
+    i, j = list(trace.y).index(str(best.config["bn"])), list(trace.x).index(str(best.config["bm"]))
+    assert trace.z[i][j] == pytest.approx(best.time("v5e") * 1e6)
+    head.selection = {"chip": "v6e", "x": "bm", "y": "bk"}  # the head's selects redraw it
+    assert figure.layout.yaxis.title.text == "bk" and list(figure.data[0].y) == ["512", "1024"]
+    assert "on v6e" in figure.layout.title.text
 
 
 def test_its_ipython_display_publishes_both(result, monkeypatch):

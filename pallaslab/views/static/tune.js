@@ -18,7 +18,8 @@ import { roofline } from "./tune_roofline.js";
  * @typedef {{version: number, params: string[], varied: string[], axes: string[] | null, chips: string[],
  *   targets: string[], stopped: string | null, values: Record<string, string[]>,
  *   best: {text: string, label: string, rank: number} | null,
- *   peaks: Record<string, {flops: number, hbm: number}>, candidates: TuneCandidate[]}} TunePayload
+ *   peaks: Record<string, {flops: number, hbm: number}>, candidates: TuneCandidate[],
+ *   plotly?: boolean, part?: string}} TunePayload
  * @typedef {{payload: TunePayload, selection: Record<string, any>}} TuneModel the model's keys
  * @typedef {import("./prelude.js").Model<TuneModel>} Model
  */
@@ -110,10 +111,12 @@ function picker(label, options, value, onChange, signal) {
 
 /**
  * The heatmap section: a chip select when several, an axis select each when more than two
- * parameters vary; redrawn on change.
+ * parameters vary; redrawn on change (where plotly draws it beside this module, `onPick`
+ * tells Python the chip and axes picked and only the selects are drawn here).
  * @param {TunePayload} p @param {AbortSignal} signal
+ * @param {(state: {x: string, y: string, chip: string}) => void} onPick
  */
-function heatmapSection(p, signal) {
+function heatmapSection(p, signal, onPick) {
   const box = h("div", "pl-tune-heat");
   if (!p.axes) {
     box.append(h("p", "pl-dim", "heatmap: it needs two parameters with several values"));
@@ -122,6 +125,7 @@ function heatmapSection(p, signal) {
   const state = { x: p.axes[0], y: p.axes[1], chip: p.chips[0] };
   const controls = h("div", "pl-tune-controls"), drawing = h("div");
   const draw = () => {
+    if (p.plotly) return onPick({ ...state });
     drawing.replaceChildren(state.x === state.y
       ? h("p", "pl-dim", "pick two different parameters")
       : heatmap(p, state.chip, state.x, state.y));
@@ -240,9 +244,14 @@ function render({ model, el }) {
   const title = h("div", "pl-title");
   title.append("Tune ", h("span", "pl-dim",
     `${p.candidates.length} candidate(s): ${ranked} ranked, ${p.candidates.length - ranked} out; modelled on ${p.chips.join(", ")}`));
-  root.append(title, chosen(p, signal));
-  if (p.stopped) root.append(h("p", "pl-warning", `stopped: ${p.stopped}`));
-  root.append(heatmapSection(p, signal), table(p, signal), roofline(p));
+  const pick = (/** @type {Record<string, string>} */ state) => { model.set("selection", state); model.save_changes(); };
+  // part "head" and "body": plotly's heatmap widget sits between the two (see tuning/widget.py)
+  if (p.part !== "body") {
+    root.append(title, chosen(p, signal));
+    if (p.stopped) root.append(h("p", "pl-warning", `stopped: ${p.stopped}`));
+    root.append(heatmapSection(p, signal, pick));
+  }
+  if (p.part !== "head") root.append(table(p, signal), roofline(p));
   el.append(root);
   return cleanup;
 }
