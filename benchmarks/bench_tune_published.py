@@ -384,7 +384,8 @@ def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int, jobs: int = 1)
     groups: dict[tuple[str, str], list[Outcome]] = collections.defaultdict(list)
     failed: collections.Counter[str] = collections.Counter()
     spawn = multiprocessing.get_context("spawn")  # no fork of a process with JAX's threads
-    with (concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn) if jobs > 1
+    with (concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_limit)
+          if jobs > 1
           else contextlib.nullcontext(None)) as pool:
         placed = (pool.map(place, picked, itertools.repeat(cap)) if pool is not None
                   else (place(row, cap) for row in picked))
@@ -405,7 +406,18 @@ def place(row: pub.Row, cap: int) -> Outcome | str:
         result, batch = tune_row(row, capped(space, winner, cap, row.line))
     except pub.BuildError as err:
         return err.reason
+    except MemoryError:  # a worker's own limit (`_limit`), not the machine's OOM killer
+        return f"out of memory (over {WORKER_MEMORY >> 30} GiB)"
     return outcome(row, result, batch, winner, len(space) + (not in_space), in_space)
+
+
+WORKER_MEMORY = 12 << 30  # address space of a `--jobs` worker: a row past it is not tuned
+
+
+def _limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
 
 
 def show(row: pub.Row, o: Outcome, groups: dict[tuple[str, str], list[Outcome]]) -> None:
