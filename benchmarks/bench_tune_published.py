@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
-import contextlib
 import dataclasses
-import itertools
 import json
 import math
 import multiprocessing
@@ -39,7 +37,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -383,18 +381,36 @@ def tokamax_main(picked: Sequence[pub.Row], total: int, cap: int, jobs: int = 1)
     start = time.perf_counter()
     groups: dict[tuple[str, str], list[Outcome]] = collections.defaultdict(list)
     failed: collections.Counter[str] = collections.Counter()
-    spawn = multiprocessing.get_context("spawn")  # no fork of a process with JAX's threads
-    with (concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_limit)
-          if jobs > 1
-          else contextlib.nullcontext(None)) as pool:
-        placed = (pool.map(place, picked, itertools.repeat(cap)) if pool is not None
-                  else (place(row, cap) for row in picked))
-        for row, o in zip(picked, placed, strict=True):
-            if isinstance(o, str):
-                failed[o] += 1
-                continue
-            show(row, o, groups)
+    for row, o in zip(picked, placed(picked, cap, jobs), strict=True):
+        if isinstance(o, str):
+            failed[o] += 1
+            continue
+        show(row, o, groups)
     return report(groups, failed, start, space_summary, tune_line)
+
+
+def placed(picked: Sequence[pub.Row], cap: int, jobs: int) -> Iterator[Outcome | str]:
+    """`place` of each row in order, in `jobs` spawned processes (no fork of a process with
+    JAX's threads); a worker that dies (the OOM killer) costs its row, and a new pool goes on
+    with the rest."""
+    if jobs <= 1:
+        yield from (place(row, cap) for row in picked)
+        return
+    spawn = multiprocessing.get_context("spawn")
+    left = list(picked)
+    while left:
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn,
+                                                    initializer=_limit) as pool:
+            futures = [pool.submit(place, row, cap) for row in left]
+            for n, future in enumerate(futures):
+                try:
+                    yield future.result()
+                except concurrent.futures.process.BrokenProcessPool:
+                    yield "a worker died (out of memory?)"
+                    left = left[n + 1:]
+                    break
+            else:
+                left = []
 
 
 def place(row: pub.Row, cap: int) -> Outcome | str:
