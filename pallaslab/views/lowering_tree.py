@@ -89,8 +89,11 @@ def resources_part(r: KernelLowering, kernel: Kernel | None, target: str) -> Par
     if all(res.get(field) is None for field, _, _ in RESOURCES) and not notes:
         why = "none reported by the compiler" if r.compiled else "known once compiled"
         return Line((Text(f"resources: {why}", "dim"),), css="pl-resources-static")
-    rows = tuple((label, fmt(res.get(field)), Text(notes.get(field, ""), "dim"))
-                 for field, label, fmt in RESOURCES)
+    # a resource nobody reported (VMEM of a GPU kernel, registers of a TPU one) is left out
+    rows = tuple((label, fmt(res.get(field)),
+                  Text(notes.get(field, "the compiler" if r.compiled else ""), "dim"))
+                 for field, label, fmt in RESOURCES
+                 if res.get(field) is not None or field in notes)
     return Table(RESOURCE_COLUMNS, rows, numeric=(1,), css="pl-resources-static")
 
 
