@@ -39,9 +39,10 @@ def test_the_cell_is_tuned_and_the_namespace_left_as_it_was(sh):
     assert "bm" not in sh.user_ns and "bk" not in sh.user_ns
     kept = {k: v for k, v in sh.user_ns.items() if k in before and not k.startswith("_")}
     assert all(kept[k] is before[k] for k in kept)
-    assert "6 candidate(s): 4 ranked, 2 out" in plain_text(out)
-    shown = [o.data.get("text/plain", "") for o in out.outputs]  # the progress line
+    shown = [o.data.get("text/plain", "") for o in out.outputs]  # the progress line, the view
     assert any(text.startswith("tuning: ") for text in shown), shown
+    # the cell's value is displayed as the Tune view, its text form beside the widget
+    assert "6 candidate(s): 4 ranked, 2 out" in "".join(shown) + plain_text(out)
 
 
 @pytest.mark.parametrize(("flags", "words"), [

@@ -91,7 +91,8 @@ def test_lowering_renders_its_tree():
     tree = assert_renders_its_tree(workbench("tpu_misaligned").lowering())
     assert len(tree.children) == 1  # one target lowered
     text, html = to_text(tree), to_html(tree)
-    assert text.splitlines()[0].endswith("(mosaic-tpu): FAILED, not compiled")
+    # "(cached)" follows when an earlier test lowered the same kernel
+    assert "(mosaic-tpu): FAILED, not compiled" in text.splitlines()[0]
     assert "error tpu-block-shape [args[0]]: args[0]: block shape (10, 100)" in text
     assert "<code>tpu-block-shape</code>" in html and "block shape (10, 100)" in html
     ok = assert_renders_its_tree(workbench("matmul_f32").lowering())
