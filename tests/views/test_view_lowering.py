@@ -199,8 +199,8 @@ def test_text_has_diagnostics_resources_and_stage_names():
     (err,) = view.result().errors
     text = view.to_text()
     first, *rest = text.splitlines()
-    assert first == ("Lowering of kernel 0 add_kernel for tpu-v5e (mosaic-tpu): FAILED, "
-                     "not compiled")
+    assert first.removesuffix(" (cached)") == (  # cached: an earlier run lowered it
+        "Lowering of kernel 0 add_kernel for tpu-v5e (mosaic-tpu): FAILED, not compiled")
     assert f"  error {err.code}" in text and err.message.splitlines()[0] in text
     if err.operand:
         assert f"[{err.operand}]" in text
