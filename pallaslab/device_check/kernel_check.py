@@ -85,7 +85,7 @@ def _profiled(report: KernelReport, case: CheckCase, folder: Path, *,
     a `ProfileTimeline`, and that the measured track the tab draws beside the model."""
     from pallaslab.cases import capture_case, load_case
     from pallaslab.execute.profile import device_event_names, profile
-    from pallaslab.views.pipeline import PROFILE_STEP_KIND, track
+    from pallaslab.views.pipeline_payload import PROFILE_STEP_KIND, track
 
     try:
         loaded = load_case(case.spec)

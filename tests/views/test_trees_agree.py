@@ -109,11 +109,12 @@ def test_lower_prints_the_lowering_tree(capsys):
     assert main(["lower", "tests/kernels.py:tpu_misaligned", "--target", "tpu-v5e"]) == 1
     out = [line.strip() for line in capsys.readouterr().out.splitlines()]
     lines = [line.strip() for line in to_text(view.tree()).splitlines()]
-    assert lines[0] == out[0]  # the heading, with its verdict
+    # the heading, with its verdict ("(cached)" where one of the two found the other's result)
+    assert lines[0].removesuffix(" (cached)") == out[0].removesuffix(" (cached)")
     for line in lines[2:]:  # resources, stages and each stage's row
         assert line.rstrip(":") in out
     assert lines[1].startswith("error tpu-block-shape [args[0]]: args[0]: block shape")
-    assert " ".join(out).startswith(" ".join(lines[:2])[:120])
+    assert out[1].startswith(lines[1][:100])
 
 
 def test_grid_renders_its_tree():

@@ -9,13 +9,8 @@ from kernels import elementwise_2d
 
 import pallaslab
 from pallaslab.analysis.pipeline import Pipeline, simulate
-from pallaslab.views.pipeline import (
-    BINS,
-    MAX_EVENTS,
-    WINDOW_EVENTS,
-    PipelineView,
-    pipeline_payload,
-)
+from pallaslab.views.pipeline import PipelineView
+from pallaslab.views.pipeline_payload import BINS, MAX_EVENTS, WINDOW_EVENTS, pipeline_payload
 from pallaslab.views.registry import tabs
 from pallaslab.workbench import Workbench
 
