@@ -125,8 +125,11 @@ clean:
 	rm -rf $(VENV) .venv-jax-* .pytest_cache .mypy_cache .ruff_cache test-results
 
 # The differential fuzzer (tests/fuzz): generated kernels judged against plain JAX and a NumPy
-# model for FUZZ_SECONDS; failing kernels are written as case files to test-results/fuzz/.
+# model for FUZZ_SECONDS, FUZZ_JOBS processes at once; failing kernels are written as case files
+# to test-results/fuzz/. FUZZ_ARGS passes more (e.g. --max-kernels 10000, --families tpu-dma).
 FUZZ_SECONDS ?= 120
 FUZZ_SEED ?= 0
+FUZZ_JOBS ?= 1
 fuzz: setup
-	JAX_PLATFORMS=cpu PYTHONPATH=tests $(PY) -m fuzz --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
+	JAX_PLATFORMS=cpu PYTHONPATH=tests $(PY) -m fuzz --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED) \
+		--jobs $(FUZZ_JOBS) $(FUZZ_ARGS)

@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0, help="each executor run's limit (s)")
     p.add_argument("--out", type=Path, default=Path("test-results/fuzz"),
                    help="where failing kernels are written as case files")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes judging kernels at once (each runs its executors' workers)")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--avoid-known", action="store_true",
                    help=f"leave out the known open issues' features ({PARALLEL_AFTER_ARBITRARY}"
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     tally = run_campaign(args.seed, seconds=args.seconds, max_kernels=args.max_kernels,
                          start=args.start, timeout=args.timeout, out_dir=args.out,
                          families=tuple(args.families.split(",")), avoid=avoid,
-                         on_verdict=progress)
+                         on_verdict=progress, jobs=args.jobs)
     print("\n".join(tally.report()))
     print(tally.summary_line())
     return 1 if tally.failures else 0

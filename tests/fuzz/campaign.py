@@ -4,10 +4,16 @@ spent, tallied per grammar feature and per outcome."""
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
+import functools
+import itertools
+import math
+import multiprocessing
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from fuzz.grammar import FAMILIES, generate
 from fuzz.runner import (
@@ -68,20 +74,55 @@ def run_campaign(seed: int, *, seconds: float = 60.0, max_kernels: int | None = 
                  start: int = 0, timeout: float = 60.0, out_dir: Path | None = None,
                  families: tuple[str, ...] = FAMILIES, avoid: frozenset[str] = frozenset(),
                  on_verdict: Callable[[Verdict], None] | None = None,
-                 batch: int = 1) -> Tally:
+                 batch: int = 1, jobs: int = 1) -> Tally:
     """Kernels judged WINDOW at a time (`judge_many`, `batch` per compare), the time budget
-    checked between."""
+    checked between; with `jobs` > 1, windows judged by that many processes at once (each
+    kernel is drawn from (seed, index) alone, so the tallies are those of one process)."""
     t0 = time.perf_counter()
+    window = functools.partial(_judge_window, seed, timeout=timeout, out_dir=out_dir,
+                               families=families, avoid=avoid, batch=batch)
     verdicts: list[Verdict] = []
-    index = start
-    while time.perf_counter() - t0 < seconds and (max_kernels is None
-                                                   or len(verdicts) < max_kernels):
-        count = WINDOW if max_kernels is None else min(WINDOW, max_kernels - len(verdicts))
-        drawn = [generate(seed, i, families=families, avoid=avoid)
-                 for i in range(index, index + count)]
-        for verdict in judge_many(drawn, timeout=timeout, out_dir=out_dir, batch=batch):
+    for judged in _windows(window, start, max_kernels, jobs,
+                           lambda: time.perf_counter() - t0 < seconds):
+        for verdict in judged:
             verdicts.append(verdict)
             if on_verdict is not None:
                 on_verdict(verdict)
-        index += count
     return Tally(tuple(verdicts), time.perf_counter() - t0)
+
+
+def _judge_window(seed: int, start: int, count: int, **options: Any) -> list[Verdict]:
+    families, avoid = options.pop("families"), options.pop("avoid")
+    drawn = [generate(seed, i, families=families, avoid=avoid)
+             for i in range(start, start + count)]
+    return judge_many(drawn, **options)
+
+
+def _windows(window: Callable[[int, int], list[Verdict]], start: int, max_kernels: int | None,
+             jobs: int, time_left: Callable[[], bool]) -> Iterator[list[Verdict]]:
+    """The judged windows in index order: `jobs` in flight at once (jobs > 1: in processes),
+    a new one started while time is left and kernels remain."""
+    end = math.inf if max_kernels is None else start + max_kernels
+    starts = itertools.takewhile(lambda i: i < end, itertools.count(start, WINDOW))
+
+    def sized(i: int) -> tuple[int, int]:
+        return i, int(min(WINDOW, end - i))
+
+    if jobs <= 1:
+        for i in starts:
+            if not time_left():
+                return
+            yield window(*sized(i))
+        return
+    # spawn: each job imports JAX afresh (a forked JAX is not safe)
+    with concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        flight: collections.deque[concurrent.futures.Future[list[Verdict]]] = collections.deque()
+        for i in starts:
+            if not time_left():
+                break
+            flight.append(pool.submit(window, *sized(i)))
+            if len(flight) >= jobs:
+                yield flight.popleft().result()
+        while flight:
+            yield flight.popleft().result()
