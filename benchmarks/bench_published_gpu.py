@@ -4,9 +4,10 @@ For every GPU row of the published autotuning table: build tokamax's kernel with
 problem and config, capture it on this CPU for the row's GPU, predict its time with
 `pallaslab.analysis.gpu_model` and compare with the published median. A row's prediction is
 the whole op as tokamax runs it: every kernel the capture finds (a VJP's dK/dV and dQ
-kernels) plus the XLA ops between them (their HBM traffic and launches). Rows that cannot be
-built are counted with their reason (tokamax's Triton GLU, ragged dot and normalization are
-`jax_triton` kernels, not Pallas: out of scope for a Pallas tool). Prints, per op, backend
+kernels) plus the XLA ops between them (their HBM traffic and launches). tokamax's Triton
+GLU, ragged dot and normalization are `jax_triton` kernels, not Pallas: their launches are
+traced instead (grid, warps, stages, arrays) and predicted with the problem's work. Rows that
+cannot be built are counted with their reason. Prints, per op, backend
 and GPU: rows, built, median predicted/measured, the shares within 1.25x and 2x; then the
 worst rows, the bounds, and a final `published-gpu:` line.
 

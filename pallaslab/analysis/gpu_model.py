@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pallaslab.analysis.occupancy_gpu import gpu_occupancy, mosaic_gpu_resources
 from pallaslab.model import Kernel, _jax
 from pallaslab.model._jax.chips import kernel_body_vector_ops
+from pallaslab.model._jax.foreign import TritonLaunch
 from pallaslab.model._jax.warpgroups import (
     lowers_producer_registers,
     syncs_warpgroups_by_named_barriers,
@@ -51,6 +52,7 @@ class GpuSpec:
     wave_latency_s: float  # one HBM round trip: a wave's pipeline fill
     vector_ops_per_s: float  # FP32 core lanes: elementwise results per second
     transcendentals_per_s: float  # special-function unit (MUFU) results per second
+    memory_bytes: float  # HBM capacity
 
 
 # Launch: the device-side start of a grid and drain of its last blocks, ~2 us (NVIDIA, "CUDA
@@ -62,8 +64,8 @@ LAUNCH_S = 2e-6
 HBM_LATENCY_S = 0.7e-6
 
 GPUS: dict[str, GpuSpec] = {
-    # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): HBM3 3.35 TB/s; dense BF16/FP16
-    # 989.5 TFLOPS, TF32 494.7 TFLOPS, FP8 1,979 TFLOPS (the datasheet's figures "with
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): HBM3 80 GB at 3.35 TB/s; dense
+    # BF16/FP16 989.5 TFLOPS, TF32 494.7 TFLOPS, FP8 1,979 TFLOPS (the datasheet's figures "with
     # sparsity" halved); 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 3).
     # Elementwise: 128 FP32 cores per SM (whitepaper), one result per clock each, at 1.83 GHz:
     # the clock the datasheet's tensor peak assumes (989.5e12 = 132 SMs x 4,096 dense flops
@@ -75,25 +77,25 @@ GPUS: dict[str, GpuSpec] = {
     "h100": GpuSpec("h100", 132, 3.35e12,
                     {"bfloat16": 989.5e12, "float16": 989.5e12, "float32": 494.7e12,
                      "float8_e4m3fn": 1979e12, "float8_e5m2": 1979e12, "int8": 1979e12},
-                    LAUNCH_S, HBM_LATENCY_S, 132 * 128 * 1.83e9, 132 * 16 * 1.83e9),
-    # NVIDIA HGX B200 datasheet (per GPU): HBM3e 8 TB/s; dense FP16/BF16 2.25 PFLOPS, TF32
-    # 1.1 PFLOPS, FP8 4.5 PFLOPS (sparse figures halved); 148 SMs (NVIDIA Blackwell
-    # architecture technical brief: two dies of 74 SMs enabled).
+                    LAUNCH_S, HBM_LATENCY_S, 132 * 128 * 1.83e9, 132 * 16 * 1.83e9, 80e9),
+    # NVIDIA HGX B200 datasheet (per GPU): HBM3e 180 GB (1.44 TB for 8 GPUs) at 8 TB/s; dense
+    # FP16/BF16 2.25 PFLOPS, TF32 1.1 PFLOPS, FP8 4.5 PFLOPS (sparse figures halved); 148 SMs
+    # (NVIDIA Blackwell architecture technical brief: two dies of 74 SMs enabled).
     # FP32 600 TFLOPS for 8 GPUs (NVIDIA HGX B200 datasheet) -> 75 TFLOPS each, FMA as two;
     # special functions 16 per clock per SM (CUDA C++ Programming Guide, compute capability
     # 10.0) x 148 SMs x 1.965 GHz boost = 4.65e12.
     "b200": GpuSpec("b200", 148, 8.0e12,
                     {"bfloat16": 2.25e15, "float16": 2.25e15, "float32": 1.1e15,
                      "float8_e4m3fn": 4.5e15, "float8_e5m2": 4.5e15, "int8": 4.5e15},
-                    LAUNCH_S, HBM_LATENCY_S, 75e12 / 2, 4.65e12),
-    # NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB): HBM2e 2,039 GB/s; BF16/FP16 312
-    # TFLOPS, TF32 156 TFLOPS, INT8 624 TOPS; 108 SMs (NVIDIA A100 architecture whitepaper).
+                    LAUNCH_S, HBM_LATENCY_S, 75e12 / 2, 4.65e12, 180e9),
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB): HBM2e 80 GB at 2,039 GB/s; BF16/FP16
+    # 312 TFLOPS, TF32 156 TFLOPS, INT8 624 TOPS; 108 SMs (NVIDIA A100 architecture whitepaper).
     # FP32 19.5 TFLOPS (datasheet, FMA as two); special functions 16 per clock per SM (CUDA
     # C++ Programming Guide, compute capability 8.0) x 108 SMs x 1.41 GHz boost = 2.44e12.
     "a100": GpuSpec("a100", 108, 2.039e12,
                     {"bfloat16": 312e12, "float16": 312e12, "float32": 156e12,
                      "int8": 624e12},
-                    LAUNCH_S, HBM_LATENCY_S, 19.5e12 / 2, 2.44e12),
+                    LAUNCH_S, HBM_LATENCY_S, 19.5e12 / 2, 2.44e12, 80e9),
 }
 
 
@@ -214,6 +216,18 @@ def kernel_work(kernel: Kernel, *, flops: float | None = None, shared_bytes: int
                    pipeline_steps=pipeline_steps)
 
 
+def launch_work(launch: TritonLaunch, *, flops: float, flops_source: str,
+                transcendentals: float = 0.0) -> GpuWork:
+    """The work of a `jax_triton.triton_call` launch: its grid, warps, stages and arrays from
+    the launch; its flops and transcendentals from the caller (the body is Triton's, not
+    traced). Not compiled here: no shared memory or registers, so occupancy is the warps'."""
+    return GpuWork(blocks=max(1, launch.programs), flops=float(flops),
+                   dot_dtype=_narrowest_float(d for _, d in launch.inputs),
+                   hbm_bytes=float(launch.hbm_bytes), num_warps=launch.num_warps,
+                   num_stages=launch.num_stages, shared_bytes=0, registers=0,
+                   flops_source=flops_source, transcendentals=float(transcendentals))
+
+
 def gpu_prediction(kernel: Kernel, gpu: str = "h100", **given: Any) -> GpuPrediction:
     """Predicted time of a captured GPU kernel on `gpu` ("h100", "b200", "a100") and its bound;
     keyword arguments as `kernel_work` (the compiler's shared memory and registers)."""
@@ -263,9 +277,13 @@ def _hbm_bytes(kernel: Kernel) -> int:
 
 
 def _dot_dtype(kernel: Kernel) -> str:
+    return _narrowest_float(o.dtype for o in kernel.operands if o.role == "input")
+
+
+def _narrowest_float(dtypes: Iterable[Any]) -> str:
     """The narrowest float input dtype: the dots' operands (an f32 dot runs as TF32)."""
-    floats = [o.dtype for o in kernel.operands if o.role == "input"
-              and (o.dtype.kind == "f" or o.dtype.name.startswith(("bfloat16", "float8")))]
+    floats = [d for d in dtypes
+              if d.kind == "f" or d.name.startswith(("bfloat16", "float8"))]
     if not floats:
         return "float32"
     return min(floats, key=lambda d: d.itemsize).name

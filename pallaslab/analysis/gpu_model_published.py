@@ -3,7 +3,8 @@ config, captured on this CPU for their GPU, predicted by `gpu_model` (issue 42).
 
 The row reader, problem parser and `BuildError` are `published`'s. tokamax's
 `pallas_triton_{gated_linear_unit,ragged_dot,normalization}` ops are `jax_triton.triton_call`
-kernels, not Pallas: pallaslab cannot capture them, and such rows are refused with that reason.
+kernels, not Pallas: never captured, they are traced for their launches instead (grid, warps,
+stages, arrays: `model/_jax/foreign.py`) and predicted from those and the problem's work.
 A row's flops are the problem's (its dots' work, from its shapes): the captured Triton and
 Mosaic GPU bodies loop over key/value or k tiles with trip counts known only at run time, and
 Mosaic GPU's matrix products are `wgmma`/`tcgen05` ops that the jaxpr's dot count does not see.
@@ -14,11 +15,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from pallaslab.analysis import published as pub
-from pallaslab.analysis.gpu_model import GpuPrediction, gpu_prediction, gpu_spec
+from pallaslab.analysis.gpu_model import (
+    GpuPrediction,
+    gpu_prediction,
+    gpu_spec,
+    launch_work,
+    predict_work,
+)
 from pallaslab.errors import PallasLabError
 from pallaslab.model._jax.chips import kernel_body_vector_ops
 from pallaslab.model._jax.xla_ops import xla_boundary_bytes
@@ -27,12 +35,17 @@ HARDWARE_GPUS = {"H100 80GB HBM3": "h100", "B200": "b200"}
 # The compute capability tokamax picks its kernel generation by (sm90: Hopper, sm100: Blackwell;
 # CUDA C Programming Guide, "Compute Capabilities").
 _CAPABILITY = {"h100": 9.0, "b200": 10.0}
-NOT_PALLAS = ("not a Pallas kernel (tokamax runs it through jax_triton.triton_call): "
-              "out of scope for a Pallas tool")
+# tokamax's Triton ops that are `jax_triton.triton_call` kernels, not Pallas.
+TRITON_CALL_OPS = ("gated_linear_unit", "ragged_dot", "normalization", "normalization_vjp")
 
 
 def gpu_of(row: pub.Row) -> str | None:
     return HARDWARE_GPUS.get(row.hardware)
+
+
+def is_triton_call(row: pub.Row) -> bool:
+    """Is the row's op one of tokamax's `jax_triton` kernels (not Pallas)?"""
+    return backend_op(row) in {("triton", op) for op in TRITON_CALL_OPS}
 
 
 def gpu_rows(rows: list[pub.Row]) -> Iterator[pub.Row]:
@@ -49,23 +62,26 @@ def backend_op(row: pub.Row) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def _as_gpu(gpu: str) -> Iterator[None]:
+def _as_gpu(gpu: str, *, devices: bool = False) -> Iterator[None]:
     """tokamax picks a kernel generation from the default device's compute capability, and
     sizes persistent grids by its SM count (`core_count`); on this CPU it is told the row's
     GPU's (and cross-compiles, as for TPU rows)."""
+    import jax
     import tokamax
     from jax.extend import backend
     from tokamax._src import gpu_utils
 
-    saved = gpu_utils._compute_capability, backend.get_default_device
+    saved = gpu_utils._compute_capability, backend.get_default_device, jax.devices
     cpu = saved[1]()
     gpu_utils._compute_capability = lambda device=None: _CAPABILITY[gpu]
     backend.get_default_device = lambda: _GpuCores(cpu, gpu_spec(gpu).sms)
+    if devices:  # tokamax's Triton ops size their grid groups by jax.devices()[0].core_count
+        jax.devices = lambda *a, **k: [_GpuCores(d, gpu_spec(gpu).sms) for d in saved[2](*a, **k)]
     try:
         with tokamax.config.cross_compile(True):
             yield
     finally:
-        gpu_utils._compute_capability, backend.get_default_device = saved
+        gpu_utils._compute_capability, backend.get_default_device, jax.devices = saved
 
 
 class _GpuCores:
@@ -112,13 +128,10 @@ def _attention(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub
 
 
 def _glu(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
-    import jax
     from tokamax._src.ops.gated_linear_unit import pallas_mosaic_gpu as mod
 
     x, w = pub.need(pub.problem_arrays(row.problem), "x", "weights")
-    act = pub.field(row.problem, "activation") or ""
-    activation = {"sigmoid": jax.nn.sigmoid, "silu": jax.nn.silu, "swish": jax.nn.swish,
-                  "gelu": jax.nn.gelu, "relu": jax.nn.relu}.get(act.rsplit(".", 1)[-1])
+    activation = _activation(row)
     op = mod.PallasMosaicGpuGatedLinearUnit(config=mod.Config(**cfg), bypass_device_check=True)
 
     def fn(x: Any, w: Any) -> Any:
@@ -156,6 +169,91 @@ def _attention_vjp(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) ->
     return pub.attention_vjp(row, op, bias_and_mask=True)
 
 
+def _triton_glu(row: pub.Row, cfg: dict[str, Any], backend: str, gpu: str) -> pub.Built:
+    from tokamax._src.ops.gated_linear_unit import triton as mod
+
+    x, w = pub.need(pub.problem_arrays(row.problem), "x", "weights")
+    activation = _activation(row)
+    op = mod.TritonGatedLinearUnit(config=mod.Config(**cfg))
+    return pub.Built(lambda x, w: op(x, w, activation=activation), (pub.sds(x), pub.sds(w)))
+
+
+def _triton_ragged_dot(row: pub.Row, cfg: dict[str, Any], backend: str,
+                       gpu: str) -> pub.Built:
+    import jax.numpy as jnp
+    from tokamax._src.ops.ragged_dot import triton as mod
+
+    lhs, rhs = pub.need(pub.problem_arrays(row.problem), "lhs", "rhs")
+    dims = pub.ragged_dot_dims(row.problem)
+    op = mod.TritonRaggedDot(config=mod.Config(**cfg))
+
+    def fn(a: Any, b: Any, gs: Any) -> Any:
+        return op(a, b, group_sizes=gs, ragged_dot_dimension_numbers=dims)
+
+    return pub.Built(fn, (pub.sds(lhs), pub.sds(rhs),
+                          jnp.asarray(pub.group_sizes(row.problem))))
+
+
+def _normalization_options(row: pub.Row) -> dict[str, Any]:
+    return {"axis": int(pub.field(row.problem, "axis") or -1),
+            "epsilon": float(pub.field(row.problem, "epsilon") or 1e-6),
+            "scale_offset": float(pub.field(row.problem, "scale_offset") or 0.0),
+            "subtract_mean": pub.flag(row.problem, "subtract_mean")}
+
+
+def _triton_normalization(row: pub.Row, cfg: dict[str, Any], backend: str,
+                          gpu: str) -> pub.Built:
+    from tokamax._src.ops.normalization import triton as mod
+
+    a = pub.problem_arrays(row.problem)
+    (x,) = pub.need(a, "x")
+    named = [n for n in ("scale", "offset") if n in a]
+    op, options = mod.TritonNormalization(config=mod.Config(**cfg)), _normalization_options(row)
+
+    def fn(x: Any, *rest: Any) -> Any:
+        given = dict(zip(named, rest, strict=True))
+        return op(x, given.get("scale"), given.get("offset"), **options)
+
+    return pub.Built(fn, tuple(pub.sds(s) for s in (x, *(a[n] for n in named))))
+
+
+def _triton_normalization_vjp(row: pub.Row, cfg: dict[str, Any], backend: str,
+                              gpu: str) -> pub.Built:
+    from tokamax._src.ops.normalization import triton as mod
+
+    a = pub.problem_arrays(row.problem)
+    out, dout, x = pub.need(a, "out", "dout", "x")
+    res = re.search(r'residuals=\["f32\[([\d,]+)\]", "f32\[([\d,]+)\]"\]', row.problem)
+    if res is None:
+        raise pub.BuildError("problem text incomplete", "no residuals=[...]")
+    residuals = [(tuple(int(d) for d in g.split(",")), "float32") for g in res.groups()]
+    named = [n for n in ("scale", "offset") if n in a]
+    op, options = mod.TritonNormalizationVjp(config=mod.Config(**cfg)), _normalization_options(row)
+
+    def fn(mean: Any, rstd: Any, out: Any, dout: Any, x: Any, *rest: Any) -> Any:
+        given = dict(zip(named, rest, strict=True))
+        return op((mean, rstd), out, dout, x, given.get("scale"), given.get("offset"),
+                  **options)
+
+    arrays = (*residuals, out, dout, x, *(a[n] for n in named))
+    return pub.Built(fn, tuple(pub.sds(s) for s in arrays))
+
+
+def _activation(row: pub.Row) -> Any:
+    import jax
+
+    name = (pub.field(row.problem, "activation") or "").rsplit(".", 1)[-1]
+    return {"sigmoid": jax.nn.sigmoid, "silu": jax.nn.silu, "swish": jax.nn.swish,
+            "gelu": jax.nn.gelu, "relu": jax.nn.relu}.get(name)
+
+
+# tokamax's `jax_triton` ops, by op name.
+_TRITON_CALL_BUILDERS: dict[str, Callable[[pub.Row, dict[str, Any], str, str], pub.Built]] = {
+    "gated_linear_unit": _triton_glu,
+    "ragged_dot": _triton_ragged_dot,
+    "normalization": _triton_normalization,
+    "normalization_vjp": _triton_normalization_vjp,
+}
 _BUILDERS: dict[str, Callable[[pub.Row, dict[str, Any], str, str], pub.Built]] = {
     "flash_attention": _attention,
     "flash_attention_vjp": _attention_vjp,
@@ -169,9 +267,7 @@ def build(row: pub.Row) -> pub.Built:
     if gpu is None:
         raise pub.BuildError("not a GPU row", f"hardware {row.hardware!r}")
     backend, op = backend_op(row)
-    if backend == "triton" and op != "flash_attention" and not op.startswith("flash_attention"):
-        raise pub.BuildError(NOT_PALLAS, row.op_file)
-    builder = _BUILDERS.get(op)
+    builder = (_TRITON_CALL_BUILDERS if is_triton_call(row) else _BUILDERS).get(op)
     if builder is None:
         raise pub.BuildError(f"op not supported yet ({op})", row.op_file)
     try:
@@ -228,6 +324,8 @@ def predict(row: pub.Row) -> GpuRowPrediction:
 
     built = build(row)
     gpu = gpu_of(row) or "h100"
+    if is_triton_call(row):
+        return _predict_launches(row, built, gpu)
     try:
         with _as_gpu(gpu):
             cap = capture(built.fn, *built.args)
@@ -237,18 +335,67 @@ def predict(row: pub.Row) -> GpuRowPrediction:
         raise pub.BuildError("tokamax: not implemented", str(err).splitlines()[0]) from err
     except AttributeError as err:  # tokamax's kernel asks the JAX version for what it lacks
         raise pub.BuildError("tokamax failed tracing (AttributeError)", repr(err)) from err
+    _fits(row, gpu, max((_kernel_bytes(k) for k in cap.kernels), default=0))
     padding = _head_dim_padding(row, cap.kernels)
     flops = problem_flops(row) * padding
     preds = _kernel_predictions(cap.kernels, gpu, flops, problem_transcendentals(row),
                                 pipeline_steps(row))
-    xla = xla_boundary_bytes(cap.handle.closed_jaxpr) if cap.handle is not None else None
-    # XLA's ops between the kernels: their HBM traffic, and a launch for each fusion that
-    # writes a result (counted as one per result written: multi-output fusions aside)
-    xla_s = (xla.bytes / gpu_spec(gpu).hbm_bytes_per_s + xla.results * gpu_spec(gpu).launch_s
-             if xla is not None else 0.0)
+    xla_s = _xla_s(cap.handle.closed_jaxpr, gpu) if cap.handle is not None else 0.0
     return GpuRowPrediction(row, sum(p.time_s for p in preds) + xla_s,
                             tuple(k.name for k in cap.kernels), tuple(p.bound for p in preds),
                             xla_s)
+
+
+def _fits(row: pub.Row, gpu: str, nbytes: float) -> None:
+    """A kernel whose arrays outgrow the GPU's memory cannot have run as the problem is
+    published (tokamax's B200 table names some ragged dots with a group per row)."""
+    capacity = gpu_spec(gpu).memory_bytes
+    if nbytes > capacity:
+        raise pub.BuildError(
+            "the problem as published does not fit the GPU's memory",
+            f"a kernel's arrays take {nbytes / 1e9:,.0f} GB, the {gpu.upper()} has "
+            f"{capacity / 1e9:,.0f} GB: {row.problem[:100]!r}")
+
+
+def _kernel_bytes(kernel: Any) -> int:
+    return sum(math.prod(o.shape) * o.dtype.itemsize for o in kernel.operands
+               if o.role in ("input", "output"))
+
+
+def _xla_s(closed_jaxpr: Any, gpu: str) -> float:
+    """XLA's ops between the kernels: their HBM traffic, and a launch for each fusion that
+    writes a result (counted as one per result written: multi-output fusions aside)."""
+    xla = xla_boundary_bytes(closed_jaxpr)
+    return xla.bytes / gpu_spec(gpu).hbm_bytes_per_s + xla.results * gpu_spec(gpu).launch_s
+
+
+def _predict_launches(row: pub.Row, built: pub.Built, gpu: str) -> GpuRowPrediction:
+    """A `jax_triton` row: its launches traced (not captured: not Pallas), each predicted
+    from its grid, warps, stages and arrays with the problem's flops and transcendentals
+    spread over the launches in proportion to their programs."""
+    from pallaslab.model._jax.foreign import trace_triton_launches
+
+    try:
+        with _as_gpu(gpu, devices=True):
+            launches, closed = trace_triton_launches(built.fn, *built.args)
+    except (TypeError, ValueError, NotImplementedError) as err:
+        raise pub.BuildError(f"tokamax failed tracing ({type(err).__name__})",
+                             str(err).splitlines()[0] if str(err) else repr(err)) from err
+    if not launches:
+        raise pub.BuildError("no triton_call launch traced", row.op_file)
+    _fits(row, gpu, max(launch.hbm_bytes for launch in launches))
+    _, op = backend_op(row)
+    flops = 0.0 if op.startswith("normalization") else problem_flops(row)
+    trans = problem_transcendentals(row) or 0.0
+    total = sum(max(1, launch.programs) for launch in launches)
+    preds = [predict_work(launch_work(launch, flops=flops * share, flops_source="problem",
+                                      transcendentals=trans * share), gpu)
+             for launch in launches
+             for share in (max(1, launch.programs) / total,)]
+    xla_s = _xla_s(closed, gpu)
+    return GpuRowPrediction(row, sum(p.time_s for p in preds) + xla_s,
+                            tuple(launch.name for launch in launches),
+                            tuple(p.bound for p in preds), xla_s)
 
 
 def _head_dim_padding(row: pub.Row, kernels: tuple[Any, ...]) -> float:

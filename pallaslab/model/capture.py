@@ -17,7 +17,7 @@ from pallaslab.errors import (
     untested_jax_errors,
 )
 from pallaslab.model import _jax
-from pallaslab.model._jax.trace import foreign_calls
+from pallaslab.model._jax.foreign import foreign_calls
 from pallaslab.model.kernel import Capture, Kernel
 
 

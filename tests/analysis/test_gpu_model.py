@@ -152,12 +152,47 @@ def test_first_published_gpu_rows_that_build_are_within_4x():
         assert 0.25 <= pred.ratio <= 4, (pred.row.line, pred.ratio)
 
 
-def test_a_jax_triton_row_is_refused_with_its_reason():
-    row = published.Row("H100 80GB HBM3", "pallas_triton_gated_linear_unit", "x=\"bf16[8,8]\"",
-                        "{}", 1e-3, (1e-3,), 2)
+_TRITON_GLU_ROW = published.Row(
+    "H100 80GB HBM3", "pallas_triton_gated_linear_unit",
+    'x="bf16[1,512,512,128]"; weights="bf16[128,2,256]"; '
+    'activation="jax._src.nn.functions.sigmoid"; precision="BF16_BF16_F32"; '
+    'return_residuals=false',
+    '{"block_m":64,"block_n":64,"block_k":32,"num_warps":4,"num_stages":3}', 0.147998e-3,
+    (0.147998e-3,), 2)
+
+
+def test_a_jax_triton_row_is_traced_for_its_launch_and_predicted():
+    """tokamax's Triton GLU is a `jax_triton.triton_call`, not Pallas: its launch is read off
+    the jaxpr (grid, warps, stages, arrays) and predicted with the problem's flops."""
+    from pallaslab.model._jax.foreign import trace_triton_launches
+
+    built = gpu_model_published.build(_TRITON_GLU_ROW)
+    with gpu_model_published._as_gpu("h100", devices=True):
+        (launch,), _ = trace_triton_launches(built.fn, *built.args)
+    # 262,144 x 256 outputs in 64 x 64 tiles; the config's warps and stages
+    assert launch.name == "triton_glu_sigmoid" and launch.grid == (16384,)
+    assert (launch.num_warps, launch.num_stages) == (4, 3)
+    assert launch.hbm_bytes == (262144 * 128 + 128 * 2 * 256 + 262144 * 256) * 2
+    work = gpu_model.launch_work(launch, flops=2.0 * 262144 * 128 * 512, flops_source="problem")
+    assert work.blocks == 16384 and work.dot_dtype == "bfloat16" and work.shared_bytes == 0
+    pred = gpu_model_published.predict(_TRITON_GLU_ROW)
+    assert pred.kernels == ("triton_glu_sigmoid",)
+    assert 0.5 <= pred.ratio <= 2, pred.ratio  # published: 0.148 ms on an H100
+
+
+def test_a_published_problem_larger_than_the_gpus_memory_is_refused():
+    # the B200 table's ragged dot with a group per row: a 262,144 x 1,024 x 1,024 bf16 output
+    row = published.Row(
+        "B200", "pallas_triton_ragged_dot",
+        "lhs=bf16[262144,1024] rhs=bf16[262144,1024] dot_dims=[[[0], [0]], [[], []]] "
+        "group_sizes=uniform-multinomial(num_groups=262144;total=262144;numpy seed0) "
+        "return_residuals=False activation=None",
+        '{"block_m":128,"block_n":256,"block_k":32,"split_k":1,"num_warps":4,"num_stages":4}',
+        6.96e-3, (6.96e-3,), 2)
     with pytest.raises(published.BuildError) as err:
-        gpu_model_published.build(row)
-    assert err.value.reason == gpu_model_published.NOT_PALLAS
+        gpu_model_published.predict(row)
+    assert err.value.reason == "the problem as published does not fit the GPU's memory"
+    assert "a kernel's arrays take 551 GB, the B200 has 180 GB" in str(err.value)
 
 
 def test_published_problem_helpers_are_public():

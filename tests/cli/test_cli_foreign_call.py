@@ -1,4 +1,4 @@
-"""The command line on a case that launches a raw Triton custom call, not a Pallas kernel."""
+"""The command line on a case that launches a `jax_triton` Triton kernel, not a Pallas kernel."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from pallaslab.cli import main
 CASE = '''
 import jax
 import jax.numpy as jnp
-from jax.extend.core import Primitive
+import jax_triton
+import triton
+import triton.language as tl
 
-# jax_triton's primitive, as `triton_call` binds it.
-triton_kernel_call = Primitive("triton_kernel_call")
-triton_kernel_call.def_abstract_eval(lambda x, **_: jax.core.ShapedArray(x.shape, x.dtype))
+
+@triton.jit
+def add_kernel(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(o_ptr + i, tl.load(x_ptr + i) + 1.0)
 
 
 def add(x):
-    return triton_kernel_call.bind(x, name="add_kernel", num_warps=4)
+    return jax_triton.triton_call(x, kernel=add_kernel, grid=(x.size // 128,), BLOCK=128,
+                                  out_type=jax.ShapeDtypeStruct(x.shape, x.dtype))
 
 
 def case():

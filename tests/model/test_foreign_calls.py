@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import jax_triton
 import numpy as np
 import pytest
-from jax.extend.core import Primitive
+import triton
+import triton.language as tl
 
 import pallaslab
 from pallaslab.errors import NoKernelError
 
-# jax_triton's primitive, as `triton_call` binds it (jax_triton itself is not installed).
-triton_kernel_call = Primitive("triton_kernel_call")
-triton_kernel_call.def_abstract_eval(lambda x, **_: jax.core.ShapedArray(x.shape, x.dtype))
+
+@triton.jit
+def add_kernel(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(o_ptr + i, tl.load(x_ptr + i) + 1.0)
 
 
 def triton_add(x):
-    return triton_kernel_call.bind(x, name="add_kernel", num_warps=4)
+    return jax_triton.triton_call(x, kernel=add_kernel, grid=(x.size // 128,), BLOCK=128,
+                                  out_type=jax.ShapeDtypeStruct(x.shape, x.dtype))
 
 
 def ffi_add(x):

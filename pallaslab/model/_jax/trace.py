@@ -366,28 +366,6 @@ def find_kernels(closed_jaxpr: Jaxpr) -> list[FoundKernel]:
     return list(_walk(closed_jaxpr, (), None))
 
 
-# Primitives that call code compiled elsewhere (jax_triton's, JAX's FFI, XLA custom calls),
-# and the parameter that names what they call.
-_FOREIGN_CALLS = {"triton_kernel_call": "a Triton", "ffi_call": "an FFI", "custom_call": "an XLA"}
-_CALL_NAMES = ("name", "kernel_name", "target_name", "call_target_name")
-
-
-def foreign_calls(closed_jaxpr: Jaxpr) -> list[tuple[str, str]]:
-    """(kind, name) of every call to a non-Pallas kernel ("a Triton", "add_kernel"), in order."""
-    found = []
-    for eqn in closed_jaxpr.eqns:
-        kind = _FOREIGN_CALLS.get(eqn.primitive.name)
-        if kind is None and "custom_call" in eqn.primitive.name:
-            kind = "an XLA"
-        if kind is not None:
-            name = next((str(eqn.params[p]) for p in _CALL_NAMES if eqn.params.get(p)),
-                        eqn.primitive.name)
-            found.append((kind, name))
-        for sub in _sub_jaxprs(eqn.params):
-            found.extend(foreign_calls(sub))
-    return found
-
-
 def _walk(jaxpr: Jaxpr, context: tuple[str, ...],
           mesh: tuple[tuple[str, int], ...] | None) -> Iterator[FoundKernel]:
     for eqn in jaxpr.eqns:
