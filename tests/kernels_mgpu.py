@@ -114,8 +114,8 @@ def _pipeline_out_specs_body(x_gmem, o_gmem):
 
 @case("mosaic-gpu", "emit-pipeline", reference=lambda x: x * 2.0)
 def gpu_emit_pipeline_out_specs():
-    """`plgpu.emit_pipeline` with output BlockSpecs: its predicated SMEM->GMEM copies are not
-    implemented by JAX 0.12's Mosaic GPU interpreter, which the executors say in one line."""
+    """`plgpu.emit_pipeline` with output BlockSpecs: its predicated SMEM->GMEM copies, which
+    JAX's Mosaic GPU interpreter does not implement, run by pallaslab's rule for them."""
     fn = plgpu.kernel(_pipeline_out_specs_body,
                       out_type=jax.ShapeDtypeStruct((256,), jnp.float32))
     return fn, (rand((256,)),)

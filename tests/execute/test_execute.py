@@ -53,9 +53,6 @@ CANNOT_RUN = {
                                        r"rule does not support collective axes$",
     **{(name, "tpu-interpret"): r"^kernel \w+ is a mosaic_gpu mesh kernel \(Mesh\): .* "
        r"gpu-interpret runs Mosaic GPU ones$" for name in MOSAIC_GPU_TMA},
-    ("gpu_emit_pipeline_out_specs", "gpu-interpret"): (
-        r"^JAX's Mosaic GPU interpreter does not implement what the kernel uses: predicate not "
-        r"supported \(in its copy_smem_to_gmem\)$"),
     ("mosaic_gpu_pallas_call", "tpu-interpret"): r"^kernel _add_one has mosaic_gpu compiler "
                                                  r"params: TPU interpret mode needs TPU",
 }

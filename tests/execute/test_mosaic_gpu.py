@@ -60,15 +60,58 @@ def test_a_mosaic_gpu_pallas_call_cannot_be_lowered_and_says_what_to_write():
     assert "plgpu.kernel(...)" in error.message
 
 
-def test_what_the_gpu_interpreter_cannot_run_is_said_in_one_line():
+def test_emit_pipeline_write_back_runs_by_pallaslabs_rule_and_says_so():
+    """JAX's Mosaic GPU interpreter has no predicated SMEM->GMEM copy (emit_pipeline's output
+    write-back): gpu-interpret runs it by pallaslab's rule, and its notes say so."""
     entry = CATALOG["gpu_emit_pipeline_out_specs"]
     fn, args = entry.case()
     cmp = pallaslab.compare(fn, *args, reference=entry.reference)
+    assert cmp.executors == ("gpu-interpret", "reference") and cmp.passed
     (gpu,) = [r for r in cmp.results if r.executor == "gpu-interpret"]
-    assert gpu.status == "unavailable" and gpu.error is None
-    assert gpu.unavailable == ("JAX's Mosaic GPU interpreter does not implement what the kernel "
-                               "uses: predicate not supported (in its copy_smem_to_gmem)")
-    assert not cmp.passed  # an executor that did not run is no pass
+    assert gpu.status == "ran" and gpu.notes == (
+        "predicated SMEM->GMEM copies (emit_pipeline's output write-back) issued by "
+        "pallaslab's rule: copied when the predicate holds, skipped otherwise (JAX's Mosaic "
+        "GPU interpreter has none)",)
+
+
+def _rows_pipeline(out_map):
+    """Two blocks, each pipelining (64, 32) tiles of its 64 rows (a block's `row`) over the
+    columns; `out_map(row, c)` is where step c's tile is written back."""
+
+    def body(l_ref, r_ref, o_ref):
+        def add(_, l_smem, r_smem, o_smem):
+            o_smem[...] = l_smem[...] + r_smem[...]
+
+        row = jax.lax.axis_index("rows")
+        spec = plgpu.BlockSpec((64, 32), lambda c: (row, c))
+        out = plgpu.BlockSpec((64, 32), lambda c: out_map(row, c))
+        plgpu.emit_pipeline(add, grid=(l_ref.shape[1] // 32,), in_specs=[spec, spec],
+                            out_specs=[out])(l_ref, r_ref, o_ref)
+
+    x = rand((128, 128)).astype(jnp.float16)
+    fn = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((128, 128), jnp.float16), grid=(2,),
+                      grid_names=("rows",))
+    return fn, (x, x + 1)
+
+
+def test_a_pipeline_writing_its_tiles_back_to_the_wrong_block_is_caught():
+    fn, args = _rows_pipeline(lambda row, c: (row, 0))  # every tile into the first column
+    cmp = pallaslab.compare(fn, *args, reference=lambda a, b: a + b)
+    assert cmp.outcome == "mismatch" and not cmp.passed
+    (gpu,) = [r for r in cmp.results if r.executor == "gpu-interpret"]
+    assert gpu.status == "ran"  # the mutant ran: its output is what is wrong
+
+
+def test_a_pipelined_kernel_steps_block_by_block():
+    fn, args = _rows_pipeline(lambda row, c: (row, c))
+    st = pallaslab.step(fn, *args)
+    assert st.programs == 2
+    want = np.asarray(args[0] + args[1], np.float32)
+    assert st.step() == (0,)
+    out = np.asarray(st.outputs()[0], np.float32)
+    np.testing.assert_allclose(out[:64], want[:64])  # block 0 wrote its rows, all 4 tiles
+    assert st.step() == (1,)
+    np.testing.assert_allclose(np.asarray(st.outputs()[0], np.float32), want)
 
 
 def test_blocks_step_one_by_one_and_end_equal_to_the_reference():

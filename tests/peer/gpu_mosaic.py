@@ -101,14 +101,10 @@ def _pipeline_add_body(l_ref, r_ref, o_ref, *, transforms):
                         out_specs=[block])(l_ref, r_ref, o_ref)
 
 
-PREDICATED_COPY_OUT = ("JAX 0.12's Mosaic GPU interpreter runs no predicated SMEM->GMEM copy "
-                       "(emit_pipeline's output write-back): 'NotImplementedError: predicate "
-                       "not supported'")
-
-
+# JAX's Mosaic GPU interpreter runs no predicated SMEM->GMEM copy (emit_pipeline's output
+# write-back: "predicate not supported"); gpu-interpret runs them by pallaslab's rule.
 @peer("mosaic-gpu", f"{MGPU_TESTS}::ExamplesTest::test_stage4", backend="mosaic-gpu",
-      reference=_sum, interpretable=False, why_not=PREDICATED_COPY_OUT,
-      unavailable_says="predicate not supported")
+      reference=_sum)
 def mgpu_pipeline_add():
     """Two blocks, each streaming (64, 32) tiles of its rows through `emit_pipeline`
     (input and output BlockSpecs)."""
@@ -121,8 +117,7 @@ def mgpu_pipeline_add():
 
 
 @peer("mosaic-gpu", f"{MGPU_TESTS}::ExamplesTest::test_stage5", backend="mosaic-gpu",
-      reference=_sum, interpretable=False, why_not=PREDICATED_COPY_OUT,
-      unavailable_says="predicate not supported")
+      reference=_sum)
 def mgpu_pipeline_swizzled():
     """`mgpu_pipeline_add` with its SMEM tiles tiled (8, 32) and swizzled 64 bytes."""
 

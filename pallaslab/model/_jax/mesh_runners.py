@@ -18,6 +18,7 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 
 from pallaslab.model._jax import rewrite
+from pallaslab.model._jax.gpu_interpret_rules import predicated_copies
 from pallaslab.model._jax.runner import ProgramRunner, scratch_init
 from pallaslab.model.kernel import Kernel
 
@@ -141,7 +142,8 @@ def mosaic_gpu_block_runner(kernel: Kernel) -> ProgramRunner:
         ins, outs = list(blocks[:n_in]), list(blocks[n_in:])
         for i, j in aliases.items():  # an aliased output is its input's buffer
             ins[i] = outs[j]
-        new = body_at(tuple(int(i) for i in ids))(*ins, *(outs[j] for j in fresh))
+        with predicated_copies():  # traced on a block's first run
+            new = body_at(tuple(int(i) for i in ids))(*ins, *(outs[j] for j in fresh))
         new = list(new)
         for i, j in aliases.items():
             ins[i] = new[j]
