@@ -95,9 +95,17 @@ def heatmap_part(result: TuneResult) -> Markup:
         return heatmap_note("heatmap skipped: it needs two parameters with several values")
     picked = axes(result)
     assert picked is not None
+    legend = " (x: every candidate there is out)" if any_crossed(result, *picked) else ""
     return Markup(f'<figure class="pl-tune-heatmap">{svg}</figure>',
-                  f"heatmap of predicted time over {picked[0]} and {picked[1]} "
-                  "(x: every candidate there is out)")
+                  f"heatmap of predicted time over {picked[0]} and {picked[1]}{legend}")
+
+
+def any_crossed(result: TuneResult, x: str, y: str) -> bool:
+    """Does some cell hold candidates that are all out (a cross, which the legend explains)?"""
+    cells: dict[tuple[Any, Any], list[bool]] = {}
+    for c in result.candidates:
+        cells.setdefault((c.config.get(x), c.config.get(y)), []).append(c.out)
+    return any(all(outs) for outs in cells.values())
 
 
 def heatmap_note(text: str) -> Markup:

@@ -56,5 +56,6 @@ class TuneHeatmap:
             self.figure.layout.xaxis.title.text = x
             self.figure.layout.yaxis.title.text = y
             self.figure.layout.xaxis.type = self.figure.layout.yaxis.type = "category"
+            crossed = any(m for row in marks for m in row)
             self.figure.layout.title.text = (f"predicted us on {chip}, the fastest config per "
-                                             "cell; \u00d7: all out")
+                                             "cell" + ("; \u00d7: all out" if crossed else ""))

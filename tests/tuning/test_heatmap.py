@@ -9,7 +9,7 @@ import pytest
 from tuning.matmul_case import arguments, matmul
 
 import pallaslab
-from pallaslab.tuning.heatmap import axes, grid, heatmap_svg
+from pallaslab.tuning.heatmap import any_crossed, axes, grid, heatmap_part, heatmap_svg
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,12 @@ def test_cells_hold_the_fastest_and_mark_the_configs_out(result):
     best = result.best
     i, j = ys.index(best.config["bk"]), xs.index(best.config["bm"])
     assert times[i][j] == best.time("v5e") and not out[i][j]
+
+
+def test_the_cross_is_explained_only_where_a_cell_has_one(result):
+    assert heatmap_part(result).text == ("heatmap of predicted time over bm and bk "
+                                         "(x: every candidate there is out)")
+    assert any_crossed(result, "bm", "bk") and not any_crossed(result, "bk", "bn")
 
 
 def test_one_panel_per_chip_as_svg(result):

@@ -79,7 +79,9 @@ def test_with_plotly_the_heatmap_is_plotlys_figure_widget_between_head_and_body(
     assert trace.z[i][j] == pytest.approx(best.time("v5e") * 1e6)
     head.selection = {"chip": "v6e", "x": "bm", "y": "bk"}  # the head's selects redraw it
     assert figure.layout.yaxis.title.text == "bk" and list(figure.data[0].y) == ["512", "1024"]
-    assert "on v6e" in figure.layout.title.text
+    assert figure.layout.title.text.endswith("on v6e, the fastest config per cell; \u00d7: all out")
+    head.selection = {"chip": "v6e", "x": "bk", "y": "bn"}  # no cell all out: no cross to explain
+    assert figure.layout.title.text == "predicted us on v6e, the fastest config per cell"
 
 
 def test_its_ipython_display_publishes_both(result, monkeypatch):

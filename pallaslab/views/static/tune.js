@@ -51,6 +51,7 @@ function heatmap(p, chip, x, y) {
   const lo = Math.min(...times), hi = Math.max(...times);
   const width = LEFT + CELL_W * xs.length + 10, height = TOP + CELL_H * ys.length + 22;
   const root = svg("svg", { class: "pl-tune-heatmap", width, height, viewBox: `0 0 ${width} ${height}` });
+  let crossed = false; // some cell's configs are all out: the legend says what the cross means
   ys.forEach((yv, i) => {
     const row = TOP + CELL_H * (ys.length - 1 - i);
     const label = svg("text", { x: LEFT - 6, y: row + CELL_H / 2 + 4, "text-anchor": "end", class: "pl-dim" });
@@ -61,6 +62,7 @@ function heatmap(p, chip, x, y) {
       const inn = all.filter((c) => !c.out && c.chips[chip]?.us !== null && c.chips[chip]?.us !== undefined);
       inn.sort((a, b) => Number(a.chips[chip].us) - Number(b.chips[chip].us));
       const best = inn[0];
+      crossed ||= !best && all.length > 0;
       const t = best ? Number(best.chips[chip].us) : null;
       const title = best
         ? `${best.label}: ${fmt(t)} us on ${chip} (${best.chips[chip].bound ?? "?"})`
@@ -83,9 +85,10 @@ function heatmap(p, chip, x, y) {
     label.textContent = xv;
     root.append(label);
   });
+  const legend = crossed ? "; \u00d7: every config there is out (hover for why)" : "";
   const box = h("div", "pl-tune-heatmap-box");
   box.append(root, h("div", "pl-dim",
-    `x: ${x}, y: ${y}; predicted us on ${chip}, the fastest config per cell; \u00d7: every config there is out (hover for why)`));
+    `x: ${x}, y: ${y}; predicted us on ${chip}, the fastest config per cell${legend}`));
   return box;
 }
 
