@@ -12,7 +12,9 @@ candidate predicted within 2% of it ranks above it); a winner ruled out is at th
 percentile. Prints per row, then per op and chip and over all: the share of rows whose winner is
 in the model's best 10% of the candidates it keeps (ceil(10%), at least one), the median
 percentile rank (rank / candidates kept), the pruning factor (the whole space over its best 10%,
-the kept share estimated from the candidates tuned); then
+the kept share estimated from the candidates tuned), and the rows beyond the model (the
+winner's twins, candidates it predicts exactly as the winner since they differ only in what it
+does not model, fill the best 10% alone); then
 `tune: N rows, winner in best 10% P%, median percentile Q, pruning Fx`.
 
 `--spaces table`: the candidate space is every distinct config the table holds for that op and
@@ -201,6 +203,14 @@ class Outcome:
     reason: str | None = None  # why the winner is out
     space: int = 0  # the size of the space the candidates were drawn from (0: the candidates)
     in_space: bool = True  # the winner is one of the space's configs (else it was added)
+    twins: int = 0  # other kept candidates the model predicts exactly as the winner
+
+    @property
+    def beyond_model(self) -> bool:
+        """The winner's twins alone fill the best 10%: the configs differ only in what the
+        model does not see (a layout, a scheduler flag), so no ordering of its times can put
+        the winner there with ties counted against it."""
+        return self.rank is not None and self.twins + 1 > self.best
 
     @property
     def false_out(self) -> bool:
@@ -255,7 +265,11 @@ def outcome(row: pub.Row, result: TuneResult, batch: int = 1,
                        in_space)
     limit = winner.time(chip) * (1 + TIE)
     above = sum(1 for c in result.ranked if c is not winner and c.time(chip) < limit)
-    return Outcome(row, len(result.candidates), outs, above + 1, ratio, None, space, in_space)
+    twins = sum(1 for c in result.ranked
+                if c is not winner and math.isclose(c.time(chip), winner.time(chip),
+                                                    rel_tol=1e-9))
+    return Outcome(row, len(result.candidates), outs, above + 1, ratio, None, space, in_space,
+                   twins)
 
 
 def summary(outcomes: Sequence[Outcome]) -> str:
@@ -302,7 +316,8 @@ def space_summary(outcomes: Sequence[Outcome]) -> str:
         f"median percentile {med(o.percentile for o in outcomes):5.1f}",
         f"pruning {med(o.pruning for o in outcomes):4.1f}x",
         f"false outs {sum(o.false_out for o in outcomes)}",
-        f"winner not in space {sum(not o.in_space for o in outcomes)}"])
+        f"winner not in space {sum(not o.in_space for o in outcomes)}",
+        f"beyond the model {sum(o.beyond_model for o in outcomes)}"])
 
 
 def tune_line(outcomes: Sequence[Outcome]) -> str:
@@ -439,6 +454,7 @@ def _limit() -> None:
 def show(row: pub.Row, o: Outcome, groups: dict[tuple[str, str], list[Outcome]]) -> None:
     groups[(row.op or "", row.chip or "")].append(o)
     where = f"rank {o.rank}/{o.kept}" if o.rank is not None else f"OUT ({(o.reason or '')[:80]})"
+    where += f", {o.twins} twin(s)" if o.twins else ""
     print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} space {o.space:4d}, "
           f"{o.candidates:3d} tuned, {o.outs:3d} out, winner {where}"
           f"{'' if o.in_space else ' (not in the space: added)'}", flush=True)

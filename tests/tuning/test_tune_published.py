@@ -171,3 +171,18 @@ def test_a_row_is_placed_in_its_tokamax_space() -> None:
     sampled = bench.place(row, 3)
     assert isinstance(sampled, bench.Outcome)
     assert (sampled.candidates, sampled.space) == (3, whole.space)
+
+
+def test_twins_the_model_cannot_tell_apart_put_a_winner_beyond_it() -> None:
+    """Configs predicted exactly alike (they differ only in what the model does not see) are
+    the winner's twins; where they alone fill the best 10%, the row is beyond the model."""
+    twins = _result(_candidate({"b": 0, "layout": 1}, 1e-4),
+                    _candidate({"b": 0, "layout": 2}, 1e-4),
+                    *(_candidate({"b": b}, b * 1e-4) for b in range(2, 10)))
+    o = bench.outcome(_row({"b": 0, "layout": 2}), twins)
+    assert (o.rank, o.twins, o.best) == (2, 1, 1) and o.beyond_model and not o.in_best
+    near = _result(_candidate({"b": 0}, 1e-4), _candidate({"b": 1}, 1.01e-4),
+                   *(_candidate({"b": b}, b * 1e-4) for b in range(2, 10)))
+    o = bench.outcome(_row({"b": 0}), near)  # within 2% is a tie, not a twin
+    assert (o.rank, o.twins) == (2, 0) and not o.beyond_model
+    assert "beyond the model 0" in bench.space_summary([o])
