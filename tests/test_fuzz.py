@@ -39,7 +39,7 @@ def test_generator_is_deterministic_per_seed_and_index():
 
 
 def test_grammar_reaches_every_family_and_mutation():
-    drawn = [generate(1, i) for i in range(1500)]
+    drawn = [generate(1, i) for i in range(3000)]
     assert {g.kernel.family for g in drawn} == set(FAMILIES)
     assert {g.mutation for g in drawn} - {None} == set(MUTATIONS)
     features = collections.Counter(f for g in drawn for f in g.kernel.features)
@@ -47,7 +47,8 @@ def test_grammar_reaches_every_family_and_mutation():
                     "scalar-prefetch", "pl.ds-chunks", "body:reduce", "body:dot",
                     "map:reversed", "map:broadcast", "map:strided", "copy:async",
                     "copy:sync", "layout:rows", "tpu-pipeline", "outer-grid",
-                    "pipeline-map:reversed", "pipeline-map:rotated"):
+                    "pipeline-map:reversed", "pipeline-map:rotated", "layout:histogram",
+                    "layout:split", "rank-0-atomic", "op:atomic-min"):
         assert features[feature], feature
 
 
@@ -82,3 +83,15 @@ def test_written_case_reproduces_a_caught_mutant(tmp_path):
     result = pallaslab.compare(case.fn, *case.args, executors="interpret,reference",
                                reference=reference, timeout=60)
     assert result.outcome == "mismatch", result.verdict()
+
+
+def test_atomic_kernels_are_judged_by_the_numpy_model_alone():
+    """JAX's interpreter runs no masked or rank-0 atomic: the NumPy model is the oracle, and it
+    models each mutant too (an equivalent one is set aside, a wrong one caught)."""
+    drawn = [generate(4, i, families=("gpu-atomics",), mutant_rate=0.5) for i in range(40)]
+    right = next(g for g in drawn if not g.mutation and g.kernel.layout == "histogram")
+    counter = next(g for g in drawn if g.mutation == "store-not-atomic")
+    wrong_bin = next(g for g in drawn if g.mutation == "atomic-wrong-index")
+    verdicts = judge_many([right, counter, wrong_bin])
+    assert [v.outcome for v in verdicts] == [PASSED, MUTANT_CAUGHT, MUTANT_CAUGHT]
+    assert verdicts[1].check_errors  # check sees the plain store racing across programs

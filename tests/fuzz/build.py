@@ -16,7 +16,15 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plt
 
 from fuzz.ops import ELEMENTWISE, REDUCTIONS, np_dtype
-from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, PipelineKernel, TritonKernel
+from fuzz.spec import (
+    AtomicKernel,
+    BlockKernel,
+    DmaKernel,
+    Kernel,
+    Operand,
+    PipelineKernel,
+    TritonKernel,
+)
 
 Fn = Callable[..., Any]
 
@@ -29,7 +37,7 @@ def build(kernel: Kernel, *, interpret: bool = False) -> Fn:
 
 def _call(kernel: Kernel, interpret: bool, *args: Any) -> Any:
     builder = {BlockKernel: _block_fn, DmaKernel: _dma_fn, TritonKernel: _triton_fn,
-               PipelineKernel: _pipeline_fn}
+               PipelineKernel: _pipeline_fn, AtomicKernel: _atomic_fn}
     return builder[type(kernel)](kernel, interpret)(*args)
 
 
@@ -44,8 +52,20 @@ def inputs(kernel: Kernel, seed: int) -> tuple[np.ndarray, ...]:
         return (_normal(rng, kernel.shape, kernel.dtype),)
     if isinstance(kernel, PipelineKernel):
         return tuple(_normal(rng, kernel.shape, kernel.dtype) for _ in kernel.rows)
+    if isinstance(kernel, AtomicKernel):
+        return _atomic_inputs(kernel, rng)
     count = 2 if kernel.two_inputs else 1
     return tuple(_normal(rng, kernel.shape, "float32") for _ in range(count))
+
+
+def _atomic_inputs(k: AtomicKernel, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """The values (and a histogram's bin per value), then the zeros the output starts at."""
+    zeros = np.zeros(k.out_shape, np.float32)
+    if k.layout == "histogram":
+        return (rng.integers(0, k.bins, k.n).astype(np.int32), _normal(rng, (k.n,), "float32"),
+                zeros)
+    shape = (k.bins, k.n) if k.layout == "split" else (k.n,)
+    return _normal(rng, shape, "float32"), zeros
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -306,3 +326,50 @@ def _rows_body(k: TritonKernel, *refs: Any) -> None:
         plt.store(o_ref.at[row, :], x - folded, mask=mask)
         plt.store(o_ref.at[row, :], jnp.zeros_like(x), mask=~mask)
     _triton_store(k, write)
+
+
+# --- Triton atomics ------------------------------------------------------------------------------
+
+ATOMICS = {"add": plt.atomic_add, "max": plt.atomic_max, "min": plt.atomic_min}
+# What a masked-off lane loads: the op's identity, so it changes no fold.
+FILLS = {"add": 0.0, "max": -float("inf"), "min": float("inf")}
+FOLDS = {"add": jnp.sum, "max": jnp.max, "min": jnp.min}
+
+
+def _atomic_fn(k: AtomicKernel, interpret: bool) -> Fn:
+    body = functools.partial(_atomic_body, k)
+    arity = 3 if k.layout == "histogram" else 2
+
+    def fn(*args: Any) -> Any:
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(k.out_shape, jnp.float32),
+                              grid=k.grid, input_output_aliases={arity - 1: 0},
+                              compiler_params=TRITON, interpret=interpret)(*args)
+    return fn
+
+
+def _atomic_body(k: AtomicKernel, *refs: Any) -> None:
+    *in_refs, _, o_ref = refs  # the zeros input is o_ref's buffer
+    start = pl.program_id(0) * k.block
+    lanes = start + jnp.arange(k.block) < k.n
+    if k.layout == "histogram":
+        index_ref, value_ref = in_refs
+        window = pl.ds(start, k.block)
+        index = plt.load(index_ref.at[window], mask=lanes, other=0)
+        values = plt.load(value_ref.at[window], mask=lanes, other=0.0)
+        if k.index_shift:
+            index = (index + k.index_shift) % k.bins
+        ATOMICS[k.op](o_ref, index, values, mask=lanes)
+        return
+    (x_ref,) = in_refs
+    if k.layout == "counter":
+        x = plt.load(x_ref.at[pl.ds(start, k.block)], mask=lanes, other=FILLS[k.op])
+        folded, where = FOLDS[k.op](x), ()
+    else:
+        x = plt.load(x_ref.at[:, pl.ds(start, k.block)],
+                     mask=jnp.broadcast_to(lanes[None, :], (k.bins, k.block)),
+                     other=FILLS[k.op])
+        folded, where = FOLDS[k.op](x, axis=1), pl.ds(0, k.bins)
+    if k.plain_store:
+        o_ref[where] = folded
+    else:
+        ATOMICS[k.op](o_ref, where, folded)

@@ -9,6 +9,7 @@ import random
 from fuzz.mutate import mutants_of
 from fuzz.ops import ELEMENTWISE
 from fuzz.spec import (
+    AtomicKernel,
     BlockKernel,
     DmaKernel,
     Generated,
@@ -18,7 +19,7 @@ from fuzz.spec import (
     TritonKernel,
 )
 
-FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton", "tpu-pipeline")
+FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton", "tpu-pipeline", "gpu-atomics")
 # Row-coordinate expressions of the index-map families an input may take (`i`: the program's
 # row coordinate, `ni`: the grid's extent along it, `p`: the scalar-prefetch table).
 ROW_MAPS = {"identity": "i", "reversed": "ni - 1 - i", "rotated": "(i + 1) % ni",
@@ -36,7 +37,8 @@ def generate(seed: int, index: int, *, mutant_rate: float = 0.35,
     family = r.choice(families)
     kernel: Kernel = {"tpu-block": _block_kernel, "tpu-dma": _dma_kernel,
                       "gpu-triton": _triton_kernel,
-                      "tpu-pipeline": _pipeline_kernel}[family](r, avoid)
+                      "tpu-pipeline": _pipeline_kernel,
+                      "gpu-atomics": _atomic_kernel}[family](r, avoid)
     if r.random() < mutant_rate:
         options = mutants_of(kernel)
         if options:
@@ -185,6 +187,17 @@ def _triton_kernel(r: random.Random, avoid: frozenset[str]) -> TritonKernel:
     width = r.choice((16, 32, 64))
     return TritonKernel("rows", (r.randint(1, 8), width), width, r.randint(1, width),
                         r.choice(("sum", "max")), r.random() < 0.5)
+
+
+# --- Triton atomics ----------------------------------------------------------------------------
+
+
+def _atomic_kernel(r: random.Random, avoid: frozenset[str]) -> AtomicKernel:
+    layout = r.choice(("histogram", "histogram", "counter", "split"))
+    block = r.choice((16, 32, 64))
+    n = r.randint(block + 1, 4 * block)  # two programs or more
+    bins = r.choice((8, 16, 32)) if layout != "counter" else 1
+    return AtomicKernel(layout, n, block, bins, r.choice(("add", "add", "max", "min")))
 
 
 # --- TPU in-kernel pipelines -------------------------------------------------------------------

@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 
 from fuzz.ops import ELEMENTWISE, REDUCTIONS, np_dtype
-from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, PipelineKernel, TritonKernel
+from fuzz.spec import (
+    AtomicKernel,
+    BlockKernel,
+    DmaKernel,
+    Kernel,
+    Operand,
+    PipelineKernel,
+    TritonKernel,
+)
 
 F32 = np.float32
 BF16 = np_dtype("bfloat16")
@@ -23,6 +31,8 @@ def expected(kernel: Kernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
         return _dma(kernel, args[0])
     if isinstance(kernel, PipelineKernel):
         return _pipeline(kernel, args)
+    if isinstance(kernel, AtomicKernel):
+        return _atomic(kernel, args)
     return _triton(kernel, args)
 
 
@@ -119,3 +129,24 @@ def _triton(k: TritonKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
     out = np.zeros(k.shape, F32)
     out[:, :k.valid] = x - folded
     return out
+
+
+# NumPy's ufunc per atomic: `.at` folds element by element, repeated indices each applied.
+_UFUNCS = {"add": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def _atomic(k: AtomicKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The programs in order, each folding its window into the zeros the output starts at (a
+    plain store instead: the last program's fold is what stays)."""
+    fold = _UFUNCS[k.op]
+    out = args[-1].astype(F32).copy()
+    if k.layout == "histogram":
+        index, values = args[0], args[1].astype(F32)
+        fold.at(out, (index.astype(np.int64) + k.index_shift) % k.bins, values)
+        return out
+    x = args[0].astype(F32)
+    for p in range(k.grid[0]):
+        cols = slice(p * k.block, min((p + 1) * k.block, k.n))
+        part = fold.reduce(x[..., cols], axis=-1)
+        out = part if k.plain_store else fold(out, part)
+    return np.asarray(out, F32)

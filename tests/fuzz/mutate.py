@@ -7,7 +7,15 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from fuzz.spec import BlockKernel, DmaKernel, Kernel, Operand, PipelineKernel, TritonKernel
+from fuzz.spec import (
+    AtomicKernel,
+    BlockKernel,
+    DmaKernel,
+    Kernel,
+    Operand,
+    PipelineKernel,
+    TritonKernel,
+)
 
 Mutation = Callable[[Kernel], Kernel | None]
 
@@ -77,7 +85,9 @@ def wrong_reduction_axis(k: Kernel) -> Kernel | None:
 
 
 def dropped_last_store(k: Kernel) -> Kernel | None:
-    return None if isinstance(k, PipelineKernel) else dataclasses.replace(k, skip_last_store=True)
+    if isinstance(k, PipelineKernel | AtomicKernel):
+        return None
+    return dataclasses.replace(k, skip_last_store=True)
 
 
 def dma_source_off_by_one(k: Kernel) -> Kernel | None:
@@ -99,9 +109,31 @@ def wrong_fill(k: Kernel) -> Kernel | None:
     return None
 
 
+def atomic_wrong_index(k: Kernel) -> Kernel | None:
+    """A histogram's lanes fold into the next bin."""
+    if isinstance(k, AtomicKernel) and k.layout == "histogram":
+        return dataclasses.replace(k, index_shift=1)
+    return None
+
+
+def atomic_wrong_op(k: Kernel) -> Kernel | None:
+    """max where add was meant, add where max or min was."""
+    if not isinstance(k, AtomicKernel):
+        return None
+    return dataclasses.replace(k, op="max" if k.op == "add" else "add")
+
+
+def store_not_atomic(k: Kernel) -> Kernel | None:
+    """Each program stores its fold where it should fold it in atomically: the last wins."""
+    if isinstance(k, AtomicKernel) and k.layout != "histogram":
+        return dataclasses.replace(k, plain_store=True)
+    return None
+
+
 MUTATIONS: dict[str, Mutation] = {
     "map-off-by-one": map_off_by_one, "map-swapped": map_swapped, "missing-init": missing_init,
     "wrong-reduction-axis": wrong_reduction_axis, "dropped-last-store": dropped_last_store,
     "dma-source-off-by-one": dma_source_off_by_one, "mask-off-by-one": mask_off_by_one,
-    "wrong-fill": wrong_fill,
+    "wrong-fill": wrong_fill, "atomic-wrong-index": atomic_wrong_index,
+    "atomic-wrong-op": atomic_wrong_op, "store-not-atomic": store_not_atomic,
 }

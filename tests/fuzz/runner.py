@@ -25,7 +25,7 @@ import pallaslab
 from fuzz.build import build, inputs
 from fuzz.casefile import write_case
 from fuzz.model import expected
-from fuzz.spec import Generated, Kernel
+from fuzz.spec import AtomicKernel, Generated, Kernel
 
 Args = tuple[np.ndarray, ...]
 Fn = Callable[..., Any]
@@ -46,7 +46,8 @@ INVALID_MUTANT = "invalid-mutant"  # plain JAX refuses the mutant: not counted
 EXECUTORS = {"tpu-block": "vectorized,interpret,tpu-interpret,reference",
              "tpu-dma": "interpret,tpu-interpret,reference",
              "gpu-triton": "vectorized,interpret,reference",
-             "tpu-pipeline": "vectorized,interpret,tpu-interpret,reference"}
+             "tpu-pipeline": "vectorized,interpret,tpu-interpret,reference",
+             "gpu-atomics": "vectorized,interpret,reference"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +88,20 @@ def _oracles(g: Generated) -> tuple[Args, np.ndarray, Verdict | None]:
     once the NumPy model agrees with it: the same XLA ops as pallaslab's executors, so a
     transcendental that XLA and NumPy round one ulp apart is no disagreement."""
     args = inputs(g.kernel, g.index)
+    if isinstance(g.kernel, AtomicKernel):
+        return args, *_model_oracle(g, args)
     plain = np.asarray(build(g.reference_kernel, interpret=True)(*args))
     return args, plain, _judge_by_oracles(g, args, plain)
+
+
+def _model_oracle(g: Generated, args: Args) -> tuple[np.ndarray, Verdict | None]:
+    """The NumPy model alone, where plain JAX cannot run the kernel (JAX's interpreter
+    discharges no masked or rank-0 atomic); it also models each mutant, so an equivalent
+    one is still set aside."""
+    want = expected(g.reference_kernel, args)
+    if g.mutation and close(expected(g.kernel, args), want, g.kernel):
+        return want, Verdict(g, EQUIVALENT_MUTANT)
+    return want, None
 
 
 def _judge_by_oracles(g: Generated, args: Args, plain: np.ndarray) -> Verdict | None:

@@ -138,7 +138,39 @@ class PipelineKernel:
                 *maps)
 
 
-Kernel = BlockKernel | DmaKernel | TritonKernel | PipelineKernel
+@dataclasses.dataclass(frozen=True)
+class AtomicKernel:
+    """A Triton kernel folding into its output with atomics, the output starting at zeros (an
+    aliased input): "histogram" (programs over `block`-value windows of `n` values, each lane
+    folding its value into bin `index[lane]` of `bins`), "counter" (each program folds its
+    window into the one rank-0 output) or "split" (a (bins, n) input, a program per `block`
+    columns folding its columns into the `bins` rows of the output: split-K). Windows past
+    `n` are masked. `op`: the atomic, "add", "max" or "min"."""
+    layout: str
+    n: int
+    block: int
+    bins: int
+    op: str
+    index_shift: int = 0  # histogram: each lane's bin is (index + shift) % bins
+    plain_store: bool = False  # a store of the program's fold where the atomic was meant
+    family: str = "gpu-atomics"
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return (-(-self.n // self.block),)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return () if self.layout == "counter" else (self.bins,)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return (self.family, f"layout:{self.layout}", f"op:atomic-{self.op}",
+                *["partial-edge"] * (self.n % self.block != 0),
+                *["rank-0-atomic"] * (self.layout == "counter"))
+
+
+Kernel = BlockKernel | DmaKernel | TritonKernel | PipelineKernel | AtomicKernel
 
 
 @dataclasses.dataclass(frozen=True)
