@@ -48,7 +48,8 @@ def test_grammar_reaches_every_family_and_mutation():
                     "map:reversed", "map:broadcast", "map:strided", "copy:async",
                     "copy:sync", "layout:rows", "tpu-pipeline", "outer-grid",
                     "pipeline-map:reversed", "pipeline-map:rotated", "layout:histogram",
-                    "layout:split", "rank-0-atomic", "op:atomic-min"):
+                    "layout:split", "rank-0-atomic", "op:atomic-min", "mosaic-gpu", "f16",
+                    "stages:3"):
         assert features[feature], feature
 
 

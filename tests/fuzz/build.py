@@ -21,6 +21,7 @@ from fuzz.spec import (
     BlockKernel,
     DmaKernel,
     Kernel,
+    MosaicGpuKernel,
     Operand,
     PipelineKernel,
     TritonKernel,
@@ -37,7 +38,8 @@ def build(kernel: Kernel, *, interpret: bool = False) -> Fn:
 
 def _call(kernel: Kernel, interpret: bool, *args: Any) -> Any:
     builder = {BlockKernel: _block_fn, DmaKernel: _dma_fn, TritonKernel: _triton_fn,
-               PipelineKernel: _pipeline_fn, AtomicKernel: _atomic_fn}
+               PipelineKernel: _pipeline_fn, AtomicKernel: _atomic_fn,
+               MosaicGpuKernel: _mosaic_gpu_fn}
     return builder[type(kernel)](kernel, interpret)(*args)
 
 
@@ -54,6 +56,8 @@ def inputs(kernel: Kernel, seed: int) -> tuple[np.ndarray, ...]:
         return tuple(_normal(rng, kernel.shape, kernel.dtype) for _ in kernel.rows)
     if isinstance(kernel, AtomicKernel):
         return _atomic_inputs(kernel, rng)
+    if isinstance(kernel, MosaicGpuKernel):
+        return tuple(_normal(rng, kernel.shape, kernel.dtype) for _ in kernel.cols)
     count = 2 if kernel.two_inputs else 1
     return tuple(_normal(rng, kernel.shape, "float32") for _ in range(count))
 
@@ -373,3 +377,37 @@ def _atomic_body(k: AtomicKernel, *refs: Any) -> None:
         o_ref[where] = folded
     else:
         ATOMICS[k.op](o_ref, where, folded)
+
+
+# --- Mosaic GPU pipelines ------------------------------------------------------------------------
+
+
+def _mosaic_gpu_fn(k: MosaicGpuKernel, interpret: bool) -> Fn:
+    """`plgpu.kernel` has no interpret flag: plain JAX runs it only under GPU interpret mode,
+    which refuses the pipeline's predicated copies, so the NumPy model is its oracle."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    return plgpu.kernel(functools.partial(_mosaic_gpu_body, k),
+                        out_type=jax.ShapeDtypeStruct(k.shape, np_dtype(k.dtype)),
+                        grid=k.grid, grid_names=("b",))
+
+
+def _mosaic_gpu_body(k: MosaicGpuKernel, *refs: Any) -> None:
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    *in_gmem, o_gmem = refs
+    b, nc = jax.lax.axis_index("b"), k.tiles
+    row = eval(f"lambda b, nb: {k.out_row}", {"min": jnp.minimum})(b, k.blocks)
+
+    def spec(expr: str, block_row: Any) -> Any:
+        col = eval(f"lambda c, nc: {expr}", {"min": jnp.minimum})
+        return plgpu.BlockSpec((k.rows, k.tile), lambda c: (block_row, col(c, nc)))
+
+    def step(_: Any, *tiles: Any) -> None:
+        *ins, out = tiles
+        values = (t[...].astype(jnp.float32) for t in ins)
+        out[...] = ELEMENTWISE[k.op][1](*values).astype(out.dtype)
+
+    plgpu.emit_pipeline(step, grid=(nc,), in_specs=[spec(m, b) for m in k.cols],
+                        out_specs=[spec(k.out_col, row)],
+                        max_concurrent_steps=k.stages)(*in_gmem, o_gmem)

@@ -14,12 +14,13 @@ from fuzz.spec import (
     DmaKernel,
     Generated,
     Kernel,
+    MosaicGpuKernel,
     Operand,
     PipelineKernel,
     TritonKernel,
 )
 
-FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton", "tpu-pipeline", "gpu-atomics")
+FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton", "tpu-pipeline", "gpu-atomics", "mosaic-gpu")
 # Row-coordinate expressions of the index-map families an input may take (`i`: the program's
 # row coordinate, `ni`: the grid's extent along it, `p`: the scalar-prefetch table).
 ROW_MAPS = {"identity": "i", "reversed": "ni - 1 - i", "rotated": "(i + 1) % ni",
@@ -38,7 +39,8 @@ def generate(seed: int, index: int, *, mutant_rate: float = 0.35,
     kernel: Kernel = {"tpu-block": _block_kernel, "tpu-dma": _dma_kernel,
                       "gpu-triton": _triton_kernel,
                       "tpu-pipeline": _pipeline_kernel,
-                      "gpu-atomics": _atomic_kernel}[family](r, avoid)
+                      "gpu-atomics": _atomic_kernel,
+                      "mosaic-gpu": _mosaic_gpu_kernel}[family](r, avoid)
     if r.random() < mutant_rate:
         options = mutants_of(kernel)
         if options:
@@ -198,6 +200,23 @@ def _atomic_kernel(r: random.Random, avoid: frozenset[str]) -> AtomicKernel:
     n = r.randint(block + 1, 4 * block)  # two programs or more
     bins = r.choice((8, 16, 32)) if layout != "counter" else 1
     return AtomicKernel(layout, n, block, bins, r.choice(("add", "add", "max", "min")))
+
+
+# --- Mosaic GPU pipelines -----------------------------------------------------------------------
+
+# A tile of a warpgroup's 128 threads: (rows, tile) of 2,048 or 4,096 elements.
+MOSAIC_GPU_TILES = ((64, 32), (64, 64), (128, 32))
+
+
+def _mosaic_gpu_kernel(r: random.Random, avoid: frozenset[str]) -> MosaicGpuKernel:
+    op = r.choice(sorted(ELEMENTWISE))
+    rows, tile = r.choice(MOSAIC_GPU_TILES)
+    tiles = r.randint(1, 4)
+    maps = ("c",) * 3 + (("nc - 1 - c", "(c + 1) % nc") if tiles > 1 else ())
+    cols = tuple(r.choice(maps) for _ in range(ELEMENTWISE[op][0]))
+    return MosaicGpuKernel(r.randint(1, 3), rows, tile, tiles, op, cols,
+                           stages=r.choice((1, 2, 3)),
+                           dtype=r.choice(("float32", "float32", "float16")))
 
 
 # --- TPU in-kernel pipelines -------------------------------------------------------------------

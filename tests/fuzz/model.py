@@ -15,6 +15,7 @@ from fuzz.spec import (
     BlockKernel,
     DmaKernel,
     Kernel,
+    MosaicGpuKernel,
     Operand,
     PipelineKernel,
     TritonKernel,
@@ -33,6 +34,8 @@ def expected(kernel: Kernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
         return _pipeline(kernel, args)
     if isinstance(kernel, AtomicKernel):
         return _atomic(kernel, args)
+    if isinstance(kernel, MosaicGpuKernel):
+        return _mosaic_gpu(kernel, args)
     return _triton(kernel, args)
 
 
@@ -150,3 +153,18 @@ def _atomic(k: AtomicKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
         part = fold.reduce(x[..., cols], axis=-1)
         out = part if k.plain_store else fold(out, part)
     return np.asarray(out, F32)
+
+
+def _mosaic_gpu(k: MosaicGpuKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Each block's column tiles in order: the output tile (`out_row`, `out_col`) gets `op` of
+    each input's tile (its block's rows, column `cols[n]`); a later step overwrites."""
+    out = np.full(k.shape, np.nan, F32)
+    for b, c in itertools.product(range(k.blocks), range(k.tiles)):
+        def tile(row: str, col: str, b: int = b, c: int = c) -> tuple[slice, slice]:
+            r = int(eval(row, {"min": min}, {"b": b, "nb": k.blocks}))
+            j = int(eval(col, {"min": min}, {"c": c, "nc": k.tiles}))
+            return slice(r * k.rows, (r + 1) * k.rows), slice(j * k.tile, (j + 1) * k.tile)
+
+        tiles = [a[tile("b", m)].astype(F32) for a, m in zip(args, k.cols, strict=True)]
+        out[tile(k.out_row, k.out_col)] = ELEMENTWISE[k.op][2](*tiles)
+    return out.astype(np_dtype(k.dtype))

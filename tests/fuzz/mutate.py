@@ -12,6 +12,7 @@ from fuzz.spec import (
     BlockKernel,
     DmaKernel,
     Kernel,
+    MosaicGpuKernel,
     Operand,
     PipelineKernel,
     TritonKernel,
@@ -38,6 +39,8 @@ def map_off_by_one(k: Kernel) -> Kernel | None:
     block along it (clamped to the last: still in bounds)."""
     if isinstance(k, PipelineKernel):
         return _pipeline_row_off_by_one(k)
+    if isinstance(k, MosaicGpuKernel):
+        return _mosaic_gpu_col_off_by_one(k)
     if not isinstance(k, BlockKernel):
         return None
     for position, o in enumerate((*k.inputs, k.output)):
@@ -54,6 +57,21 @@ def _pipeline_row_off_by_one(k: PipelineKernel) -> PipelineKernel | None:
         return None
     shifted = re.sub(r"\bi\b", "min(i + 1, ni - 1)", k.rows[0], count=1)
     return dataclasses.replace(k, rows=(shifted, *k.rows[1:]))
+
+
+def _mosaic_gpu_col_off_by_one(k: MosaicGpuKernel) -> MosaicGpuKernel | None:
+    """The first input's pipeline reads the next column tile (clamped: still in bounds)."""
+    if k.tiles < 2:
+        return None
+    shifted = re.sub(r"\bc\b", "min(c + 1, nc - 1)", k.cols[0], count=1)
+    return dataclasses.replace(k, cols=(shifted, *k.cols[1:]))
+
+
+def block_rows_crossed(k: Kernel) -> Kernel | None:
+    """Each block of a Mosaic GPU kernel writes its tiles into the next block's rows."""
+    if isinstance(k, MosaicGpuKernel) and k.blocks > 1:
+        return dataclasses.replace(k, out_row="(b + 1) % nb")
+    return None
 
 
 def map_swapped(k: Kernel) -> Kernel | None:
@@ -85,7 +103,7 @@ def wrong_reduction_axis(k: Kernel) -> Kernel | None:
 
 
 def dropped_last_store(k: Kernel) -> Kernel | None:
-    if isinstance(k, PipelineKernel | AtomicKernel):
+    if isinstance(k, PipelineKernel | AtomicKernel | MosaicGpuKernel):
         return None
     return dataclasses.replace(k, skip_last_store=True)
 
@@ -136,4 +154,5 @@ MUTATIONS: dict[str, Mutation] = {
     "dma-source-off-by-one": dma_source_off_by_one, "mask-off-by-one": mask_off_by_one,
     "wrong-fill": wrong_fill, "atomic-wrong-index": atomic_wrong_index,
     "atomic-wrong-op": atomic_wrong_op, "store-not-atomic": store_not_atomic,
+    "block-rows-crossed": block_rows_crossed,
 }

@@ -25,7 +25,7 @@ import pallaslab
 from fuzz.build import build, inputs
 from fuzz.casefile import write_case
 from fuzz.model import expected
-from fuzz.spec import AtomicKernel, Generated, Kernel
+from fuzz.spec import AtomicKernel, Generated, Kernel, MosaicGpuKernel
 
 Args = tuple[np.ndarray, ...]
 Fn = Callable[..., Any]
@@ -47,7 +47,8 @@ EXECUTORS = {"tpu-block": "vectorized,interpret,tpu-interpret,reference",
              "tpu-dma": "interpret,tpu-interpret,reference",
              "gpu-triton": "vectorized,interpret,reference",
              "tpu-pipeline": "vectorized,interpret,tpu-interpret,reference",
-             "gpu-atomics": "vectorized,interpret,reference"}
+             "gpu-atomics": "vectorized,interpret,reference",
+             "mosaic-gpu": "gpu-interpret,reference"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +62,10 @@ class Verdict:
 
 
 def tolerance(kernel: Kernel) -> tuple[float, float]:
-    """(rtol, atol) for the oracles against each other: bf16 anywhere rounds to 2^-8, a
-    bf16 round trip included (XLA may keep the f32 value: its excess precision)."""
-    bf16 = "bfloat16" in repr(kernel) or getattr(kernel, "round_trip", False)
+    """(rtol, atol) for the oracles against each other: bf16 (or f16) anywhere rounds to 2^-8
+    (2^-11), a bf16 round trip included (XLA may keep the f32 value: its excess precision)."""
+    bf16 = ("bfloat16" in repr(kernel) or "float16" in repr(kernel)
+            or getattr(kernel, "round_trip", False))
     return (2e-2, 2e-2) if bf16 else (1e-4, 1e-4)
 
 
@@ -88,7 +90,7 @@ def _oracles(g: Generated) -> tuple[Args, np.ndarray, Verdict | None]:
     once the NumPy model agrees with it: the same XLA ops as pallaslab's executors, so a
     transcendental that XLA and NumPy round one ulp apart is no disagreement."""
     args = inputs(g.kernel, g.index)
-    if isinstance(g.kernel, AtomicKernel):
+    if isinstance(g.kernel, AtomicKernel | MosaicGpuKernel):
         return args, *_model_oracle(g, args)
     plain = np.asarray(build(g.reference_kernel, interpret=True)(*args))
     return args, plain, _judge_by_oracles(g, args, plain)
@@ -96,8 +98,9 @@ def _oracles(g: Generated) -> tuple[Args, np.ndarray, Verdict | None]:
 
 def _model_oracle(g: Generated, args: Args) -> tuple[np.ndarray, Verdict | None]:
     """The NumPy model alone, where plain JAX cannot run the kernel (JAX's interpreter
-    discharges no masked or rank-0 atomic); it also models each mutant, so an equivalent
-    one is still set aside."""
+    discharges no masked or rank-0 atomic; its GPU interpreter refuses a Mosaic GPU
+    pipeline's predicated copies); it also models each mutant, so an equivalent one is still
+    set aside."""
     want = expected(g.reference_kernel, args)
     if g.mutation and close(expected(g.kernel, args), want, g.kernel):
         return want, Verdict(g, EQUIVALENT_MUTANT)

@@ -170,7 +170,43 @@ class AtomicKernel:
                 *["rank-0-atomic"] * (self.layout == "counter"))
 
 
-Kernel = BlockKernel | DmaKernel | TritonKernel | PipelineKernel | AtomicKernel
+@dataclasses.dataclass(frozen=True)
+class MosaicGpuKernel:
+    """A Mosaic GPU kernel (`plgpu.kernel`): `blocks` blocks, each streaming (`rows`, `tile`)
+    tiles of its own rows through shared memory with `plgpu.emit_pipeline` over the column
+    tiles (TMA copies in, predicated copies out), storing `op` of its inputs' tiles. Each
+    input's column tile is an expression over `c`, `nc` (`cols` maps); the output's is
+    `out_col`, its block row `out_row` (over `b`, the block)."""
+    blocks: int
+    rows: int
+    tile: int
+    tiles: int
+    op: str
+    cols: tuple[str, ...]
+    out_col: str = "c"
+    out_row: str = "b"
+    stages: int = 2  # max_concurrent_steps
+    dtype: str = "float32"
+    family: str = "mosaic-gpu"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.blocks * self.rows, self.tiles * self.tile
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return (self.blocks,)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        names = {"c": "identity", "nc - 1 - c": "reversed", "(c + 1) % nc": "rotated"}
+        maps = sorted({f"pipeline-map:{names.get(m, 'shifted')}" for m in self.cols})
+        return (self.family, f"op:{self.op}", f"inputs:{len(self.cols)}",
+                f"stages:{self.stages}", *["f16"] * (self.dtype == "float16"), *maps)
+
+
+Kernel = (BlockKernel | DmaKernel | TritonKernel | PipelineKernel | AtomicKernel
+          | MosaicGpuKernel)
 
 
 @dataclasses.dataclass(frozen=True)
