@@ -49,7 +49,7 @@ def test_grammar_reaches_every_family_and_mutation():
                     "copy:sync", "layout:rows", "tpu-pipeline", "outer-grid",
                     "pipeline-map:reversed", "pipeline-map:rotated", "layout:histogram",
                     "layout:split", "rank-0-atomic", "op:atomic-min", "mosaic-gpu", "f16",
-                    "stages:3"):
+                    "stages:3", "tpu-multi", "devices:4"):
         assert features[feature], feature
 
 

@@ -24,6 +24,7 @@ from fuzz.spec import (
     MosaicGpuKernel,
     Operand,
     PipelineKernel,
+    RemoteKernel,
     TritonKernel,
 )
 
@@ -39,7 +40,7 @@ def build(kernel: Kernel, *, interpret: bool = False) -> Fn:
 def _call(kernel: Kernel, interpret: bool, *args: Any) -> Any:
     builder = {BlockKernel: _block_fn, DmaKernel: _dma_fn, TritonKernel: _triton_fn,
                PipelineKernel: _pipeline_fn, AtomicKernel: _atomic_fn,
-               MosaicGpuKernel: _mosaic_gpu_fn}
+               MosaicGpuKernel: _mosaic_gpu_fn, RemoteKernel: _remote_fn}
     return builder[type(kernel)](kernel, interpret)(*args)
 
 
@@ -58,6 +59,8 @@ def inputs(kernel: Kernel, seed: int) -> tuple[np.ndarray, ...]:
         return _atomic_inputs(kernel, rng)
     if isinstance(kernel, MosaicGpuKernel):
         return tuple(_normal(rng, kernel.shape, kernel.dtype) for _ in kernel.cols)
+    if isinstance(kernel, RemoteKernel):
+        return (_normal(rng, kernel.shape, "float32"),)
     count = 2 if kernel.two_inputs else 1
     return tuple(_normal(rng, kernel.shape, "float32") for _ in range(count))
 
@@ -411,3 +414,38 @@ def _mosaic_gpu_body(k: MosaicGpuKernel, *refs: Any) -> None:
     plgpu.emit_pipeline(step, grid=(nc,), in_specs=[spec(m, b) for m in k.cols],
                         out_specs=[spec(k.out_col, row)],
                         max_concurrent_steps=k.stages)(*in_gmem, o_gmem)
+
+
+# --- kernels across devices ----------------------------------------------------------------------
+
+
+def _remote_fn(k: RemoteKernel, interpret: bool) -> Fn:
+    """Under `shard_map` over every device JAX has (a worker's N simulated devices; a ring
+    of one where it is traced on this process's one CPU device)."""
+    from jax.sharding import PartitionSpec as P
+
+    def fn(x: Any) -> Any:
+        mesh = jax.make_mesh((jax.device_count(),), ("x",),
+                             axis_types=(jax.sharding.AxisType.Auto,))
+        call = pl.pallas_call(
+            functools.partial(_remote_body, k),
+            out_shape=jax.ShapeDtypeStruct((k.rows, 128), jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            scratch_shapes=[pltpu.VMEM((k.rows, 128), jnp.float32),
+                            pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            interpret=pltpu.InterpretParams() if interpret else False)
+        return jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                             check_vma=False)(x)
+    return fn
+
+
+def _remote_body(k: RemoteKernel, x_hbm: Any, o_ref: Any, received: Any, send: Any,
+                 recv: Any) -> None:
+    me, n = jax.lax.axis_index("x"), jax.lax.axis_size("x")
+    copy = pltpu.make_async_remote_copy(x_hbm, received, send, recv,
+                                        device_id=(jax.lax.rem(me + k.shift, n),))
+    copy.start()
+    copy.wait_send()
+    if k.wait_recv:
+        copy.wait_recv()
+    o_ref[...] = ELEMENTWISE[k.op][1](received[...])

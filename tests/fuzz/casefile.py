@@ -27,7 +27,7 @@ from fuzz.build import build, inputs  # noqa: E402
 from fuzz.model import expected  # noqa: E402
 from fuzz.spec import (  # noqa: E402, F401
     AtomicKernel, BlockKernel, DmaKernel, Generated, MosaicGpuKernel, Operand, PipelineKernel,
-    TritonKernel)
+    RemoteKernel, TritonKernel)
 
 for _module in (fuzz.build, fuzz.model, fuzz.ops):  # the executor worker lacks tests/ on its path
     cloudpickle.register_pickle_by_value(_module)

@@ -17,10 +17,12 @@ from fuzz.spec import (
     MosaicGpuKernel,
     Operand,
     PipelineKernel,
+    RemoteKernel,
     TritonKernel,
 )
 
-FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton", "tpu-pipeline", "gpu-atomics", "mosaic-gpu")
+FAMILIES = ("tpu-block", "tpu-dma", "gpu-triton", "tpu-pipeline", "gpu-atomics", "mosaic-gpu",
+            "tpu-multi")
 # Row-coordinate expressions of the index-map families an input may take (`i`: the program's
 # row coordinate, `ni`: the grid's extent along it, `p`: the scalar-prefetch table).
 ROW_MAPS = {"identity": "i", "reversed": "ni - 1 - i", "rotated": "(i + 1) % ni",
@@ -40,7 +42,8 @@ def generate(seed: int, index: int, *, mutant_rate: float = 0.35,
                       "gpu-triton": _triton_kernel,
                       "tpu-pipeline": _pipeline_kernel,
                       "gpu-atomics": _atomic_kernel,
-                      "mosaic-gpu": _mosaic_gpu_kernel}[family](r, avoid)
+                      "mosaic-gpu": _mosaic_gpu_kernel,
+                      "tpu-multi": _remote_kernel}[family](r, avoid)
     if r.random() < mutant_rate:
         options = mutants_of(kernel)
         if options:
@@ -217,6 +220,15 @@ def _mosaic_gpu_kernel(r: random.Random, avoid: frozenset[str]) -> MosaicGpuKern
     return MosaicGpuKernel(r.randint(1, 3), rows, tile, tiles, op, cols,
                            stages=r.choice((1, 2, 3)),
                            dtype=r.choice(("float32", "float32", "float16")))
+
+
+# --- kernels across devices ---------------------------------------------------------------------
+
+
+def _remote_kernel(r: random.Random, avoid: frozenset[str]) -> RemoteKernel:
+    devices = r.randint(2, 4)
+    op = r.choice(sorted(o for o, (arity, *_) in ELEMENTWISE.items() if arity == 1))
+    return RemoteKernel(devices, r.choice((8, 16)), r.randint(1, devices - 1), op)
 
 
 # --- TPU in-kernel pipelines -------------------------------------------------------------------

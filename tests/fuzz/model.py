@@ -18,6 +18,7 @@ from fuzz.spec import (
     MosaicGpuKernel,
     Operand,
     PipelineKernel,
+    RemoteKernel,
     TritonKernel,
 )
 
@@ -36,6 +37,8 @@ def expected(kernel: Kernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
         return _atomic(kernel, args)
     if isinstance(kernel, MosaicGpuKernel):
         return _mosaic_gpu(kernel, args)
+    if isinstance(kernel, RemoteKernel):
+        return _remote(kernel, args[0])
     return _triton(kernel, args)
 
 
@@ -168,3 +171,12 @@ def _mosaic_gpu(k: MosaicGpuKernel, args: tuple[np.ndarray, ...]) -> np.ndarray:
         tiles = [a[tile("b", m)].astype(F32) for a, m in zip(args, k.cols, strict=True)]
         out[tile(k.out_row, k.out_col)] = ELEMENTWISE[k.op][2](*tiles)
     return out.astype(np_dtype(k.dtype))
+
+
+def _remote(k: RemoteKernel, x: np.ndarray) -> np.ndarray:
+    """Device d receives the shard of device d - shift (its sender, around the ring); read
+    before the copy is waited for, its buffer holds nothing defined (NaN)."""
+    shards = x.astype(F32).reshape(k.devices, k.rows, 128)
+    if not k.wait_recv:
+        return np.full(k.shape, np.nan, F32)
+    return ELEMENTWISE[k.op][2](np.roll(shards, k.shift, axis=0)).reshape(k.shape)

@@ -15,6 +15,7 @@ from fuzz.spec import (
     MosaicGpuKernel,
     Operand,
     PipelineKernel,
+    RemoteKernel,
     TritonKernel,
 )
 
@@ -103,7 +104,7 @@ def wrong_reduction_axis(k: Kernel) -> Kernel | None:
 
 
 def dropped_last_store(k: Kernel) -> Kernel | None:
-    if isinstance(k, PipelineKernel | AtomicKernel | MosaicGpuKernel):
+    if isinstance(k, PipelineKernel | AtomicKernel | MosaicGpuKernel | RemoteKernel):
         return None
     return dataclasses.replace(k, skip_last_store=True)
 
@@ -148,11 +149,24 @@ def store_not_atomic(k: Kernel) -> Kernel | None:
     return None
 
 
+def wrong_neighbour(k: Kernel) -> Kernel | None:
+    """Each device sends to the device one further around the ring."""
+    if isinstance(k, RemoteKernel):
+        return dataclasses.replace(k, shift=(k.shift + 1) % k.devices)
+    return None
+
+
+def missing_recv_wait(k: Kernel) -> Kernel | None:
+    """The receiver reads its buffer without waiting for the copy to land."""
+    return dataclasses.replace(k, wait_recv=False) if isinstance(k, RemoteKernel) else None
+
+
 MUTATIONS: dict[str, Mutation] = {
     "map-off-by-one": map_off_by_one, "map-swapped": map_swapped, "missing-init": missing_init,
     "wrong-reduction-axis": wrong_reduction_axis, "dropped-last-store": dropped_last_store,
     "dma-source-off-by-one": dma_source_off_by_one, "mask-off-by-one": mask_off_by_one,
     "wrong-fill": wrong_fill, "atomic-wrong-index": atomic_wrong_index,
     "atomic-wrong-op": atomic_wrong_op, "store-not-atomic": store_not_atomic,
-    "block-rows-crossed": block_rows_crossed,
+    "block-rows-crossed": block_rows_crossed, "wrong-neighbour": wrong_neighbour,
+    "missing-recv-wait": missing_recv_wait,
 }

@@ -25,7 +25,7 @@ import pallaslab
 from fuzz.build import build, inputs
 from fuzz.casefile import write_case
 from fuzz.model import expected
-from fuzz.spec import AtomicKernel, Generated, Kernel, MosaicGpuKernel
+from fuzz.spec import AtomicKernel, Generated, Kernel, MosaicGpuKernel, RemoteKernel
 
 Args = tuple[np.ndarray, ...]
 Fn = Callable[..., Any]
@@ -48,7 +48,8 @@ EXECUTORS = {"tpu-block": "vectorized,interpret,tpu-interpret,reference",
              "gpu-triton": "vectorized,interpret,reference",
              "tpu-pipeline": "vectorized,interpret,tpu-interpret,reference",
              "gpu-atomics": "vectorized,interpret,reference",
-             "mosaic-gpu": "gpu-interpret,reference"}
+             "mosaic-gpu": "gpu-interpret,reference",
+             "tpu-multi": "tpu-interpret,reference"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +91,7 @@ def _oracles(g: Generated) -> tuple[Args, np.ndarray, Verdict | None]:
     once the NumPy model agrees with it: the same XLA ops as pallaslab's executors, so a
     transcendental that XLA and NumPy round one ulp apart is no disagreement."""
     args = inputs(g.kernel, g.index)
-    if isinstance(g.kernel, AtomicKernel | MosaicGpuKernel):
+    if isinstance(g.kernel, AtomicKernel | MosaicGpuKernel | RemoteKernel):
         return args, *_model_oracle(g, args)
     plain = np.asarray(build(g.reference_kernel, interpret=True)(*args))
     return args, plain, _judge_by_oracles(g, args, plain)
@@ -99,8 +100,8 @@ def _oracles(g: Generated) -> tuple[Args, np.ndarray, Verdict | None]:
 def _model_oracle(g: Generated, args: Args) -> tuple[np.ndarray, Verdict | None]:
     """The NumPy model alone, where plain JAX cannot run the kernel (JAX's interpreter
     discharges no masked or rank-0 atomic; its GPU interpreter refuses a Mosaic GPU
-    pipeline's predicated copies); it also models each mutant, so an equivalent one is still
-    set aside."""
+    pipeline's predicated copies; a kernel across devices needs them, which this process does
+    not simulate); it also models each mutant, so an equivalent one is still set aside."""
     want = expected(g.reference_kernel, args)
     if g.mutation and close(expected(g.kernel, args), want, g.kernel):
         return want, Verdict(g, EQUIVALENT_MUTANT)
@@ -122,20 +123,21 @@ def _judge_by_oracles(g: Generated, args: Args, plain: np.ndarray) -> Verdict | 
 
 def _compare_one(g: Generated, args: Args, want: np.ndarray, timeout: float) -> Verdict:
     try:
-        comparison, check_errors = _compare(build(g.kernel), args, want, g.kernel.family,
-                                            timeout)
+        comparison, check_errors = _compare(build(g.kernel), args, want, g.kernel, timeout)
     except Exception:
         return Verdict(g, INTERNAL_ERROR, traceback.format_exc(limit=-3))
     return _classify(g, comparison, sum(check_errors, ()))
 
 
-def _compare(fn: Fn, args: Args, want: object, family: str,
+def _compare(fn: Fn, args: Args, want: object, kernel: Kernel,
              timeout: float) -> tuple[Any, tuple[tuple[str, ...], ...]]:
-    """pallaslab's compare of `fn`, and its check per captured kernel, traced once for both."""
+    """pallaslab's compare of `fn`, and its check per captured kernel, traced once for both
+    (a kernel across devices: compared on its simulated devices, where it is traced again)."""
     captured = pallaslab.capture(fn, *args)
-    comparison = pallaslab.compare(fn, *args, executors=EXECUTORS[family],
+    devices = getattr(kernel, "devices", None)
+    comparison = pallaslab.compare(fn, *args, executors=EXECUTORS[kernel.family],
                                    reference=lambda *a: want, timeout=timeout,
-                                   captured=captured)
+                                   captured=None if devices else captured, devices=devices)
     return comparison, _check(captured)
 
 
@@ -196,7 +198,7 @@ def _compare_batch(batch: Sequence[Pending], timeout: float) -> list[tuple[int, 
     flat = tuple(a for _, _, args, _ in batch for a in args)
     wants = tuple(want for *_, want in batch)
     try:
-        c, check_errors = _compare(together, flat, wants, batch[0][1].kernel.family, timeout)
+        c, check_errors = _compare(together, flat, wants, batch[0][1].kernel, timeout)
         verdicts = _split(c, check_errors, [g for _, g, _, _ in batch])
     except Exception:
         verdicts = None

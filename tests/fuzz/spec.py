@@ -205,8 +205,35 @@ class MosaicGpuKernel:
                 f"stages:{self.stages}", *["f16"] * (self.dtype == "float16"), *maps)
 
 
+@dataclasses.dataclass(frozen=True)
+class RemoteKernel:
+    """A TPU kernel under `shard_map` over a ring of `devices` simulated devices: each device
+    sends its (`rows`, 128) shard to the device `shift` places to its right by one remote DMA
+    (`make_async_remote_copy`), into a VMEM buffer, waits for it, and stores `op` of what it
+    received."""
+    devices: int
+    rows: int
+    shift: int
+    op: str
+    wait_recv: bool = True  # a receiver that does not wait reads its buffer before it lands
+    family: str = "tpu-multi"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.devices * self.rows, 128
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return (self.family, f"devices:{self.devices}", f"op:{self.op}",
+                f"ring-shift:{self.shift}")
+
+
 Kernel = (BlockKernel | DmaKernel | TritonKernel | PipelineKernel | AtomicKernel
-          | MosaicGpuKernel)
+          | MosaicGpuKernel | RemoteKernel)
 
 
 @dataclasses.dataclass(frozen=True)
