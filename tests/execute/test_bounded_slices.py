@@ -191,6 +191,18 @@ def test_interpret_runs_each_window_at_its_own_size_and_says_what_it_models():
     assert "not modelled" in NOTE
 
 
+def test_vectorized_hands_a_window_to_the_interpreter_by_a_named_rule():
+    fn, args, reference = scaled_windows()
+    result = run(fn, *args, executor="vectorized")
+    assert result.status == "ran", result.reason
+    np.testing.assert_allclose(result.outputs[0], reference(*args), rtol=1e-6)
+    (batching,) = result.batching
+    assert (batching.how, batching.rule) == (
+        "interpreted", "a pl.BoundedSlice window: each step's block is as tall as its window, "
+        "which one batched array cannot hold")
+    assert NOTE in result.notes and not any("could not batch" in n for n in result.notes)
+
+
 def test_tpu_interpret_says_it_cannot_run_a_window():
     fn, args, _ = scaled_windows()
     result = run(fn, *args, executor="tpu-interpret")

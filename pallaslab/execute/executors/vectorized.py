@@ -61,7 +61,7 @@ from pallaslab.execute.worker.running import (
     execute_here,
 )
 from pallaslab.model import Kernel, _jax
-from pallaslab.model._jax import atomics, vectorize, vectorize_blocks
+from pallaslab.model._jax import atomics, bounded_slices, vectorize, vectorize_blocks
 from pallaslab.model._jax.rewrite import eval_replacing
 
 
@@ -109,6 +109,9 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
         return interpreted("the body closes over refs (a pallas_call inside pl.run_state)")
     if kernel.dynamic_grid_dims:
         return interpreted("the grid is dynamic")
+    if bounded_slices.has_bounded_slices(eqn):
+        return interpreted("a pl.BoundedSlice window: each step's block is as tall as its "
+                           "window, which one batched array cannot hold")
     if kernel.programs == 0:
         grid = ", ".join(map(str, kernel.grid))
         return KernelPlan(kernel.name, vectorize.BatchPlan(()),
