@@ -16,6 +16,8 @@ on a semaphore (array) waited for another copy only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pallaslab.analysis.finding import Finding
 from pallaslab.analysis.smem_order import line_label
 from pallaslab.model import Kernel
@@ -76,3 +78,47 @@ def _ref(kernel: Kernel, origin: str) -> str:
         if op.origin == origin and op.param:
             return f"{origin} ({op.param})"
     return origin
+
+
+def unwaited_passed_dma_findings(kernels: Sequence[Kernel]) -> tuple[tuple[Finding, ...], ...]:
+    """Per kernel of a call, in launch order: one error per copy it starts on a DMA semaphore
+    it returns (JAX's async-copy pattern: a later `pallas_call` takes the semaphore and waits)
+    when no later kernel of the call waits on any DMA semaphore it takes: the copy is then
+    never known to have landed. A later kernel waiting on another semaphore it takes leaves
+    this unsaid (which semaphore flows where is not followed), as does a body not read whole."""
+    found = []
+    for n, k in enumerate(kernels):
+        passed = [d for d in k.dmas if d.kind != "sync" and d.semaphore is not None
+                  and _returned_semaphore(k, d.semaphore)]
+        later = kernels[n + 1:]
+        if not passed or k.structure_notes or any(_waits_a_taken_semaphore(j) for j in later):
+            found.append(())
+            continue
+        found.append(tuple(_passed_finding(k, d) for d in passed))
+    return tuple(found)
+
+
+def _returned_semaphore(kernel: Kernel, origin: str) -> bool:
+    return any(op.origin == origin and op.role == "output" and op.value_type == "dma_sem"
+               for op in kernel.operands)
+
+
+def _waits_a_taken_semaphore(kernel: Kernel) -> bool:
+    """Does `kernel` wait on (or may it wait on) a DMA semaphore it takes as an input?"""
+    if kernel.structure_notes:
+        return True  # not read whole: it may
+    taken = {op.origin for op in kernel.operands
+             if op.role == "input" and op.value_type == "dma_sem"}
+    return bool(taken) and any(op.kind in _WAITS and op.semaphore in (*taken, "local")
+                               for op in kernel.semaphore_ops)
+
+
+def _passed_finding(kernel: Kernel, dma: DmaCopy) -> Finding:
+    return Finding(
+        CODE, "error",
+        f"{kernel.name}: the DMA {_ref(kernel, dma.src)} -> {_ref(kernel, dma.dst)} started at "
+        f"{line_label(dma.source, kernel)} on the semaphore the kernel returns "
+        f"({_ref(kernel, dma.semaphore or '')}) is waited by no later kernel: none waits on a "
+        "DMA semaphore it takes, so the copy's destination is never known to have landed. "
+        "Rule: a DMA semaphore returned by a pallas_call must be waited in a later pallas_call "
+        "before the copy's destination is read.", operand=dma.dst)

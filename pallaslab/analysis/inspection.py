@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pallaslab.analysis.dma_waits import unwaited_passed_dma_findings
 from pallaslab.analysis.findings import Finding, Rules, find
 from pallaslab.analysis.occupancy import (
     DEFAULT_CHIPS,
@@ -53,7 +54,14 @@ def inspect_kernel(
 def inspect_capture(
     cap: Capture, *, backend: str | None = None, chips: Sequence[str] = DEFAULT_CHIPS
 ) -> tuple[KernelInspection, ...]:
-    return tuple(inspect_kernel(k, backend=backend, chips=chips) for k in cap)
+    kernels = tuple(cap)
+    passed = unwaited_passed_dma_findings(kernels)  # across kernels: a semaphore passed on
+    return tuple(_with(inspect_kernel(k, backend=backend, chips=chips), extra)
+                 for k, extra in zip(kernels, passed, strict=True))
+
+
+def _with(insp: KernelInspection, findings: tuple[Finding, ...]) -> KernelInspection:
+    return dataclasses.replace(insp, findings=insp.findings + findings) if findings else insp
 
 
 def kernel_json(insp: KernelInspection) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pallaslab import compare, run
+from pallaslab import capture, compare, run
+from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.model._jax.cross_call_semaphores import NOTE
 
 ANY = pl.BlockSpec(memory_space=pl.ANY)
@@ -105,6 +106,34 @@ def test_a_missing_wait_in_the_second_call_is_a_mismatch(name):
     assert result.complete and not result.allclose, result.verdict()
     alone = compare(fn, *args)
     assert not alone.passed, alone.verdict()
+
+
+def _check_errors(name, mutant):
+    fn, args, _ = KERNELS[name](mutant)
+    return [[f for f in insp.findings if f.severity == "error"]
+            for insp in inspect_capture(capture(fn, *args))]
+
+
+@pytest.mark.parametrize("name", ["one_row", "jitted_halves"])
+def test_check_names_a_copy_whose_passed_semaphore_no_later_kernel_waits(name):
+    assert not any(_check_errors(name, None))  # the later kernel waits: nothing to say
+    errors = _check_errors(name, "no-wait")
+    found = [f for per_kernel in errors for f in per_kernel]
+    assert found and {f.code for f in found} == {"unwaited-dma"}
+    first = errors[0][0]
+    assert first.message.startswith("_start_kernel: the DMA args[1] (src_ref) -> outputs[1] "
+                                    "(dst_ref) started at ")
+    assert first.message.endswith(
+        "on the semaphore the kernel returns (outputs[2] (sem)) is waited by no later kernel: "
+        "none waits on a DMA semaphore it takes, so the copy's destination is never known to "
+        "have landed. Rule: a DMA semaphore returned by a pallas_call must be waited in a "
+        "later pallas_call before the copy's destination is read.")
+
+
+def test_check_leaves_unsaid_a_missing_wait_beside_a_wait_on_another_semaphore():
+    """Which semaphore flows to which kernel is not followed: with another copy's wait in a
+    later kernel, the missing one is compare's to find (a mismatch), not check's."""
+    assert not any(_check_errors("two_in_flight", "no-wait"))
 
 
 def test_interpret_completes_the_copy_at_the_wait_and_says_what_it_models():
