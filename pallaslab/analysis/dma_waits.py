@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from pallaslab.analysis.finding import Finding
 from pallaslab.analysis.smem_order import line_label
-from pallaslab.model import Kernel
+from pallaslab.model import Kernel, Operand, _jax
 from pallaslab.model.kernel import DmaCopy
 
 CODE = "unwaited-dma"
@@ -83,34 +83,41 @@ def _ref(kernel: Kernel, origin: str) -> str:
 def unwaited_passed_dma_findings(kernels: Sequence[Kernel]) -> tuple[tuple[Finding, ...], ...]:
     """Per kernel of a call, in launch order: one error per copy it starts on a DMA semaphore
     it returns (JAX's async-copy pattern: a later `pallas_call` takes the semaphore and waits)
-    when no later kernel of the call waits on any DMA semaphore it takes: the copy is then
-    never known to have landed. A later kernel waiting on another semaphore it takes leaves
-    this unsaid (which semaphore flows where is not followed), as does a body not read whole."""
+    that no later kernel may wait on (`_maybe_waited`): the copy is then never known to have
+    landed. A body not read whole leaves it unsaid."""
     found = []
     for n, k in enumerate(kernels):
-        passed = [d for d in k.dmas if d.kind != "sync" and d.semaphore is not None
-                  and _returned_semaphore(k, d.semaphore)]
         later = kernels[n + 1:]
-        if not passed or k.structure_notes or any(_waits_a_taken_semaphore(j) for j in later):
-            found.append(())
-            continue
-        found.append(tuple(_passed_finding(k, d) for d in passed))
+        found.append(() if k.structure_notes else tuple(
+            _passed_finding(k, d) for d in k.dmas
+            if d.kind != "sync" and d.semaphore is not None
+            and (sem := _returned_semaphore(k, d.semaphore)) is not None
+            and not _maybe_waited(k, sem, later)))
     return tuple(found)
 
 
-def _returned_semaphore(kernel: Kernel, origin: str) -> bool:
-    return any(op.origin == origin and op.role == "output" and op.value_type == "dma_sem"
-               for op in kernel.operands)
+def _returned_semaphore(kernel: Kernel, origin: str) -> Operand | None:
+    return next((op for op in kernel.outputs if op.origin == origin
+                 and op.value_type == "dma_sem"), None)
 
 
-def _waits_a_taken_semaphore(kernel: Kernel) -> bool:
-    """Does `kernel` wait on (or may it wait on) a DMA semaphore it takes as an input?"""
+def _maybe_waited(kernel: Kernel, sem: Operand, later: Sequence[Kernel]) -> bool:
+    """May a later kernel wait on `sem`? The kernel that takes it straight from this one
+    (the same jaxpr variable) must wait on that input; followed no further (through a `jit`),
+    any later kernel waiting on a DMA semaphore it takes may be its waiter."""
+    user = _jax.semaphore_user(kernel, sem, later)
+    if user is not None:
+        return _waits_on(user[0], {user[1].origin})
+    return any(_waits_on(j, {op.origin for op in j.inputs if op.value_type == "dma_sem"})
+               for j in later)
+
+
+def _waits_on(kernel: Kernel, semaphores: set[str]) -> bool:
+    """Does `kernel` wait on (or may it wait on) one of `semaphores`, inputs of it?"""
     if kernel.structure_notes:
         return True  # not read whole: it may
-    taken = {op.origin for op in kernel.operands
-             if op.role == "input" and op.value_type == "dma_sem"}
-    return bool(taken) and any(op.kind in _WAITS and op.semaphore in (*taken, "local")
-                               for op in kernel.semaphore_ops)
+    return bool(semaphores) and any(op.kind in _WAITS and op.semaphore in (*semaphores, "local")
+                                    for op in kernel.semaphore_ops)
 
 
 def _passed_finding(kernel: Kernel, dma: DmaCopy) -> Finding:

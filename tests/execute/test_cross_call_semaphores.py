@@ -114,8 +114,11 @@ def _check_errors(name, mutant):
             for insp in inspect_capture(capture(fn, *args))]
 
 
-@pytest.mark.parametrize("name", ["one_row", "jitted_halves"])
+@pytest.mark.parametrize("name", list(KERNELS))
 def test_check_names_a_copy_whose_passed_semaphore_no_later_kernel_waits(name):
+    """Followed from the kernel that returns the semaphore to the one that takes it (two
+    copies in flight: the one whose waiter does not wait), or, through a `jit`, to any later
+    kernel waiting on a semaphore it takes."""
     assert not any(_check_errors(name, None))  # the later kernel waits: nothing to say
     errors = _check_errors(name, "no-wait")
     found = [f for per_kernel in errors for f in per_kernel]
@@ -128,12 +131,6 @@ def test_check_names_a_copy_whose_passed_semaphore_no_later_kernel_waits(name):
         "none waits on a DMA semaphore it takes, so the copy's destination is never known to "
         "have landed. Rule: a DMA semaphore returned by a pallas_call must be waited in a "
         "later pallas_call before the copy's destination is read.")
-
-
-def test_check_leaves_unsaid_a_missing_wait_beside_a_wait_on_another_semaphore():
-    """Which semaphore flows to which kernel is not followed: with another copy's wait in a
-    later kernel, the missing one is compare's to find (a mismatch), not check's."""
-    assert not any(_check_errors("two_in_flight", "no-wait"))
 
 
 def test_interpret_completes_the_copy_at_the_wait_and_says_what_it_models():

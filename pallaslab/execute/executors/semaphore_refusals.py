@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pallaslab.model import Kernel, Operand
+from pallaslab.model import Kernel, Operand, _jax
 
 Refusal = Callable[[Sequence[Kernel]], "str | None"]
 
@@ -39,7 +39,7 @@ def passed_semaphore(kernels: Sequence[Kernel]) -> str | None:
     for k in kernels:
         for op in k.outputs:
             if op.is_semaphore:
-                user = _user_of(k, op, kernels)
+                user = _jax.semaphore_user(k, op, kernels)
                 waited = f", waited in kernel {user[0].name} as {_named(user[1])}" if user \
                     else ""
                 return f"{_named(op)} of kernel {k.name}{waited}"
@@ -80,23 +80,6 @@ def _refusal(interpreter: str, why: str, kernels: Sequence[Kernel]) -> str | Non
     return (f"{interpreter} cannot run a DMA semaphore passed between pallas_calls "
             f"({where}): {why}; a limit of the interpreter, not a verdict on the kernel; "
             f"{_STATIC}")
-
-
-def _user_of(kernel: Kernel, output: Operand, kernels: list[Kernel]
-             ) -> tuple[Kernel, Operand] | None:
-    """The kernel (and its input operand) that takes `output` of `kernel`, traced through the
-    jaxpr's variables (None when another equation stands between them)."""
-    if kernel.handle is None:
-        return None
-    index = kernel.outputs.index(output)
-    var = kernel.handle.eqn.outvars[index]
-    for other in kernels:
-        if other is kernel or other.handle is None:
-            continue
-        for i, invar in enumerate(other.handle.eqn.invars):
-            if invar is var and i < len(other.inputs):
-                return other, other.inputs[i]
-    return None
 
 
 def _named(op: Operand) -> str:

@@ -41,6 +41,7 @@ from pallaslab.model._jax.chips import (
     kernel_body_values,
     tpu_chip_facts,
 )
+from pallaslab.model._jax.cross_call_semaphores import user_of as semaphore_user
 from pallaslab.model._jax.deadlock import DeadlockWatch
 from pallaslab.model._jax.device_record import DeviceRecorder
 from pallaslab.model._jax.device_record import destination_from as remote_destinations
@@ -143,6 +144,7 @@ __all__ = [
     "record_block_accesses",
     "remote_destinations",
     "rewrite_kernels",
+    "semaphore_user",
     "tpu_chip_facts",
     "tpu_interpret_buffers",
     "tpu_interpret_params",

@@ -141,3 +141,18 @@ def _run(eqn: Any, invals: list[Any]) -> list[Any]:
               if not bounded_slices.is_semaphore(v.aval)}
     return [Pending(x, copied) if bounded_slices.is_semaphore(v.aval) else y
             for v, x, y in zip(eqn.outvars, with_copies, without, strict=True)]
+
+
+def user_of(kernel: Any, output: Any, kernels: Iterable[Any]) -> tuple[Any, Any] | None:
+    """The kernel (and its input operand) that takes `output` of `kernel`, traced through the
+    jaxpr's variables (None when another equation, or a `jit`, stands between them)."""
+    if kernel.handle is None:
+        return None
+    var = kernel.handle.eqn.outvars[kernel.outputs.index(output)]
+    for other in kernels:
+        if other is kernel or other.handle is None:
+            continue
+        for i, invar in enumerate(other.handle.eqn.invars):
+            if invar is var and i < len(other.inputs):
+                return other, other.inputs[i]
+    return None
