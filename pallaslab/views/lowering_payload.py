@@ -22,6 +22,7 @@ import numpy as np
 from pallaslab.model import Kernel
 from pallaslab.model.source_names import file_label, short_source
 from pallaslab.util.text import strip_ansi
+from pallaslab.views import _html
 from pallaslab.views._html import visible_payload
 
 if TYPE_CHECKING:
@@ -67,6 +68,10 @@ class TargetLowering(TypedDict):
     diagnostics: list[DiagnosticPayload]
     resources: dict[str, int | None]
     resource_notes: dict[str, str]  # where a resource figure comes from, per resource
+    # The resources as every output shows them: (key, label, value, source) per resource
+    # someone reported, or the one line saying why none is known (`resource_rows`).
+    resource_rows: list[list[str]]
+    resource_line: str | None
     stages: list[StagePayload]
 
 
@@ -229,15 +234,42 @@ def resource_figures(kernel: Kernel | None, target: str, r: KernelLowering
     return res, notes
 
 
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+# (payload key, label, how its figure reads)
+RESOURCES = (("vmem_bytes", "VMEM", _bytes), ("smem_bytes", "SMEM", _bytes),
+             ("registers", "registers", _html.num), ("spills", "spills", _bytes))
+
+
+def resource_rows(kernel: Kernel | None, target: str, r: KernelLowering
+                  ) -> tuple[tuple[tuple[str, str, str, str], ...], str | None]:
+    """(key, label, value, source) per resource someone reported (VMEM of a GPU kernel,
+    registers of a TPU one: left out), or no rows and the line saying why none is known."""
+    res, notes = resource_figures(kernel, target, r)
+    if all(res.get(key) is None for key, _, _ in RESOURCES) and not notes:
+        return (), ("resources: none reported by the compiler" if r.compiled
+                    else "resources: known once compiled")
+    return tuple((key, label, fmt(res.get(key)),
+                  notes.get(key, "the compiler" if r.compiled else ""))
+                 for key, label, fmt in RESOURCES
+                 if res.get(key) is not None or key in notes), None
+
+
 def _target_lowering(target: str, r: KernelLowering, send: set[tuple[str, str]],
                      file_ids: Mapping[str, int], kernel: Kernel | None = None
                      ) -> TargetLowering:
     resources, notes = resource_figures(kernel, target, r)
+    rows, line = resource_rows(kernel, target, r)
     return TargetLowering(
         target=target, backend=r.backend, ok=r.ok, compiled=r.compiled, cached=r.cached,
         diagnostics=[DiagnosticPayload(severity=d.severity, code=d.code, message=d.message,
                                        operand=d.operand) for d in r.diagnostics],
         resources=resources, resource_notes=notes,
+        resource_rows=[list(row) for row in rows], resource_line=line,
         stages=[_stage(s.name, s.text, s.source_lines, (target, s.name) in send, file_ids)
                 for s in r.stages])
 

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pallaslab.model import Kernel
-from pallaslab.views import _html
 from pallaslab.views._html import esc
-from pallaslab.views.lowering_payload import cap_text, line_count, resource_figures
+from pallaslab.views.lowering_payload import cap_text, line_count, resource_rows
 from pallaslab.views.parts import Badge, Code, Inline, Line, Markup, Part, Section, Table, Text
 
 if TYPE_CHECKING:
@@ -25,16 +24,6 @@ if TYPE_CHECKING:
 HTML_STAGE_CAP = 40_000  # characters of one stage in the static HTML `<pre>`
 HTML_BUDGET = 240_000  # ... of all stages (notebooks store this HTML in every saved output)
 RESOURCE_COLUMNS = ("resource", "value", "source")
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    return f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n} B"
-
-
-RESOURCES = (("vmem_bytes", "VMEM", _bytes), ("smem_bytes", "SMEM", _bytes),
-             ("registers", "registers", _html.num), ("spills", "spills", _bytes))
 
 
 def lowering_tree(index: int, name: str, results: Mapping[str, KernelLowering], *,
@@ -85,16 +74,12 @@ def diagnostic_lines(r: KernelLowering) -> list[Part]:
 
 def resources_part(r: KernelLowering, kernel: Kernel | None, target: str) -> Part:
     """A row per resource with where its figure comes from; one line when none is known."""
-    res, notes = resource_figures(kernel, target, r)
-    if all(res.get(field) is None for field, _, _ in RESOURCES) and not notes:
-        why = "none reported by the compiler" if r.compiled else "known once compiled"
-        return Line((Text(f"resources: {why}", "dim"),), css="pl-resources-static")
-    # a resource nobody reported (VMEM of a GPU kernel, registers of a TPU one) is left out
-    rows = tuple((label, fmt(res.get(field)),
-                  Text(notes.get(field, "the compiler" if r.compiled else ""), "dim"))
-                 for field, label, fmt in RESOURCES
-                 if res.get(field) is not None or field in notes)
-    return Table(RESOURCE_COLUMNS, rows, numeric=(1,), css="pl-resources-static")
+    rows, line = resource_rows(kernel, target, r)
+    if line is not None:
+        return Line((Text(line, "dim"),), css="pl-resources-static")
+    return Table(RESOURCE_COLUMNS, tuple((label, value, Text(source, "dim"))
+                                         for _, label, value, source in rows),
+                 numeric=(1,), css="pl-resources-static")
 
 
 def stage_part(s: Stage, budget: list[int]) -> Markup:

@@ -81,7 +81,11 @@ def test_diagnostics_on_top_and_resources_beside(page):
     if err.operand:
         assert item.locator(".pl-operand").inner_text() == err.operand
     assert page.locator(".pl-status").inner_text().endswith("failed")
-    assert page.locator('.pl-resources tr[data-resource="vmem_bytes"] td.num').inner_text() == "-"
+    # the resources as the static view says them: nothing reported, and why (not compiled)
+    low = v.payload()["lowerings"][v.payload()["target"]]
+    assert low["resource_rows"] == [] and low["resource_line"] == "resources: known once compiled"
+    assert page.locator("p.pl-resources").inner_text() == low["resource_line"]
+    assert page.locator('.pl-resources tr[data-resource="vmem_bytes"]').count() == 0
 
 
 def test_static_target_picker_offers_only_embedded_targets(page):

@@ -416,11 +416,16 @@ def test_compile_that_says_nothing_about_vmem_shows_the_estimate_labelled():
     assert text[2].split() == ["resource", "value", "source"]
     assert text[3].split()[:5] == ["VMEM", "448.0", "KiB", "estimate:", "pallaslab's"]
     assert text[4].strip() == "stages:"  # SMEM, registers, spills: nobody reported them
+    # the widget gets the same rows, to draw as they are (not its own wording of them)
+    assert low["resource_rows"] == [["vmem_bytes", "VMEM", "448.0 KiB",
+                                     low["resource_notes"]["vmem_bytes"]]]
+    assert low["resource_line"] is None
     assert "<th>resource</th>" in view.to_html() and "<td>VMEM</td>" in view.to_html()
     # not compiled: nothing to report, no label
     p = lv.lowering_payload(k, {"tpu-v5e": plain}, "tpu-v5e")
     assert p["lowerings"]["tpu-v5e"]["resources"]["vmem_bytes"] is None
     assert p["lowerings"]["tpu-v5e"]["resource_notes"] == {}
+    assert p["lowerings"]["tpu-v5e"]["resource_line"] == "resources: known once compiled"
 
 
 def test_module_buffers_reads_the_compiled_signature():

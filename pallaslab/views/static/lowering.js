@@ -22,7 +22,8 @@ export { LineMap, languageOf, tokenize } from "./lowering_ir.js";
 /**
  * @typedef {{target: string, backend: string, ok: boolean, compiled: boolean, cached: boolean,
  *   diagnostics: DiagnosticPayload[], resources: Record<string, number | null>,
- *   resource_notes?: Record<string, string>, stages: StagePayload[]}}
+ *   resource_notes?: Record<string, string>, resource_rows: string[][],
+ *   resource_line: string | null, stages: StagePayload[]}}
  *   TargetLowering
  */
 /**
@@ -47,15 +48,6 @@ export { LineMap, languageOf, tokenize } from "./lowering_ir.js";
  */
 
 
-/** @param {number | null | undefined} n */
-export function bytes(n) {
-  if (n === null || n === undefined) return "-";
-  return n >= 1024 ? `${(n / 1024).toLocaleString("en-US", { maximumFractionDigits: 1 })} KiB` : `${n} B`;
-}
-const RESOURCES = /** @type {[string, string, (n: number | null | undefined) => string][]} */ ([
-  ["vmem_bytes", "VMEM", bytes], ["smem_bytes", "SMEM", bytes],
-  ["registers", "registers", num], ["spills", "spills", bytes],
-]);
 const SEVERITIES = new Set(["error", "warning", "info"]);
 const PRIMARY_STAGES = ["mosaic", "ttir", "mosaic-gpu"]; // as lowering.py's PRIMARY_STAGES
 
@@ -213,7 +205,7 @@ class LoweringView {
     // diagnostics (top) and resources (beside)
     const top = h("div", "pl-top");
     const diags = h("ul", "pl-findings pl-diagnostics");
-    if (!low.diagnostics.length) diags.append(h("li", "pl-ok", "No diagnostics."));
+    if (!low.diagnostics.length) diags.append(h("li", "pl-ok", "no diagnostics"));
     for (const d of low.diagnostics) {
       const sev = SEVERITIES.has(d.severity) ? d.severity : "info";
       const li = h("li", `pl-finding pl-${sev}`);
@@ -223,15 +215,16 @@ class LoweringView {
       li.append(" ", h("span", "pl-msg", d.message));
       diags.append(li);
     }
-    const res = h("table", "pl-table pl-resources");
-    for (const [key, label, fmt] of RESOURCES) {
+    // the resources as the static view and the text show them (Python's `resource_rows`)
+    const res = low.resource_line ? h("p", "pl-dim pl-resources", low.resource_line)
+      : h("table", "pl-table pl-resources");
+    for (const [key, label, value, source] of low.resource_line ? [] : low.resource_rows) {
       const tr = h("tr");
       tr.dataset.resource = key;
-      tr.append(h("th", "", label), h("td", "num", fmt(low.resources[key])));
+      tr.append(h("th", "", label), h("td", "num", value));
       // where the figure comes from: the compiler, a measurement, or our estimate
-      const note = (low.resource_notes || {})[key];
-      const src = h("td", "pl-dim pl-res-source", note ? note.split(":")[0] : "");
-      if (note) { src.title = note; tr.dataset.source = note.split(":")[0]; }
+      const src = h("td", "pl-dim pl-res-source", source.split(":")[0]);
+      if (source) { src.title = source; tr.dataset.source = source.split(":")[0]; }
       tr.append(src);
       res.append(tr);
     }
