@@ -120,16 +120,29 @@ def run_isolated(executor: Executor, prepared: Prepared, limit: float) -> RunRes
         if bar is not None and count > bar.n:
             bar.update(min(count, total or count) - bar.n)
 
-    try:
-        done = call_worker(
+    def call() -> Exchange:
+        return call_worker(
             request, limit, label=name,
             running=lambda count, where: describe_program(kernels, where, count),
             interrupted=lambda seconds, what: (f"{name} run interrupted after {seconds:.1f} s, "
                                                f"while running {what}"),
             watch=watch, devices=devices)
+
+    retried = None
+    try:
+        done = call()
+        if (broken := _broken_jit(done)) is not None:
+            # XLA's compiler in that worker no longer loads what it compiles (it fails every
+            # later run too): a fresh worker runs it once more, and the run says so.
+            workers_for(devices).close()
+            retried = (f"re-ran in a fresh worker: the first one's XLA compiler failed "
+                       f"({broken})")
+            done = call()
     finally:
         if bar is not None:
             bar.close()
+    if retried is not None:
+        done = _noted(done, retried)
     if done.failed is not None:
         return _failed(name, prepared, done.failed)
     if done.timed_out is not None:
@@ -429,6 +442,26 @@ def _total(prepared: Prepared) -> int | None:
 
 def _inputs(prepared: Prepared) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(v) for v in prepared.flat_args)
+
+
+# XLA's CPU compiler failing to load the code it just compiled: the worker's JIT is broken
+# (seen after the machine ran short of memory), not the kernel.
+_BROKEN_JIT = "Failed to materialize symbols"
+
+
+def _broken_jit(done: Exchange) -> str | None:
+    """The first line of a run's error when XLA's JIT in the worker is broken, else None."""
+    error = done.reply.error if isinstance(done.reply, RunResult) else done.failed
+    if not error or _BROKEN_JIT not in error:
+        return None
+    return next(line for line in error.splitlines() if _BROKEN_JIT in line).strip()[:200]
+
+
+def _noted(done: Exchange, note: str) -> Exchange:
+    if not isinstance(done.reply, RunResult):
+        return done
+    return dataclasses.replace(done, reply=dataclasses.replace(
+        done.reply, notes=(*done.reply.notes, note)))
 
 
 def _failed(name: str, prepared: Prepared, error: str) -> RunResult:
