@@ -69,3 +69,21 @@ def test_a_run_in_a_worker_with_a_broken_jit_is_made_again_in_a_fresh_one(broken
     np.testing.assert_array_equal(result.outputs[0], np.asarray(args[0]) * 2.0)
     assert result.notes[-1] == (
         f"re-ran in a fresh worker: the first one's XLA compiler failed (RuntimeError: {BROKEN})")
+
+
+def test_a_worker_near_the_limit_on_memory_mappings_is_replaced_between_runs(monkeypatch):
+    """Every executable XLA compiles holds mappings, and JAX keeps them: a worker past a share
+    of `vm.max_map_count` is replaced after its reply (here a limit of 100: after every run)."""
+    from pallaslab.execute.worker import isolation
+    from pallaslab.util import memory_maps
+
+    fn, args = CATALOG["elementwise_1d"].case()
+    assert pallaslab.run(fn, *args, executor="interpret").status == "ran"
+    first = isolation.workers_for(None)._worker
+    assert first is not None  # well under the machine's own limit: kept
+    monkeypatch.setenv(memory_maps.LIMIT_ENV, "100")  # read by this process, per check
+    result = pallaslab.run(fn, *args, executor="interpret")
+    assert result.status == "ran" and isolation.workers_for(None)._worker is None
+    assert not first.alive()
+    again = pallaslab.run(fn, *args, executor="interpret")  # a fresh worker
+    np.testing.assert_array_equal(again.outputs[0], np.asarray(args[0]) * 2.0)

@@ -52,7 +52,7 @@ from pallaslab.execute.worker.running import execute_here
 from pallaslab.execute.worker.worker_request import FramedCall, encode_frames, why_not_sent
 from pallaslab.execute.worker.worker_request import encode_request as encode_request  # for callers
 from pallaslab.model.source_names import short_source
-from pallaslab.util import worker_process
+from pallaslab.util import memory_maps, worker_process
 
 if TYPE_CHECKING:
     from pallaslab.execute.protocol import Executor, Prepared
@@ -316,8 +316,10 @@ class _Workers:
                 worker.reset_status()
             started = time.monotonic()
             if not isinstance(request, FramedCall):
-                return self._exchange(worker, (request,), started, limit, label, running,
+                done = self._exchange(worker, (request,), started, limit, label, running,
                                       interrupted, cancelled, watch)
+                self._retire_if_worn(worker)
+                return done
             token = request.args_token
             kept = token is not None and token in worker.args_tokens
             done = self._exchange(worker, request.frames(send_args=not kept), started, limit,
@@ -328,7 +330,15 @@ class _Workers:
                                       interrupted, cancelled, watch)
             if token is not None and done.reply is not None:
                 worker.args_tokens.add(token)
+            self._retire_if_worn(worker)
             return done
+
+    def _retire_if_worn(self, worker: _Worker) -> None:
+        """A worker near the limit on memory mappings (every executable it compiled holds
+        some) is replaced before XLA fails to load what it compiles: the next call starts a
+        fresh one."""
+        if self._worker is worker and memory_maps.nearly_full(worker.proc.pid):
+            self._discard(worker)
 
     def _exchange(self, worker: _Worker, frames: tuple[bytes, ...], started: float,
                   limit: float, label: str, running: Callable[[int, Any], str],
