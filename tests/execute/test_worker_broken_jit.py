@@ -1,5 +1,5 @@
 """A worker whose XLA compiler no longer loads what it compiles ("Failed to materialize
-symbols", seen after the machine ran short of memory) fails every later run too: the run is
+symbols", seen when it ran out of memory mappings) fails every later run too: the run is
 made once more in a fresh worker, and its notes say so. The executor below fails that way in
 the first worker it runs in (a marker file says which worker ran first)."""
 

@@ -455,7 +455,7 @@ def _inputs(prepared: Prepared) -> tuple[np.ndarray, ...]:
 
 
 # XLA's CPU compiler failing to load the code it just compiled: the worker's JIT is broken
-# (seen after the machine ran short of memory), not the kernel.
+# (seen when the worker ran out of memory mappings: `_retire_if_worn`), not the kernel.
 _BROKEN_JIT = "Failed to materialize symbols"
 
 
