@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -223,10 +222,7 @@ def _triton_normalization_vjp(row: pub.Row, cfg: dict[str, Any], backend: str,
 
     a = pub.problem_arrays(row.problem)
     out, dout, x = pub.need(a, "out", "dout", "x")
-    res = re.search(r'residuals=\["f32\[([\d,]+)\]", "f32\[([\d,]+)\]"\]', row.problem)
-    if res is None:
-        raise pub.BuildError("problem text incomplete", "no residuals=[...]")
-    residuals = [(tuple(int(d) for d in g.split(",")), "float32") for g in res.groups()]
+    residuals = pub.residual_shapes(row)
     named = [n for n in ("scale", "offset") if n in a]
     op, options = mod.TritonNormalizationVjp(config=mod.Config(**cfg)), _normalization_options(row)
 

@@ -281,6 +281,14 @@ def _flash_attention_vjp(row: Row, cfg: dict[str, Any]) -> Built:
         config=vjp_mod.Config(**cfg), bypass_device_check=True))
 
 
+def residual_shapes(row: Row) -> list[tuple[tuple[int, ...], str]]:
+    """A VJP row's two f32 residuals, as (shape, dtype): `residuals=["f32[..]", "f32[..]"]`."""
+    res = re.search(r'residuals=\["f32\[([\d,]+)\]", "f32\[([\d,]+)\]"\]', row.problem)
+    if res is None:
+        raise BuildError("problem text incomplete", "no residuals=[...]")
+    return [(tuple(int(d) for d in g.split(",")), "float32") for g in res.groups()]
+
+
 def attention_vjp(row: Row, op: Any, *, bias_and_mask: bool = False) -> Built:
     """The call of a tokamax attention VJP op (TPU or GPU) on a `flash_attention_vjp` row;
     with `bias_and_mask`, the row's bias and boolean mask passed as arrays (else left out)."""
@@ -288,10 +296,7 @@ def attention_vjp(row: Row, op: Any, *, bias_and_mask: bool = False) -> Built:
 
     arrays = problem_arrays(row.problem)
     out, dout, q, k, v = need(arrays, "out", "dout", "q", "k", "v")
-    res = re.search(r'residuals=\["f32\[([\d,]+)\]", "f32\[([\d,]+)\]"\]', row.problem)
-    if res is None:
-        raise BuildError("problem text incomplete", "no residuals=[...]")
-    res_shapes = [(tuple(int(d) for d in g.split(",")), "float32") for g in res.groups()]
+    res_shapes = residual_shapes(row)
     causal = flag(row.problem, "is_causal")
     scale = float(field(row.problem, "logits_scale") or 1.0 / math.sqrt(q[0][-1]))
     mask = re.search(r'"bool_mask": "bool\[([\d,]+)\]"', row.problem)
