@@ -300,11 +300,7 @@ def _global_semaphore_body(out_ref):
 
 
 @peer("mosaic-gpu", f"{MGPU_TESTS}::SemaphoreTest::test_global_semaphore",
-      backend="mosaic-gpu", reference=lambda: jnp.ones((128,), jnp.float32),
-      interpretable=False,
-      why_not=("JAX 0.12's Mosaic GPU interpreter cannot allocate `pl.get_global` semaphores: "
-               "'TypeError: No ir_type_handler for aval type AbstractRef'"),
-      unavailable_says="No ir_type_handler")
+      backend="mosaic-gpu", reference=lambda: jnp.ones((128,), jnp.float32))
 def mgpu_global_semaphore():
     """Ten blocks share one global semaphore: block 0 signals it, block 1 waits on it and
     then writes the output."""

@@ -68,7 +68,7 @@ class GpuInterpretExecutor:
         logging = {"logging_mode": _jax.barrier_logging_mode()} if recorder is not None else {}
         params = _jax.gpu_interpret_params(detect_races=True, on_race="warn", **logging)
         t0 = time.perf_counter()
-        with plgpu.force_gpu_interpret_mode(params), _jax.predicated_copies():
+        with plgpu.force_gpu_interpret_mode(params), _jax.gpu_interpreter_rules():
             compiled = jax.jit(prepared.fn).lower(*prepared.args, **prepared.kwargs).compile()
         compile_time = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -101,10 +101,8 @@ class GpuInterpretExecutor:
 
 def _notes(kernels: Sequence[Kernel], left_out: bool) -> tuple[str, ...]:
     """What this run models beyond JAX's interpreter, and what it leaves out."""
-    notes = [diagnostics.GPU_SAME_WARPGROUP_NOTE] if left_out else []
-    if any(_jax.uses_predicated_copies(k) for k in kernels):
-        notes.append(_jax.PREDICATED_COPIES_NOTE)
-    return tuple(notes)
+    notes = (diagnostics.GPU_SAME_WARPGROUP_NOTE,) if left_out else ()
+    return notes + _jax.gpu_rule_notes(kernels)
 
 
 def _barrier_record(recorder: Any, kernels: Sequence[Kernel]) -> DeviceRecord:

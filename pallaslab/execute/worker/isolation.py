@@ -193,7 +193,8 @@ def _with_user_sources(result: RunResult, prepared: Prepared) -> RunResult:
     findings = tuple(dataclasses.replace(f, message=fix(f.message, shown=True) or "")
                      for f in result.findings)
     return dataclasses.replace(result, device_record=record, findings=findings,
-                               error=fix(result.error, shown=True))
+                               error=fix(result.error, shown=True),
+                               unavailable=fix(result.unavailable, shown=True))
 
 
 class _Worker:

@@ -48,8 +48,10 @@ from pallaslab.model._jax.device_record import destination_from as remote_destin
 from pallaslab.model._jax.device_record import logging_mode as device_logging_mode
 from pallaslab.model._jax.element_ids import ElementTrace, Untraced, trace_elements
 from pallaslab.model._jax.fusion import fuser_sources
-from pallaslab.model._jax.gpu_interpret_rules import NOTE as PREDICATED_COPIES_NOTE
-from pallaslab.model._jax.gpu_interpret_rules import predicated_copies, uses_predicated_copies
+from pallaslab.model._jax.gpu_interpret_rules import (
+    interpreter_rules as gpu_interpreter_rules,
+)
+from pallaslab.model._jax.gpu_interpret_rules import rule_notes as gpu_rule_notes
 from pallaslab.model._jax.index_maps import eval_index_map_once
 from pallaslab.model._jax.input_ids import InputTrace, trace_inputs
 from pallaslab.model._jax.interpret_params import gpu_interpret_params, tpu_interpret_params
@@ -95,7 +97,6 @@ from pallaslab.model._jax.versions import JAX_VERSION, SUPPORTED_JAX
 __all__ = [
     "JAX_VERSION",
     "MOSAIC_LOC_TAG",
-    "PREDICATED_COPIES_NOTE",
     "RACE_LOGGER",
     "SUPPORTED_JAX",
     "BarrierRecorder",
@@ -120,6 +121,8 @@ __all__ = [
     "full_dimension_semantics_params",
     "fuser_sources",
     "gpu_interpret_params",
+    "gpu_interpreter_rules",
+    "gpu_rule_notes",
     "instrument_kernel",
     "is_pallas_call",
     "jaxpr_callable",
@@ -138,7 +141,6 @@ __all__ = [
     "narrow_dots",
     "needs_concrete_values",
     "output_sources",
-    "predicated_copies",
     "program_equations",
     "program_runner",
     "record_block_accesses",
@@ -154,5 +156,4 @@ __all__ = [
     "trace_elements",
     "trace_inputs",
     "uninitialized",
-    "uses_predicated_copies",
 ]

@@ -78,3 +78,21 @@ def uses_predicated_copies(kernel: Any) -> bool:
                 and bool(eqn.params.get("has_user_predicate")))
 
     return any(contains(j, predicated) for j in body_jaxprs(kernel))
+
+
+@contextlib.contextmanager
+def interpreter_rules(counts: Any = None) -> Iterator[None]:
+    """Every rule pallaslab gives JAX's Mosaic GPU interpreter, within this block (`counts`:
+    the global semaphores' counts, shared by traces that are one launch)."""
+    from pallaslab.model._jax.gpu_global_semaphores import global_semaphores
+
+    with predicated_copies(), global_semaphores(counts):
+        yield
+
+
+def rule_notes(kernels: Any) -> tuple[str, ...]:
+    """The notes of the rules these kernels use (what a run modelled beyond JAX)."""
+    from pallaslab.model._jax import gpu_global_semaphores as sems
+
+    used = ((uses_predicated_copies, NOTE), (sems.uses_global_semaphores, sems.NOTE))
+    return tuple(note for uses, note in used if any(uses(k) for k in kernels))

@@ -18,7 +18,8 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.pallas import core as pallas_core
 
 from pallaslab.model._jax import rewrite
-from pallaslab.model._jax.gpu_interpret_rules import predicated_copies
+from pallaslab.model._jax.gpu_global_semaphores import launch_counts
+from pallaslab.model._jax.gpu_interpret_rules import interpreter_rules
 from pallaslab.model._jax.runner import ProgramRunner, scratch_init
 from pallaslab.model.kernel import Kernel
 
@@ -105,6 +106,7 @@ def mosaic_gpu_block_runner(kernel: Kernel) -> ProgramRunner:
     fresh = [j for j in range(n_out) if j not in aliases.values()]  # outputs given as inputs
     one_block = dataclasses.replace(mesh, grid=(1,) * len(grid))
     avals = [v.aval for v in jaxpr.invars]
+    counts = launch_counts()  # the blocks stepped are one launch: global semaphores shared
 
     @functools.cache
     def body_at(ids: tuple[int, ...]) -> Any:
@@ -142,8 +144,10 @@ def mosaic_gpu_block_runner(kernel: Kernel) -> ProgramRunner:
         ins, outs = list(blocks[:n_in]), list(blocks[n_in:])
         for i, j in aliases.items():  # an aliased output is its input's buffer
             ins[i] = outs[j]
-        with predicated_copies():  # traced on a block's first run
-            new = body_at(tuple(int(i) for i in ids))(*ins, *(outs[j] for j in fresh))
+        program = tuple(int(i) for i in ids)
+        counts.rewound_to(program)  # the stepper went back: so do the semaphores
+        with interpreter_rules(counts):  # traced on a block's first run
+            new = body_at(program)(*ins, *(outs[j] for j in fresh))
         new = list(new)
         for i, j in aliases.items():
             ins[i] = new[j]
