@@ -16,7 +16,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pallaslab import capture, compare, run
+from pallaslab import capture, compare, run, step
 from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.model._jax.cross_call_semaphores import NOTE
 
@@ -146,3 +146,32 @@ def test_tpu_interpret_still_says_it_cannot_run_a_passed_semaphore():
     result = run(fn, *args, executor="tpu-interpret")
     assert result.status == "unavailable"
     assert "nan + dma_sem" in result.reason
+
+
+def _stepped_to_the_end(fn, args, kernel):
+    st = step(fn, *args, kernel=kernel)
+    st.step(st.programs)
+    return st
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_the_kernel_that_waits_steps_on_what_the_copy_left(name):
+    """The kernels before it run as interpret runs them (the copy completes at the wait), so
+    stepping the waiting kernel ends on the row the copy brought; without the wait, on the
+    uninitialized destination."""
+    fn, args, _ = KERNELS[name]()
+    last = len(capture(fn, *args)) - 1
+    st = _stepped_to_the_end(fn, args, last)
+    assert st.kernel.name == "_done_kernel" and not np.isnan(st.outputs()[0]).any()
+    assert any(n.startswith("a DMA semaphore passes between pallas_calls (outputs[2] (sem) of "
+                            "kernel _start_kernel") for n in st.notes)
+    fn, args, _ = KERNELS[name]("no-wait")
+    assert np.isnan(_stepped_to_the_end(fn, args, last).outputs()[0]).all()
+
+
+def test_the_waiting_kernel_steps_to_the_copied_row_and_the_starting_kernel_steps_too():
+    fn, args, _ = one_row()
+    x = np.asarray(args[0])
+    np.testing.assert_array_equal(_stepped_to_the_end(fn, args, 1).outputs()[0], x[2])
+    start = _stepped_to_the_end(fn, args, 0)  # its own copy lands as it starts, stepped
+    np.testing.assert_array_equal(start.outputs()[1], x[2])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import kernels_run_verdicts as K
+import numpy as np
 import pytest
 
 import pallaslab
@@ -60,10 +61,12 @@ def test_tpu_interpret_says_it_cannot_run_a_semaphore_passed_between_kernels(nam
     assert cmp.statuses["interpret"].status == "ran", cmp.statuses["interpret"]
 
 
-def test_step_refuses_a_semaphore_passed_between_kernels():
+def test_the_kernel_waiting_on_a_semaphore_passed_between_kernels_steps_and_says_how():
     fn, args = K.async_copy_local()
-    with pytest.raises(pallaslab.errors.UnavailableError, match="DMA semaphore passes"):
-        pallaslab.step(fn, *args, kernel=1)
+    st = pallaslab.step(fn, *args, kernel=1)
+    st.step(st.programs)
+    np.testing.assert_array_equal(st.outputs()[0], np.asarray(args[0]))  # the copy landed
+    assert any("a DMA semaphore passes between pallas_calls" in n for n in st.notes)
 
 
 def test_racing_cores_of_a_mesh_kernel_are_named():

@@ -111,12 +111,6 @@ class Stepper:
         self.notes: list[str] = []  # how the programs run, when it is not the usual way
         prepared = prepare(fn, args, kwargs, seed=seed)
         self.kernel: Kernel = select_kernel(prepared.capture, kernel)
-        if (passed := passed_semaphore(list(prepared.capture))) is not None:
-            raise UnavailableError(
-                f"kernel {self.kernel.name} cannot be stepped: a DMA semaphore passes between "
-                f"pallas_calls ({passed}), and the interpreters that run the kernels before it "
-                "cannot run that (see `pallaslab compare`); `check` and `lower --compile` "
-                "judge it statically")
         # A mesh kernel's programs are its cores (TPU) or blocks (Mosaic GPU): program ids
         # are mesh (grid) coordinates.
         self._per_core = self.kernel.kind == "mesh"
@@ -132,6 +126,13 @@ class Stepper:
                 "that runs zero times, or a mapped region such as shard_map), so it cannot be "
                 "stepped. Step a function that launches it directly.")
         self._runner = runner or _jax.program_runner(self.kernel)
+        if any(op.is_semaphore for op in (*self.kernel.inputs, *self.kernel.outputs)):
+            self.notes.append(
+                f"a DMA semaphore passes between pallas_calls ("
+                f"{passed_semaphore(list(prepared.capture))}): the kernels before "
+                f"{self.kernel.name} ran as pallaslab's interpret runs them, a copy started in "
+                "one completing at the wait on its semaphore in a later one; stepped, "
+                f"{self.kernel.name}'s own copies land as they start")
         if self._per_core:
             self.notes.append(mesh_note(self.kernel))
         if (why := needs_tpu_semantics([self.kernel])) is not None:
@@ -179,6 +180,7 @@ class Stepper:
         for j, op in enumerate(self.kernel.outputs):
             aliased = [i for i, o in r.aliases if o == j]
             outputs.append(inputs[aliased[0]].copy() if aliased else
+                           _jax.semaphore_counts(op.shape) if op.is_semaphore else
                            _jax.uninitialized(op.shape, op.dtype))
         ops = [op for op in self.kernel.operands if not op.scalar_prefetch
                and op.role != "scratch"]
@@ -203,11 +205,19 @@ class Stepper:
     def _start_table(self, j: int) -> np.ndarray:
         """(P, ndim) starts in the padded array, clamped like XLA's dynamic_slice."""
         r = self._runner
-        table = self.tiling.operands[self._origins[j]].block_indices.astype(np.int64)
+        table = self._block_indices(j).astype(np.int64)
         scale = np.array([b if blocked else 1 for b, blocked in
                           zip(r.block_shapes[j], r.blocked[j], strict=True)], np.int64)
         limit = np.array(self._arrays[j].shape, np.int64) - np.array(r.block_shapes[j])
         return np.clip(table * scale, 0, np.maximum(limit, 0))
+
+    def _block_indices(self, j: int) -> np.ndarray:
+        """(P, ndim) block indices of operand j; a semaphore passed in or out (no BlockSpec:
+        the kernel takes all of it) is one block, the same in every program."""
+        tiled = self.tiling.operands.get(self._origins[j])
+        if tiled is not None:
+            return tiled.block_indices
+        return np.zeros((self.programs, len(self._shapes[j])), np.int32)
 
     def _region(self, j: int, step: int) -> tuple[slice, ...]:
         start = self._starts[j][step]
@@ -329,7 +339,7 @@ class Stepper:
         self._last = (step, {
             origin: ProgramBlocks(
                 origin, tuple(int(v) for v in
-                              self.tiling.operands[origin].block_indices[step]),
+                              self._block_indices(j)[step]),
                 tuple(int(s) for s in self._starts[j][step]), read[j], written[j])
             for j, origin in enumerate(self._origins)}, before)
 
@@ -441,7 +451,7 @@ def _tiling_or_raise(kernel: Kernel) -> Tiling:
             f"kernel {kernel.name} cannot be stepped: operand(s) {', '.join(missing)} use "
             "bounded or indirect block dimensions, whose blocks the stepper cannot slice")
     unblocked = [op.origin for op in kernel.operands if op.role != "scratch"
-                 and not op.scalar_prefetch and op.block_dims is None]
+                 and not op.scalar_prefetch and op.block_dims is None and not op.is_semaphore]
     if unblocked:
         raise UnavailableError(f"kernel {kernel.name} cannot be stepped: operand(s) "
                                f"{', '.join(unblocked)} have no BlockSpec")

@@ -83,6 +83,7 @@ from pallaslab.model._jax.stepper import (
     output_sources,
     program_equations,
     program_runner,
+    semaphore_counts,
     tpu_interpret_buffers,
     uninitialized,
 )
@@ -146,6 +147,7 @@ __all__ = [
     "record_block_accesses",
     "remote_destinations",
     "rewrite_kernels",
+    "semaphore_counts",
     "semaphore_user",
     "tpu_chip_facts",
     "tpu_interpret_buffers",

@@ -121,10 +121,10 @@ def _subjaxprs(eqn: Any) -> list[Any]:
     return found
 
 
-def _run(eqn: Any, invals: list[Any]) -> list[Any]:
-    if _carries_semaphores(eqn):  # a jit between the kernels: its body, inline
-        inner = eqn.params["jaxpr"]
-        return rewrite.eval_replacing(inner, inner.consts, invals, _matches, _run)
+def kernel_inputs(eqn: Any, invals: list[Any]) -> list[Any]:
+    """What the `pallas_call` `eqn` runs on, given its operands as this module's run left
+    them: a semaphore as its count; where the kernel waits, each output of a starting call
+    as that call's copies made it."""
     pending = [x for x in invals if isinstance(x, Pending)]
     if pending and _waits(eqn.params["jaxpr"]):
         copied: dict[int, tuple[Any, Any]] = {}
@@ -132,7 +132,21 @@ def _run(eqn: Any, invals: list[Any]) -> list[Any]:
             copied.update(p.copied)
         invals = [copied[id(x)][1] if id(x) in copied and copied[id(x)][0] is x else x
                   for x in invals]
-    invals = [x.count if isinstance(x, Pending) else x for x in invals]
+    return [x.count if isinstance(x, Pending) else x for x in invals]
+
+
+def run_in_order(eqn: Any, invals: list[Any]) -> list[Any]:
+    """The outputs of a `pallas_call` that passes semaphores, run as `with_semaphores_in_order`
+    runs it (a semaphore it returns is a `Pending`, for `kernel_inputs` of the call that
+    takes it)."""
+    return _run(eqn, invals)
+
+
+def _run(eqn: Any, invals: list[Any]) -> list[Any]:
+    if _carries_semaphores(eqn):  # a jit between the kernels: its body, inline
+        inner = eqn.params["jaxpr"]
+        return rewrite.eval_replacing(inner, inner.consts, invals, _matches, _run)
+    invals = kernel_inputs(eqn, invals)
     with_copies = bounded_slices.run(eqn, invals)
     if not any(bounded_slices.is_semaphore(v.aval) for v in eqn.outvars):
         return with_copies

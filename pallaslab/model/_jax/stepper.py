@@ -14,6 +14,7 @@ from jax._src import source_info_util
 from jax._src.pallas import core as pallas_core
 
 from pallaslab.model._jax import atomics, mesh_runners
+from pallaslab.model._jax import cross_call_semaphores as semaphores
 from pallaslab.model._jax.base import CALL_ONCE, KERNEL_PRIMITIVES, PALLAS_CALL, Jaxpr
 from pallaslab.model._jax.equation_fields import call_site_of, memory_space_of
 from pallaslab.model._jax.rerun import override_params, rewrite_value
@@ -81,6 +82,11 @@ def _local_grid_env(gm: Any, ids: Any, grid: tuple[int, ...]) -> tuple[Any, ...]
         return gm.local_grid_env(tuple(ids[d] for d in range(len(grid))), grid)
     return tuple(pallas_core.GridAxis(ids[d], b) for d, b in enumerate(grid)
                  if d not in gm.vmapped_dims)
+
+
+def semaphore_counts(shape: Sequence[int]) -> np.ndarray:
+    """A semaphore passed out of a kernel, as the interpreters start it: counts of zero."""
+    return np.zeros(tuple(shape), np.dtype(pallas_core.SEMAPHORE_INTERPRET_DTYPE))
 
 
 def uninitialized(shape: Sequence[int], dtype: Any) -> np.ndarray:
@@ -234,10 +240,12 @@ def kernel_operands(closed_jaxpr: Any, flat_args: Sequence[Any], kernel: Kernel,
         return {"interpret": interpret}
 
     def eval_eqn(eqn: Any, ins: list[Any]) -> list[Any]:
-        if eqn is target:
-            raise _Found(ins)
+        if eqn is target:  # a semaphore from an earlier kernel: its count, its copies made
+            raise _Found(semaphores.kernel_inputs(eqn, ins) if is_pallas_call(eqn) else ins)
         if _first_launch(eqn, ins, target, eval_eqn):
             raise _NotLaunched  # entered the loop / branch holding the kernel: it never ran
+        if semaphores.passes_semaphores(eqn):  # as interpret runs it, in program order
+            return semaphores.run_in_order(eqn, ins)
         if eqn.primitive in KERNEL_PRIMITIVES:
             return bind_eqn(eqn, ins, override_params(eqn, interpreted(eqn)))
         params = {k: rewrite_value(v, interpreted)[0] for k, v in eqn.params.items()}

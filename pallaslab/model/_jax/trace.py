@@ -470,7 +470,11 @@ def _run_kernel_here(eqn: Any, ins: list[Any], why: str | None) -> tuple[list[An
             f"the {eqn.primitive.name} kernel {name}"
         return _zeros_like_outputs(eqn), (
             f"they are computed from the output of {what}, which capture does not run")
+    from pallaslab.model._jax import cross_call_semaphores as semaphores
+
     try:
+        if semaphores.passes_semaphores(eqn):  # as interpret runs it: in program order
+            return semaphores.run_in_order(eqn, ins), None
         params = {**eqn.params, "interpret": eqn.params.get("interpret") or True}
         return jax.block_until_ready(bind_eqn(eqn, ins, params)), None
     except Exception as err:  # the earlier kernel fails here: say so, keep capturing
