@@ -41,6 +41,7 @@ from pallaslab.model._jax.chips import (
     kernel_body_values,
     tpu_chip_facts,
 )
+from pallaslab.model._jax.concrete_operands import concrete_kernel_operands
 from pallaslab.model._jax.cross_call_semaphores import user_of as semaphore_user
 from pallaslab.model._jax.deadlock import DeadlockWatch
 from pallaslab.model._jax.device_record import DeviceRecorder
@@ -88,7 +89,6 @@ from pallaslab.model._jax.stepper import (
     uninitialized,
 )
 from pallaslab.model._jax.trace import (
-    concrete_kernel_operands,
     find_kernels,
     needs_concrete_values,
     trace,
