@@ -14,8 +14,11 @@ in the model's best 10% of the candidates it keeps (ceil(10%), at least one), th
 percentile rank (rank / candidates kept), the pruning factor (the whole space over its best 10%,
 the kept share estimated from the candidates tuned), and the rows beyond the model (the
 winner's twins, candidates it predicts exactly as the winner since they differ only in what it
-does not model, fill the best 10% alone); then
-`tune: N rows, winner in best 10% P%, median percentile Q, pruning Fx`.
+does not model, fill the best 10% alone), and where the winner's block sizes (its parameters
+naming a block or tile size) rank among the distinct block sizes kept, each at its best
+predicted time (what a kernel author tries first: configs differing only in layouts or
+scheduler flags taken as one); then `tune-blocks: N rows, winner's block sizes in best 10% P%,
+median percentile Q` and `tune: N rows, winner in best 10% P%, median percentile Q, pruning Fx`.
 
 `--spaces table`: the candidate space is every distinct config the table holds for that op and
 chip; prints the rank of the winner (top 1 / 3 / 5, false outs) and
@@ -36,6 +39,7 @@ import math
 import multiprocessing
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -204,6 +208,10 @@ class Outcome:
     space: int = 0  # the size of the space the candidates were drawn from (0: the candidates)
     in_space: bool = True  # the winner is one of the space's configs (else it was added)
     twins: int = 0  # other kept candidates the model predicts exactly as the winner
+    # The winner's block sizes among the distinct block sizes kept (each at its best
+    # predicted time), ties against the model; None: the winner is out.
+    block_rank: int | None = None
+    block_sizes: int = 0  # distinct block sizes among the kept candidates
 
     @property
     def beyond_model(self) -> bool:
@@ -238,6 +246,17 @@ class Outcome:
         return 100.0 if self.rank is None else 100.0 * self.rank / self.kept
 
     @property
+    def in_best_blocks(self) -> bool:
+        """The winner's block sizes are in the best 10% of the distinct block sizes."""
+        return self.block_rank is not None and \
+            self.block_rank <= max(1, math.ceil(BEST * self.block_sizes))
+
+    @property
+    def block_percentile(self) -> float:
+        return 100.0 if self.block_rank is None else \
+            100.0 * self.block_rank / max(1, self.block_sizes)
+
+    @property
     def pruning(self) -> float:
         """The whole space over the best 10% the model would measure: the space's kept share
         estimated from the candidates tuned when the space was sampled."""
@@ -268,8 +287,31 @@ def outcome(row: pub.Row, result: TuneResult, batch: int = 1,
     twins = sum(1 for c in result.ranked
                 if c is not winner and math.isclose(c.time(chip), winner.time(chip),
                                                     rel_tol=1e-9))
+    block_rank, block_sizes = _block_rank(result, winner, chip)
     return Outcome(row, len(result.candidates), outs, above + 1, ratio, None, space, in_space,
-                   twins)
+                   twins, block_rank, block_sizes)
+
+
+BLOCK_PARAMETER = re.compile(r"block|tile")  # a parameter naming a block (or tile) size
+
+
+def block_sizes_of(config: dict[str, Any]) -> str:
+    """The config's block-size parameters (its other parameters, such as layouts and
+    scheduler flags, left out), as a key; the whole config when it names none."""
+    sizes = {k: v for k, v in config.items() if BLOCK_PARAMETER.search(k)}
+    return config_key(sizes or config)
+
+
+def _block_rank(result: TuneResult, winner: Any, chip: str) -> tuple[int, int]:
+    """(rank, count) of the winner's block sizes among the distinct block sizes of the kept
+    candidates, each at the best time predicted for it, ties within 2% against the model."""
+    best: dict[str, float] = {}
+    for c in result.ranked:
+        key = block_sizes_of(c.config)
+        best[key] = min(best.get(key, math.inf), c.time(chip))
+    mine = block_sizes_of(winner.config)
+    limit = best[mine] * (1 + TIE)
+    return 1 + sum(1 for k, t in best.items() if k != mine and t < limit), len(best)
 
 
 def summary(outcomes: Sequence[Outcome]) -> str:
@@ -317,7 +359,19 @@ def space_summary(outcomes: Sequence[Outcome]) -> str:
         f"pruning {med(o.pruning for o in outcomes):4.1f}x",
         f"false outs {sum(o.false_out for o in outcomes)}",
         f"winner not in space {sum(not o.in_space for o in outcomes)}",
-        f"beyond the model {sum(o.beyond_model for o in outcomes)}"])
+        f"beyond the model {sum(o.beyond_model for o in outcomes)}",
+        f"block sizes in best 10% {sum(o.in_best_blocks for o in outcomes) / n:4.0%}"])
+
+
+def blocks_line(outcomes: Sequence[Outcome]) -> str:
+    """The winner's block sizes among the distinct block sizes: what a kernel author tries
+    first, the configs differing only in flags the model cannot see (layouts, a scheduler)
+    taken as one."""
+    n = len(outcomes)
+    share = sum(o.in_best_blocks for o in outcomes) / n if n else 0.0
+    pct = statistics.median(o.block_percentile for o in outcomes) if n else 100.0
+    return (f"tune-blocks: {n} rows, winner's block sizes in best 10% {share:.0%}, "
+            f"median percentile {pct:.0f}")
 
 
 def tune_line(outcomes: Sequence[Outcome]) -> str:
@@ -384,6 +438,8 @@ def report(groups: dict[tuple[str, str], list[Outcome]], failed: collections.Cou
     print(f"{'all':<25} {summarize(every)}")
     for reason, count in failed.most_common():
         print(f"not tuned: {count} x {reason}")
+    if last is tune_line:
+        print(blocks_line(every))
     print(last(every))
     return 0
 
@@ -455,6 +511,8 @@ def show(row: pub.Row, o: Outcome, groups: dict[tuple[str, str], list[Outcome]])
     groups[(row.op or "", row.chip or "")].append(o)
     where = f"rank {o.rank}/{o.kept}" if o.rank is not None else f"OUT ({(o.reason or '')[:80]})"
     where += f", {o.twins} twin(s)" if o.twins else ""
+    if o.block_rank is not None:
+        where += f"; its block sizes {o.block_rank}/{o.block_sizes}"
     print(f"  line {row.line:4d} {row.op:<20} {row.chip:<4} space {o.space:4d}, "
           f"{o.candidates:3d} tuned, {o.outs:3d} out, winner {where}"
           f"{'' if o.in_space else ' (not in the space: added)'}", flush=True)

@@ -186,3 +186,21 @@ def test_twins_the_model_cannot_tell_apart_put_a_winner_beyond_it() -> None:
     o = bench.outcome(_row({"b": 0}), near)  # within 2% is a tie, not a twin
     assert (o.rank, o.twins) == (2, 0) and not o.beyond_model
     assert "beyond the model 0" in bench.space_summary([o])
+
+
+def test_the_winners_block_sizes_rank_among_distinct_block_sizes() -> None:
+    """Configs differing only in a layout are one block size, at their best time: the winner's
+    block sizes can lead where its layout twins fill the best 10% of the configs."""
+    result = _result(_candidate({"block": 0, "layout": 1}, 1.00e-4),
+                     _candidate({"block": 0, "layout": 2}, 1.00e-4),
+                     _candidate({"block": 1, "layout": 1}, 1.01e-4),
+                     *(_candidate({"block": b, "layout": 1}, b * 1e-4) for b in range(2, 12)))
+    o = bench.outcome(_row({"block": 0, "layout": 2}), result)
+    assert (o.rank, o.best) == (3, 2) and not o.in_best  # its twin and a near tie above it
+    assert (o.block_rank, o.block_sizes) == (2, 12)  # block 1 is within 2%: counted above
+    assert o.in_best_blocks and o.block_percentile == pytest.approx(100 * 2 / 12)
+    alone = bench.outcome(_row({"block": 5, "layout": 1}), result)
+    assert (alone.block_rank, alone.in_best_blocks) == (6, False)
+    assert bench.blocks_line([o, alone]) == (
+        "tune-blocks: 2 rows, winner's block sizes in best 10% 50%, median percentile 33")
+    assert bench.block_sizes_of({"b": 1, "layout": 2}) == bench.config_key({"b": 1, "layout": 2})
