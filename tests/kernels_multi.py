@@ -219,7 +219,8 @@ def _missing_signal(x):
     return _on_devices(kernel)(x)
 
 
-@case("multi-device", "semaphore", "deadlock", reference=lambda x: x)
+@case("multi-device", "semaphore", "deadlock", findings=("unsignalled-wait",),
+      reference=lambda x: x)
 def missing_signal():
     """Every device waits on a semaphore no one signals: a deadlock."""
     return _missing_signal, (rand((4 * SHARD[0], SHARD[1])),)

@@ -26,6 +26,8 @@ from pallaslab.analysis.output_writes import (
     unwritten_outputs,
     written_for_interpreter,
 )
+from pallaslab.analysis.semaphore_waits import CODE as UNSIGNALLED_WAIT
+from pallaslab.analysis.semaphore_waits import unsignalled_wait_findings
 from pallaslab.analysis.smem_order import SMEM_ORDER_CODES, smem_order_findings
 from pallaslab.analysis.tiling import (
     OperandTiling,
@@ -68,6 +70,7 @@ CODES = (
     "structure-unread",
     *SMEM_ORDER_CODES,
     UNWAITED_DMA,
+    UNSIGNALLED_WAIT,
 )
 
 
@@ -121,6 +124,7 @@ def find(
     smem = smem_order_findings(kernel)  # Mosaic GPU: SMEM used before its TMA copy is done
     found += smem
     found += unwaited_dma_findings(kernel, smem)  # a copy started and never waited
+    found += unsignalled_wait_findings(kernel)  # a wait nothing can ever end
     if tiling is None:
         reason = tiling_unavailable_reason(kernel)
         if reason and kernel.kind == "pallas_call":

@@ -122,3 +122,13 @@ def test_the_default_executor_finds_integer_output_no_program_wrote():
     assert finding.code == "unwritten-output" and finding.severity == "error"
     assert "1,024 of 2,048 element(s) were written by no program under vectorized" in \
         finding.message
+
+
+def test_check_names_the_wait_nothing_signals_before_anything_runs():
+    from pallaslab.analysis.inspection import inspect_capture
+
+    x = np.ones((8, 128), np.float32)
+    (insp,) = inspect_capture(pallaslab.capture(_never_signalled, x))
+    (error,) = [f for f in insp.findings if f.severity == "error"]
+    assert error.code == "unsignalled-wait" and error.operand == "scratch[0]"
+    assert "waits on scratch[0], which nothing in the kernel signals" in error.message

@@ -13,6 +13,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import pallaslab
+from pallaslab.analysis.inspection import inspect_capture
 
 ONES = jnp.ones((128,), jnp.float32)
 
@@ -114,3 +115,22 @@ def test_blocks_step_in_order_sharing_the_launchs_semaphores_and_step_back_with_
     st.reset()
     assert st.step(2) == (1,)
     np.testing.assert_allclose(st.outputs()[0], np.asarray(ONES))
+
+
+def test_check_names_a_wait_on_a_global_semaphore_nothing_signals():
+    def body(o_ref):
+        sem = pl.get_global(plgpu.SemaphoreType.REGULAR)
+
+        @pl.when(lax.axis_index("x") == 1)
+        def _():
+            pl.semaphore_wait(sem)
+            o_ref[...] = jnp.ones_like(o_ref)
+
+    (insp,) = inspect_capture(pallaslab.capture(_kernel(body)))
+    (error,) = [f for f in insp.findings if f.severity == "error"]
+    assert error.code == "unsignalled-wait"
+    assert error.message.startswith("body: the semaphore wait at test_mgpu_global_semaphores.py:")
+    assert "waits on global semaphore at test_mgpu_global_semaphores.py:" in error.message
+    assert "nothing in the kernel signals" in error.message
+    (fine,) = inspect_capture(pallaslab.capture(_handoff(0, 1)))
+    assert not [f for f in fine.findings if f.severity == "error"]

@@ -33,6 +33,7 @@ from pallaslab.model._jax.nested_outer import outer_closure
 from pallaslab.model._jax.pipeline_body import pipeline_body
 from pallaslab.model._jax.trace import all_sub_jaxprs
 from pallaslab.model.kernel import DmaCopy, Kernel, Operand, SemaphoreOp
+from pallaslab.model.source_names import short_source
 
 # Loops: what they run, runs once per iteration.
 _LOOPS = frozenset({"scan", "while"})
@@ -115,6 +116,10 @@ def _visit(eqn: Any, walk: _Walk, repeated: bool, kernel: Kernel) -> None:
             _BARRIER_OPS[name], _name(eqn.invars[0], walk), call_site_of(eqn)))  # type: ignore[arg-type]
     elif name == "run_scoped":
         _run_scoped(eqn, walk, repeated, kernel)
+    elif name == "get_global":  # one semaphore (array) of the launch, shared by all blocks
+        site = call_site_of(eqn)
+        walk.origin[eqn.outvars[0]] = (f"global semaphore at {short_source(site)}" if site
+                                       else "global semaphore")
     else:
         _descend(eqn, walk, repeated, kernel)
 
