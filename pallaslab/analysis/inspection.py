@@ -60,6 +60,15 @@ def inspect_capture(
                  for k, extra in zip(kernels, passed, strict=True))
 
 
+def inspect_in_capture(cap: Capture, kernel: Kernel, *, backend: str | None = None,
+                       chips: Sequence[str] = DEFAULT_CHIPS) -> KernelInspection:
+    """`inspect_kernel`, with the findings only the whole call shows (a copy on a semaphore
+    the kernel passes on that no later kernel waits): one kernel's part of `inspect_capture`."""
+    kernels = tuple(cap)
+    passed = unwaited_passed_dma_findings(kernels)[kernels.index(kernel)]
+    return _with(inspect_kernel(kernel, backend=backend, chips=chips), passed)
+
+
 def _with(insp: KernelInspection, findings: tuple[Finding, ...]) -> KernelInspection:
     return dataclasses.replace(insp, findings=insp.findings + findings) if findings else insp
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.analysis.inspection import KernelInspection, inspect_kernel
+from pallaslab.analysis.inspection import KernelInspection, inspect_in_capture, inspect_kernel
 from pallaslab.analysis.tiling import Tiling
 from pallaslab.analysis.vmem_findings import vmem_findings
 from pallaslab.model import Capture, Kernel
@@ -62,7 +62,9 @@ class KernelContext:
     def inspection(self) -> KernelInspection:
         if self.traced_on_devices is not None:
             return self.traced_on_devices
-        return inspect_kernel(self.kernel, backend=self.backend)
+        if self.capture is None:
+            return inspect_kernel(self.kernel, backend=self.backend)
+        return inspect_in_capture(self.capture, self.kernel, backend=self.backend)
 
     @property
     def devices_traced(self) -> int | None:

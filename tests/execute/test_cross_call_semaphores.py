@@ -175,3 +175,16 @@ def test_the_waiting_kernel_steps_to_the_copied_row_and_the_starting_kernel_step
     np.testing.assert_array_equal(_stepped_to_the_end(fn, args, 1).outputs()[0], x[2])
     start = _stepped_to_the_end(fn, args, 0)  # its own copy lands as it starts, stepped
     np.testing.assert_array_equal(start.outputs()[1], x[2])
+
+
+def test_the_workbench_and_compare_name_the_unwaited_passed_copy_as_check_does():
+    """The finding only the whole call shows is the starting kernel's in every view."""
+    import pallaslab
+
+    fn, args, reference = one_row("no-wait")
+    wb = pallaslab.inspect(fn, *args)
+    assert "unwaited-dma" in {f.code for f in wb.findings}
+    cmp = compare(fn, *args, reference=reference)
+    assert "unwaited-dma" in {s.finding.code for s in cmp.static_findings}
+    fine = pallaslab.inspect(*one_row()[:1], *one_row()[1])
+    assert "unwaited-dma" not in {f.code for f in fine.findings}

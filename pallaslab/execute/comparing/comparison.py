@@ -46,7 +46,7 @@ import jax
 import numpy as np
 
 from pallaslab.analysis.findings import Finding
-from pallaslab.analysis.inspection import inspect_kernel
+from pallaslab.analysis.inspection import inspect_capture
 from pallaslab.analysis.tiling import OperandTiling, Tiling
 from pallaslab.execute.causes import Cause, Provenance, find_causes
 from pallaslab.execute.causes.wrapped import (
@@ -403,7 +403,7 @@ def compare_results(prepared: Prepared, results: Sequence[RunResult], *,
     # mismatches, its errors are the static findings. Kernels captured here on another device
     # count than the run's may tile differently: then mismatches are not attributed to
     # programs (`devices_note` says so).
-    inspections = [inspect_kernel(k) for k in prepared.capture]
+    inspections = list(inspect_capture(prepared.capture))
     tilings: dict[int, Tiling | None] = {} if devices_note(prepared) else \
         {i.kernel.index: i.tiling for i in inspections}
     usable = [r for r in results if r.status == "ran"]

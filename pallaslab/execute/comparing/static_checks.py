@@ -1,6 +1,6 @@
 """The kernel's static error findings that a comparison counts: exactly the errors `pallaslab
 check` reports for the same kernel with no `--target` (its own backend, the default chips),
-from the same function (`pallaslab.analysis.inspection.inspect_kernel`), so that `compare`
+from the same function (`pallaslab.analysis.inspection.inspect_capture`), so that `compare`
 never passes a kernel `check` fails.
 
 Most of them are findings an interpreted run cannot show, because the interpreters do not do
