@@ -2,7 +2,9 @@
 (tests/production.py: tokamax's kernels) through `pallaslab.compare` with no executor named,
 against its reference where the case has one: the outcome of each, every comparison that is
 not ALL CLOSE with its reason, and the final line
-`corpora: N kernels, all close A, mismatches M, incomplete I (needs a device D)`.
+`corpora: N kernels, all close A, mismatches M, incomplete I (needs a device D), one executor
+and no reference O, errors E` (a kernel only one executor runs here, with no reference in its
+case, cannot be compared: `compare` asks for a reference).
 
 A catalog kernel is correct unless the catalog expects an error finding of it or tags it as
 wrong (wrong, bug, racy, race, deadlock, uncovered); kernels tagged multi-device run on four
@@ -27,6 +29,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import pallaslab
+from pallaslab.execute.protocol import ExecutorError
 
 WRONG_TAGS = frozenset({"wrong", "bug", "racy", "race", "deadlock", "uncovered"})
 DEVICES = 4  # the multi-device catalog kernels' simulated devices, as in their tests
@@ -61,6 +64,8 @@ def judged(name: str, case: Callable[[], Any], reference: Any,
         try:
             fn, args = case()
             cmp = pallaslab.compare(fn, *args, reference=reference, **options)
+        except ExecutorError as err:  # one executor here, and no reference
+            return "one executor", str(err).splitlines()[0][:300]
         except Exception as err:  # a case that cannot even be built or captured here
             return "error", f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
     if cmp.passed:
@@ -88,7 +93,8 @@ def main(selected: list[str]) -> int:
     print(f"\n{time.perf_counter() - start:.0f} s; outcomes: {dict(tally)}")
     print(f"corpora: {n} kernels, all close {tally['all close']}, mismatches "
           f"{tally['mismatch']}, incomplete {tally['incomplete']} (needs a device "
-          f"{needs_device}), errors {tally['error']}")
+          f"{needs_device}), one executor and no reference {tally['one executor']}, errors "
+          f"{tally['error']}")
     return 0 if tally["mismatch"] == tally["error"] == 0 else 1
 
 

@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from pallaslab.model import Kernel
+from pallaslab.model import Kernel, library_contexts
 from pallaslab.model._jax import rerun
 
 # Mesh classes of TPU mesh kernels (tensorcore and SparseCore meshes).
@@ -266,13 +266,14 @@ def traced_chip(kernels: Iterable[Kernel]) -> str | None:
 def retrace_context(kernels: Iterable[Kernel]) -> dict[str, Any]:
     """What another process needs to trace a function as this one did: the abstract mesh
     the caller is under (`jax.sharding.use_abstract_mesh`, if any), else the abstract TPU
-    chip capture traced the kernels under, and the kernels' names and grids, to check."""
+    chip capture traced the kernels under, the kernels' names and grids, to check, and the
+    library settings that change how they trace (`model/library_contexts.py`)."""
     import jax
 
     kernels = tuple(kernels)
     mesh = jax.sharding.get_abstract_mesh()
     return {"abstract_mesh": None if mesh.empty else mesh, "chip": traced_chip(kernels),
-            "kernels": signature(kernels)}
+            "kernels": signature(kernels), "library_settings": library_contexts.in_force()}
 
 
 @contextlib.contextmanager
@@ -281,11 +282,12 @@ def retracing(context: dict[str, Any]) -> Iterator[None]:
     chip goes to `capture(..., chip=)`, which traces under it when tracing asks the TPU)."""
     import jax
 
-    if context.get("abstract_mesh") is None:
-        yield
-        return
-    with jax.sharding.use_abstract_mesh(context["abstract_mesh"]):
-        yield
+    with library_contexts.entered(context.get("library_settings") or {}):
+        if context.get("abstract_mesh") is None:
+            yield
+            return
+        with jax.sharding.use_abstract_mesh(context["abstract_mesh"]):
+            yield
 
 
 def signature(kernels: Iterable[Kernel]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
