@@ -188,3 +188,37 @@ def test_the_workbench_and_compare_name_the_unwaited_passed_copy_as_check_does()
     assert "unwaited-dma" in {s.finding.code for s in cmp.static_findings}
     fine = pallaslab.inspect(*one_row()[:1], *one_row()[1])
     assert "unwaited-dma" not in {f.code for f in fine.findings}
+
+
+def _pair_on_devices(x):
+    """The pair inside shard_map: each device copies row 1 of its own shard."""
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((jax.device_count(),), ("x",),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+
+    def body(x):
+        x, dst, sem = copy_start(x, 1)
+        return copy_done(x, dst, sem) * 3.0
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                         check_vma=False)(x)
+
+
+def test_a_pair_inside_shard_map_on_two_devices_compares_all_close_by_default():
+    """TPU interpret mode, chosen for kernels that may talk between devices, cannot run a
+    semaphore passed between calls: the HLO interpreter's executor runs them, and says why."""
+    x = jnp.arange(8 * 8 * 128, dtype=jnp.float32).reshape(8, 8, 128) / 7.0
+    result = compare(_pair_on_devices, x, devices=2,
+                     reference=lambda x: jnp.concatenate([x[1], x[5]]) * 3.0)
+    assert result.passed, result.verdict()
+    assert result.executors == ("vectorized", "reference")
+    assert result.notes[0].startswith(
+        "executors chosen by default: vectorized, reference (JAX's TPU interpreter cannot run a "
+        "DMA semaphore passed between pallas_calls (outputs[2] (sem) of kernel _start_kernel")
+    alone = compare(_pair_on_devices, x, devices=2)  # no reference: the two HLO executors
+    assert alone.passed and alone.notes[0].startswith(
+        "executors chosen by default: vectorized, interpret (kernels inside shard_map on 2 "
+        "devices may talk to each other, but tpu-interpret cannot run them (JAX's TPU "
+        "interpreter cannot run a DMA semaphore passed between pallas_calls"), alone.notes
+    assert alone.notes[0].endswith("): interpret runs them)")

@@ -36,7 +36,7 @@ def interpreter_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
 
 def _mode_for(cap: Sequence[Kernel], devices: int | None) -> str:
     if _on_devices(cap, devices):
-        return "tpu"
+        return "hlo" if _tpu_refusal_on_devices(cap, devices) else "tpu"
     mesh = [k for k in cap if k.kind == "mesh"]
     if mesh and all(k.backend == "mosaic_gpu" for k in mesh):
         return "gpu"
@@ -47,6 +47,18 @@ def _on_devices(cap: Sequence[Kernel], devices: int | None) -> bool:
     """Kernels inside shard_map run on several simulated devices: whether they talk to each
     other depends on the device count, which this process's capture may not have."""
     return devices is not None and devices > 1 and any(k.device_mesh for k in cap)
+
+
+def _tpu_refusal_on_devices(cap: Sequence[Kernel], devices: int | None) -> str | None:
+    """Why TPU interpret mode cannot run kernels on several devices that it would otherwise
+    run (a semaphore passed between calls) when the HLO interpreter can: then it runs them,
+    and if they do talk on those devices it says so as it fails."""
+    if not _on_devices(cap, devices):
+        return None
+    refused = executor_spec(executor_of_mode("tpu")).refusal(cap)
+    if refused is None or executor_spec(executor_of_mode("hlo")).refusal(cap) is not None:
+        return None
+    return refused
 
 
 def default_executor_for(cap: Sequence[Kernel], devices: int | None = None) -> str:
@@ -63,6 +75,10 @@ def _interprets_hlo(name: str) -> bool:
 def interpreter_choice(cap: Sequence[Kernel], devices: int | None = None) -> str | None:
     """Why `interpreter_for` did not choose the HLO interpreter (None when it did)."""
     mode = _mode_for(cap, devices)
+    if refused := _tpu_refusal_on_devices(cap, devices):
+        return (f"kernels inside shard_map on {devices} devices may talk to each other, but "
+                f"{executor_of_mode('tpu')} cannot run them ({refused.split(': ')[0]}): "
+                f"{executor_of_mode('hlo')} runs them")
     if mode == "hlo":
         return None
     if why := capabilities.hlo_interpreter_refusal(cap):
