@@ -38,7 +38,7 @@ from pallaslab.execute.prepared import prepare
 from pallaslab.execute.protocol import Prepared
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.stepping.gated_run import (
-    QUIET,
+    ARRIVAL,
     SESSIONS,
     Gate,
     GatedTpuInterpret,
@@ -165,7 +165,8 @@ class CoreStepSession:
         """Wait until no core runs while one still waits to start (the user's turn), or the
         run ended. Every core blocked or finished with none to start: the deadlock watch
         (or the run's end) stops the run, so wait for that. Before every core has reached
-        its start, `QUIET` seconds without a new one is taken as all there are."""
+        its start, `ARRIVAL` seconds without a new one is taken as all there are (each core
+        compiles its program first: on a loaded machine that takes a while)."""
         last, since = -1, time.monotonic()
         while not self.done:
             states = {s for s, _ in self.core_states().values()}
@@ -173,7 +174,7 @@ class CoreStepSession:
                 known = len(self.gate.thread_of)
             if known != last:
                 last, since = known, time.monotonic()
-            arrived = known >= self.cores or (known and time.monotonic() - since > QUIET)
+            arrived = known >= self.cores or (known and time.monotonic() - since > ARRIVAL)
             if arrived and "running" not in states and "waiting" in states:
                 return
             time.sleep(0.02)

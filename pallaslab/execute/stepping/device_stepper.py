@@ -31,6 +31,7 @@ from pallaslab.execute.prepared import prepare
 from pallaslab.execute.protocol import Prepared
 from pallaslab.execute.result import RunResult
 from pallaslab.execute.stepping.gated_run import (
+    ARRIVAL,
     QUIET,
     SESSIONS,
     Gate,
@@ -77,12 +78,16 @@ class DeviceStepSession:
             self.error = f"{type(err).__name__}: {err}"
 
     def settle(self) -> None:
-        """Wait until some device waits at its next program and every other one is blocked
-        in a semaphore wait only another device's signal can end or has finished (read off
-        the interpreter's threads), or the run ended; failing that, until nothing moved for
-        `QUIET` seconds."""
+        """Wait until every device reached its first program, some device waits at its next
+        program and every other one is blocked in a semaphore wait only another device's
+        signal can end or has finished (read off the interpreter's threads), or the run
+        ended; failing that, until nothing moved for `QUIET` seconds (`ARRIVAL` while a device
+        has not reached its first program)."""
+        import jax
+
         from pallaslab.model._jax.deadlock import thread_states
 
+        devices = jax.device_count()
         last, since = None, time.monotonic()
         while self._thread.is_alive():
             with self.gate.cv:
@@ -95,13 +100,16 @@ class DeviceStepSession:
             # The user's turn: a device waits at its gate and none computes. (All blocked or
             # finished with none at a gate is a deadlock the watch is about to stop.)
             others = thread_states(threads - waiting)
-            if waiting and ahead and all(s.state != "running" for s in others.values()):
+            # every device at or past its first gate (each compiles its program first)
+            arrived = len(threads) >= devices
+            if waiting and ahead and arrived and \
+                    all(s.state != "running" for s in others.values()):
                 return
             recorder = self.executor.recorder
             progress = (started, len(waiting), recorder.lines if recorder is not None else 0)
             if progress != last:
                 last, since = progress, time.monotonic()
-            elif threads and time.monotonic() - since > QUIET:
+            elif threads and time.monotonic() - since > (QUIET if arrived else ARRIVAL):
                 return
             time.sleep(0.02)
 

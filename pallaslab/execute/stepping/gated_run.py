@@ -14,6 +14,8 @@ from pallaslab.model.devices import SemaphoreEvent, Transfer
 
 QUIET = 2.0  # seconds without progress after which the devices are taken to be waiting
 # (a fallback: blocked and finished devices are read off the interpreter's threads)
+ARRIVAL = 30.0  # the same, while some device (core) has not reached its first gate: each
+# compiles its own program first, which on a loaded machine takes longer than QUIET
 
 # In the worker: the stepped runs by stepper ("devices", "cores") and key.
 SESSIONS: dict[tuple[str, str], Any] = {}
