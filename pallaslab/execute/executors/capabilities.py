@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pallaslab.model import Kernel, library_contexts
-from pallaslab.model._jax import rerun
+from pallaslab.model._jax import cross_call_semaphores, remote_copies, rerun
 
 # Mesh classes of TPU mesh kernels (tensorcore and SparseCore meshes).
 TPU_MESH_KINDS = ("TensorCoreMesh", "VectorSubcoreMesh", "ScalarSubcoreMesh")
@@ -55,16 +55,28 @@ def is_tpu_mesh(kernel: Kernel) -> bool:
 
 def hlo_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
     """Why `interpret` cannot run these kernels (None: it can)."""
+    kernels = list(kernels)
     for k in kernels:
         if is_tpu_mesh(k):
             assert k.mesh is not None
             return (f"the HLO interpreter cannot run mesh kernels ({k.mesh.kind}); "
                     f"tpu-interpret can (kernel {k.name})")
-        if k.communicates and k.backend in (None, "tpu"):
+        if k.communicates and k.backend in (None, "tpu") and \
+                not _in_step_between_calls(k, kernels):
             return (f"the HLO interpreter cannot run kernels that communicate between devices "
                     f"(remote DMAs, semaphore signals to a device); tpu-interpret can (kernel "
                     f"{k.name})")
     return None
+
+
+def _in_step_between_calls(kernel: Kernel, kernels: Iterable[Kernel]) -> bool:
+    """Kernels that pass a DMA semaphore between calls (which TPU interpret mode cannot run)
+    and talk to other devices only by remote copies every device starts together: the HLO
+    interpreter's collective copy is theirs (`model/_jax/remote_copies.py`)."""
+    eqns = [k.handle.eqn for k in kernels if k.handle is not None]
+    return kernel.handle is not None and \
+        any(cross_call_semaphores.passes_semaphores(e) for e in eqns) and \
+        remote_copies.lockstep_remote_copies(kernel.handle.eqn)
 
 
 def hlo_interpreter_gap(kernels: Iterable[Kernel]) -> str | None:

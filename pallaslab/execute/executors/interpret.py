@@ -15,8 +15,17 @@ from pallaslab.model._jax import (
     atomics,
     bounded_slices,
     cross_call_semaphores,
+    ref_views,
+    remote_copies,
     traced_size_copies,
 )
+
+# The executor's rewrites of its copy of a kernel body, in order (each gives the params it
+# changes, or None): Triton atomics as loads and stores applied in program order; DMAs of a
+# traced size (emit_pipeline's pl.BoundedSlice) as row copies; remote copies checked to have
+# one sender per device; pl.load / pl.store indexers JAX's discharge refuses as state accesses.
+BODY_REWRITES = (atomics.program_order_overrides, traced_size_copies.row_copy_overrides,
+                 remote_copies.one_target_overrides, ref_views.state_access_overrides)
 
 
 class InterpretExecutor:
@@ -48,14 +57,10 @@ class InterpretExecutor:
             def overrides(eqn: Any) -> dict[str, Any]:
                 update: dict[str, Any] = {"interpret": True}
                 kernel = by_eqn.get(id(eqn))
-                # Triton atomics as loads and stores, applied in program order.
-                if in_order := atomics.program_order_overrides(eqn):
-                    update |= in_order
-                    eqn = eqn.replace(params={**eqn.params, **in_order})
-                # DMAs of a traced size (emit_pipeline's pl.BoundedSlice) as row copies.
-                if rows := traced_size_copies.row_copy_overrides(eqn):
-                    update |= rows
-                    eqn = eqn.replace(params={**eqn.params, **rows})
+                for body_rewrite in BODY_REWRITES:  # each on the body the last one left
+                    if params := body_rewrite(eqn):
+                        update |= params
+                        eqn = eqn.replace(params={**eqn.params, **params})
                 if kernel is not None:
                     index = kernel.index
                     update |= _jax.instrument_kernel(
@@ -72,4 +77,5 @@ class InterpretExecutor:
         eqns = [k.handle.eqn for k in cap if k.handle is not None]
         return dataclasses.replace(result, notes=(
             *result.notes, *atomics.run_notes(eqns), *bounded_slices.run_notes(eqns),
-            *cross_call_semaphores.run_notes(eqns), *traced_size_copies.run_notes(eqns)))
+            *cross_call_semaphores.run_notes(eqns), *traced_size_copies.run_notes(eqns),
+            *ref_views.hlo_notes(eqns), *remote_copies.run_notes(eqns)))

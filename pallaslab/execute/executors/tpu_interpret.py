@@ -18,7 +18,7 @@ from pallaslab.execute.result import RunResult
 from pallaslab.execute.worker.monitor import RunMonitor, total_programs
 from pallaslab.execute.worker.running import CallbackErrors, MonitorSlot, timed_jaxpr_run
 from pallaslab.model import Kernel, _jax
-from pallaslab.model._jax import deadlock
+from pallaslab.model._jax import deadlock, ref_views
 from pallaslab.model.source_names import short_source
 
 TPU_INTERPRET_CORES = 2
@@ -93,6 +93,10 @@ class TpuInterpretExecutor:
                 kernel = by_eqn.get(id(eqn))
                 recorder = recorder_for(kernel.index) if kernel is not None else None
                 update = {"interpret": self.params(recorder, mode)}
+                # Loads and stores through a reshaped or bitcast ref, via their region.
+                if regions := ref_views.region_overrides(eqn):
+                    update |= regions
+                    eqn = eqn.replace(params={**eqn.params, **regions})
                 if kernel is not None:
                     update |= _jax.full_dimension_semantics_params(kernel) or {}
                     update |= _jax.instrument_kernel(eqn, on_check=slot.check_failed) or {}
@@ -124,7 +128,9 @@ class TpuInterpretExecutor:
                 with contextlib.suppress(Exception):
                     jax.effects_barrier()
                 pltpu.reset_tpu_interpret_mode_state()
-        return _with_deadlock(result, watch.found, kernels)
+        result = _with_deadlock(result, watch.found, kernels)
+        notes = ref_views.tpu_notes(k.handle.eqn for k in kernels if k.handle is not None)
+        return dataclasses.replace(result, notes=(*result.notes, *notes)) if notes else result
 
 
 def _recorded_run() -> None:

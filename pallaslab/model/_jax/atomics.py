@@ -27,7 +27,6 @@ from typing import Any
 
 import jax.numpy as jnp
 from jax._src import tree_util
-from jax._src.pallas import core as pallas_core
 from jax._src.pallas import primitives as pallas_primitives
 from jax._src.state import discharge, indexing
 
@@ -67,12 +66,7 @@ def run_notes(eqns: Iterable[Any]) -> tuple[str, ...]:
 def program_order_overrides(eqn: Any) -> dict[str, Any] | None:
     """Param overrides for a `pallas_call` whose body applies its atomics as loads and
     stores in program order (None: no atomics, nothing to rewrite)."""
-    if "grid_mapping" not in eqn.params or not has_atomics(eqn):
-        return None
-    jaxpr = eqn.params["jaxpr"]
-    gm = eqn.params["grid_mapping"]
-    with pallas_core.tracing_grid_env(gm.grid, gm.vmapped_dims):
-        return {"jaxpr": rewrite.retrace_replacing(jaxpr, _is_atomic, _apply)}
+    return rewrite.kernel_body_replacing(eqn, _is_atomic, _apply)
 
 
 def _apply(eqn: Any, invals: list[Any]) -> list[Any]:

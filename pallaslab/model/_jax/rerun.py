@@ -10,6 +10,7 @@ from jax._src import core as jax_core
 from jax._src.pallas import core as pallas_core
 from jax._src.state import types as state_types
 
+from pallaslab.model._jax import rewrite
 from pallaslab.model._jax.base import KERNEL_PRIMITIVES, Jaxpr
 from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model._jax.versions import JAX_VERSION
@@ -98,8 +99,10 @@ def _rewrite(jaxpr: Any, overrides: Callable[[Any], Mapping[str, Any] | None]
                 changed = True
         else:
             new_params = {}
-            for key, value in eqn.params.items():
-                new_value, effs = rewrite_value(value, overrides)
+            with rewrite.body_axes(eqn):  # a shard_map's kernels re-traced under its axes
+                rewritten = [(key, value, *rewrite_value(value, overrides))
+                             for key, value in eqn.params.items()]
+            for key, value, new_value, effs in rewritten:
                 if new_value is not value:
                     new_params[key] = new_value
                     extra |= effs

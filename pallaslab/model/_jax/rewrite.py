@@ -7,6 +7,7 @@ The debug-check instrumentation (`checks`) and the per-core stepper of mesh kern
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ Replace = Callable[[Any, list[Any]], list[Any]]  # (equation, its inputs) -> its
 def contains(jaxpr: Any, matches: Matches) -> bool:
     """Does `jaxpr` hold a matching equation, at any depth?"""
     return any(matches(eqn) or any(contains(sub, matches) for value in eqn.params.values()
-                                   for sub in _subjaxprs(value))
+                                   for sub in subjaxprs(value))
                for eqn in jaxpr.eqns)
 
 
@@ -57,12 +58,23 @@ def eval_replacing(jaxpr: Any, consts: Any, args: Any, matches: Matches,
             if matches(eqn):
                 outs = replace(eqn, invals)
             else:
-                params = {k: _param(v, matches, replace) for k, v in eqn.params.items()}
+                with body_axes(eqn):
+                    params = {k: _param(v, matches, replace) for k, v in eqn.params.items()}
                 outs = bind_eqn(eqn, invals, params)
         for v, x in zip(eqn.outvars, outs, strict=True):
             if not isinstance(v, jax_core.DropVar):
                 env[v] = x
     return [read(v) for v in jaxpr.outvars]
+
+
+def body_axes(eqn: Any) -> Any:
+    """The axis names a `shard_map`'s body is traced under (its `lax.axis_index`, a remote
+    DMA's discharge), so a re-traced body finds them; nothing for other equations."""
+    axes = eqn.params.get("newly_manual_axes") if eqn.primitive.name == "shard_map" else None
+    if not axes:
+        return contextlib.nullcontext()
+    mesh = eqn.params["mesh"]
+    return jax_core.extend_axis_env_nd([(k, v) for k, v in mesh.shape.items() if k in axes])
 
 
 def retrace_replacing(jaxpr: Any, matches: Matches, replace: Replace) -> Any:
@@ -76,6 +88,20 @@ def retrace_replacing(jaxpr: Any, matches: Matches, replace: Replace) -> Any:
     return new.with_consts(consts) if consts else new
 
 
+def kernel_body_replacing(eqn: Any, matches: Matches, replace: Replace
+                          ) -> dict[str, Any] | None:
+    """Param overrides for a `pallas_call` whose body is re-traced (in its grid's
+    environment) with each matching equation replaced; None when it has none."""
+    body = eqn.params.get("jaxpr")
+    if "grid_mapping" not in eqn.params or body is None or not contains(body, matches):
+        return None
+    from jax._src.pallas import core as pallas_core
+
+    gm = eqn.params["grid_mapping"]
+    with pallas_core.tracing_grid_env(gm.grid, gm.vmapped_dims):
+        return {"jaxpr": retrace_replacing(body, matches, replace)}
+
+
 def _param(value: Any, matches: Matches, replace: Replace) -> Any:
     # jax 0.12 has one Jaxpr class for open and closed jaxprs (constants carried in it).
     if isinstance(value, jax_core.Jaxpr) and contains(value, matches):
@@ -85,9 +111,9 @@ def _param(value: Any, matches: Matches, replace: Replace) -> Any:
     return value
 
 
-def _subjaxprs(value: Any) -> list[Any]:
+def subjaxprs(value: Any) -> list[Any]:
     if isinstance(value, jax_core.Jaxpr):
         return [value]
     if isinstance(value, tuple):
-        return [j for v in value for j in _subjaxprs(v)]
+        return [j for v in value for j in subjaxprs(v)]
     return []

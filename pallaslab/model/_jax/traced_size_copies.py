@@ -23,7 +23,6 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 from jax._src import core as jax_core
-from jax._src.pallas import core as pallas_core
 from jax._src.state import indexing
 from jax._src.state import types as state_types
 
@@ -77,12 +76,7 @@ def run_notes(eqns: Any) -> tuple[str, ...]:
 def row_copy_overrides(eqn: Any) -> dict[str, Any] | None:
     """Param overrides for a `pallas_call` whose traced-size copies run as row copies (None:
     it has none)."""
-    if "grid_mapping" not in eqn.params or not has_traced_size_copies(eqn):
-        return None
-    gm = eqn.params["grid_mapping"]
-    with pallas_core.tracing_grid_env(gm.grid, gm.vmapped_dims):
-        return {"jaxpr": rewrite.retrace_replacing(eqn.params["jaxpr"], is_traced_size_copy,
-                                                   _copy_rows)}
+    return rewrite.kernel_body_replacing(eqn, is_traced_size_copy, _copy_rows)
 
 
 def _row(ref: Any, where: tuple[int, int], i: Any) -> Any:
