@@ -343,7 +343,7 @@ def two_kernels():
     return (lambda x, y: softmax_fn(matmul(x, y))), (rand((256, 256)), rand((256, 512), seed=1))
 
 
-@case("gpu", "mesh")
+@case("gpu", "mesh", reference=lambda x: x + 1.0)
 def gpu_mesh_kernel():
     from jax.experimental.pallas import mosaic_gpu as plgpu
 

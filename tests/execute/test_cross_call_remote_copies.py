@@ -112,5 +112,7 @@ def test_a_device_nobody_copies_to_is_the_executor_s_limit_not_a_verdict():
 def test_a_remote_copy_started_under_pl_when_stays_with_tpu_interpret_mode():
     result = _compared("conditional", executors="interpret")
     assert not result.complete
-    assert result.statuses["interpret"].reason.startswith(
-        "the HLO interpreter cannot run kernels that communicate between devices")
+    assert result.statuses["interpret"].reason == (
+        "the HLO interpreter cannot run kernels that communicate between devices (remote DMAs, "
+        "semaphore signals to a device); only when they pass a DMA semaphore between calls and "
+        "every program starts its remote copies unconditionally (kernel _start_kernel)")

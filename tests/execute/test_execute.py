@@ -84,9 +84,6 @@ def test_catalog_under_every_executor(name, executor):
     assert result.ok, result.error
     assert result.wall_time > 0 and len(result.outputs) == len(result.output_info)
     reference = CATALOG[name].reference
-    if executor == "gpu-interpret" and reference is None:  # gpu_mesh_kernel adds 1
-        np.testing.assert_allclose(result.outputs[0], np.asarray(args[0]) + 1.0, rtol=1e-6)
-        return
     if reference is not None:  # the catalog's pure-JAX function says what is right
         expected = [np.asarray(x) for x in jax.tree.leaves(reference(*args))]
     else:

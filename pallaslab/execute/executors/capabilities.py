@@ -63,9 +63,11 @@ def hlo_interpreter_refusal(kernels: Iterable[Kernel]) -> str | None:
                     f"tpu-interpret can (kernel {k.name})")
         if k.communicates and k.backend in (None, "tpu") and \
                 not _in_step_between_calls(k, kernels):
+            who = ("only when they pass a DMA semaphore between calls and every program "
+                   "starts its remote copies unconditionally" if _passes_semaphores(kernels)
+                   else "tpu-interpret can")
             return (f"the HLO interpreter cannot run kernels that communicate between devices "
-                    f"(remote DMAs, semaphore signals to a device); tpu-interpret can (kernel "
-                    f"{k.name})")
+                    f"(remote DMAs, semaphore signals to a device); {who} (kernel {k.name})")
     return None
 
 
@@ -73,10 +75,13 @@ def _in_step_between_calls(kernel: Kernel, kernels: Iterable[Kernel]) -> bool:
     """Kernels that pass a DMA semaphore between calls (which TPU interpret mode cannot run)
     and talk to other devices only by remote copies every device starts together: the HLO
     interpreter's collective copy is theirs (`model/_jax/remote_copies.py`)."""
-    eqns = [k.handle.eqn for k in kernels if k.handle is not None]
-    return kernel.handle is not None and \
-        any(cross_call_semaphores.passes_semaphores(e) for e in eqns) and \
+    return kernel.handle is not None and _passes_semaphores(kernels) and \
         remote_copies.lockstep_remote_copies(kernel.handle.eqn)
+
+
+def _passes_semaphores(kernels: Iterable[Kernel]) -> bool:
+    return any(cross_call_semaphores.passes_semaphores(k.handle.eqn) for k in kernels
+               if k.handle is not None)
 
 
 def hlo_interpreter_gap(kernels: Iterable[Kernel]) -> str | None:

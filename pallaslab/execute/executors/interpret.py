@@ -11,21 +11,7 @@ from pallaslab.execute.result import RunResult
 from pallaslab.execute.worker.monitor import RunMonitor, total_programs
 from pallaslab.execute.worker.running import MonitorSlot, timed_jaxpr_run
 from pallaslab.model import _jax
-from pallaslab.model._jax import (
-    atomics,
-    bounded_slices,
-    cross_call_semaphores,
-    ref_views,
-    remote_copies,
-    traced_size_copies,
-)
-
-# The executor's rewrites of its copy of a kernel body, in order (each gives the params it
-# changes, or None): Triton atomics as loads and stores applied in program order; DMAs of a
-# traced size (emit_pipeline's pl.BoundedSlice) as row copies; remote copies checked to have
-# one sender per device; pl.load / pl.store indexers JAX's discharge refuses as state accesses.
-BODY_REWRITES = (atomics.program_order_overrides, traced_size_copies.row_copy_overrides,
-                 remote_copies.one_target_overrides, ref_views.state_access_overrides)
+from pallaslab.model._jax import bounded_slices, cross_call_semaphores, hlo_bodies
 
 
 class InterpretExecutor:
@@ -57,10 +43,9 @@ class InterpretExecutor:
             def overrides(eqn: Any) -> dict[str, Any]:
                 update: dict[str, Any] = {"interpret": True}
                 kernel = by_eqn.get(id(eqn))
-                for body_rewrite in BODY_REWRITES:  # each on the body the last one left
-                    if params := body_rewrite(eqn):
-                        update |= params
-                        eqn = eqn.replace(params={**eqn.params, **params})
+                rewritten = hlo_bodies.rewritten_body(eqn)
+                update |= rewritten
+                eqn = eqn.replace(params={**eqn.params, **rewritten})
                 if kernel is not None:
                     index = kernel.index
                     update |= _jax.instrument_kernel(
@@ -76,6 +61,5 @@ class InterpretExecutor:
         result = timed_jaxpr_run(self, prepared, rewrite, monitor)
         eqns = [k.handle.eqn for k in cap if k.handle is not None]
         return dataclasses.replace(result, notes=(
-            *result.notes, *atomics.run_notes(eqns), *bounded_slices.run_notes(eqns),
-            *cross_call_semaphores.run_notes(eqns), *traced_size_copies.run_notes(eqns),
-            *ref_views.hlo_notes(eqns), *remote_copies.run_notes(eqns)))
+            *result.notes, *bounded_slices.run_notes(eqns), *cross_call_semaphores.run_notes(eqns),
+            *hlo_bodies.run_notes(eqns)))

@@ -61,7 +61,7 @@ from pallaslab.execute.worker.running import (
     execute_here,
 )
 from pallaslab.model import Kernel, _jax
-from pallaslab.model._jax import atomics, bounded_slices, vectorize, vectorize_blocks
+from pallaslab.model._jax import bounded_slices, hlo_bodies, vectorize, vectorize_blocks
 from pallaslab.model._jax.rewrite import eval_replacing
 
 
@@ -264,11 +264,11 @@ class VectorizedExecutor:
                    if p.plan is not None and not p.no_programs}
         empty = {id(k.handle.eqn) for k, p in zip(cap, plans, strict=True) if p.no_programs}
         # Kernels left out are interpreted; the rewrite keeps the other equations (and ids).
-        # (Triton atomics applied in program order, as `interpret` applies them.)
+        # (Their bodies rewritten as `interpret` rewrites them: Triton atomics in program
+        # order, ...)
         jaxpr = _jax.rewrite_kernels(cap.handle.closed_jaxpr, lambda eqn: None if id(eqn) in
                                      batched or id(eqn) in empty else
-                                     {"interpret": True, **(atomics.program_order_overrides(eqn)
-                                                            or {})})
+                                     {"interpret": True, **hlo_bodies.rewritten_body(eqn)})
         flat = prepared.flat_args
         # Kept by what it computes: the capture and the plans (which scalar-prefetch values
         # may decide), so a re-run of an unchanged function skips the compile.
@@ -276,7 +276,7 @@ class VectorizedExecutor:
             lambda: computation_key(self.name, plans, cap.handle.closed_jaxpr, flat),
             lambda: compile_exact(jax.jit(_callable(jaxpr, batched, empty)).lower(*flat)))
         notes = (*(p.note for p in plans), *((precision,) if precision else ()),
-                 *atomics.run_notes(k.handle.eqn for k in cap if k.handle is not None))
+                 *hlo_bodies.run_notes(k.handle.eqn for k in cap if k.handle is not None))
         if deadline is not None and time.monotonic() > deadline:  # one computation: no
             # program boundary to stop at, so the limit is checked before it starts
             return RunResult(self.name, None, prepared.output_info, 0.0, compile_time,

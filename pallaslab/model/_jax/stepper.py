@@ -13,8 +13,8 @@ from jax._src import core as jax_core
 from jax._src import source_info_util
 from jax._src.pallas import core as pallas_core
 
-from pallaslab.model._jax import atomics, mesh_runners, ref_views
 from pallaslab.model._jax import cross_call_semaphores as semaphores
+from pallaslab.model._jax import hlo_bodies, mesh_runners
 from pallaslab.model._jax.base import CALL_ONCE, KERNEL_PRIMITIVES, PALLAS_CALL, Jaxpr
 from pallaslab.model._jax.equation_fields import call_site_of, memory_space_of
 from pallaslab.model._jax.rerun import override_params, rewrite_value
@@ -32,13 +32,6 @@ from pallaslab.model.kernel import (
 RACE_LOGGER = "jax._src.pallas.mosaic.interpret.race_detection_state"
 
 
-def _interpretable_body(eqn: Any) -> Any:
-    """The kernel body as the `interpret` executor runs it: Triton atomics in program order,
-    `pl.load` / `pl.store` indexers JAX's discharge refuses as state accesses."""
-    eqn = eqn.replace(params={**eqn.params, **(atomics.program_order_overrides(eqn) or {})})
-    return (ref_views.state_access_overrides(eqn) or eqn.params)["jaxpr"]
-
-
 def program_runner(kernel: Kernel) -> ProgramRunner:
     """The kernel's one-program runner: a grid program of a `pallas_call`, or one core of a
     TPU mesh kernel (`mesh_program_runner`)."""
@@ -50,7 +43,7 @@ def program_runner(kernel: Kernel) -> ProgramRunner:
         return mesh_runners.mesh_program_runner(kernel)
     eqn = kernel.handle.eqn
     gm = eqn.params["grid_mapping"]
-    body = _interpretable_body(eqn)
+    body = {**eqn.params, **hlo_bodies.rewritten_body(eqn)}["jaxpr"]  # as interpret runs it
     discharged, _, scratch_avals = hlo_interpreter.kernel_to_hlo_jaxpr(body, (), gm)
     grid = tuple(int(g) for g in kernel.grid)  # type: ignore[arg-type]
     n_index = gm.num_index_operands
