@@ -72,12 +72,15 @@ test-python: setup
 		JAX_PLATFORMS=cpu $(PY) -m pytest -q -m serial)
 
 # The other tested JAX releases (pins.txt's `also-tested:` lines), each in a virtualenv of its
-# own: the catalog's capture, check (findings), compare and lower tests, and the version gates'
-# own test. Each installs its line's jax, jaxlib and libtpu, everything else as pinned (less
+# own: the catalog's capture, check (findings), compare and lower tests, the version gates'
+# own test, and the rewrites of kernel bodies that read JAX's internals most closely (views and
+# masked stores, remote copies, explicit roundings: each found a release's own gap). Each installs its line's jax, jaxlib and libtpu, everything else as pinned (less
 # pins.txt's own jax, jaxlib and libtpu), and pallaslab editable with the gpu extra.
 OTHER_JAX := $(shell sed -n 's/^\# also-tested: jax==\([^ ]*\) .*/\1/p' $(PINS))
 RELEASE_TESTS := tests/test_jax_versions.py tests/test_pins.py tests/model/test_capture.py \
-	tests/analysis/test_findings.py tests/execute/test_compare.py tests/lowering/test_lowering.py
+	tests/analysis/test_findings.py tests/execute/test_compare.py tests/lowering/test_lowering.py \
+	tests/execute/test_ref_views.py tests/execute/test_cross_call_remote_copies.py \
+	tests/execute/test_fuzz_found_executors.py
 PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 .venv-jax-%/.installed: pyproject.toml $(PINS)

@@ -35,7 +35,8 @@ differently, so float results can differ in the last bits (within the dtype's to
 excess precision (`running.compile_exact`), as the interpreters' are: allowed, XLA drops an
 explicit rounding (`x.astype(jnp.bfloat16).astype(jnp.float32)`) inside a batched fusion that
 the interpreter's program-by-program loop keeps; where XLA refuses the option, the run's
-notes say so.
+notes say so. jaxlib 0.12.0.1 drops such a round trip even so, so the batched body converts
+to bfloat16 through `lax.reduce_precision` (`model/_jax/roundings.py`).
 """
 
 from __future__ import annotations

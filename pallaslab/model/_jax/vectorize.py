@@ -26,6 +26,7 @@ from jax._src.pallas import core as pallas_core
 from jax._src.pallas import hlo_interpreter as hlo
 from jax._src.pallas import primitives as pallas_primitives
 
+from pallaslab.model._jax import roundings
 from pallaslab.model._jax.base import Jaxpr
 from pallaslab.model._jax.rewrite import eval_replacing
 from pallaslab.model._jax.vectorize_blocks import Lanes, Layout, Tiles, gather, scatter
@@ -236,8 +237,10 @@ class _BatchedCall:
             for j, d in enumerate(lanes.scanned):
                 ids[d] = step_ids[j]
             with pallas_core.grid_env(_grid_env(self.gm, tuple(ids), lanes.grid)):
-                return jax_core.eval_jaxpr(self.body, self.consts, *self.scalars, *blocks,
-                                           *scratch)
+                # Explicit roundings kept whatever the compiler allows (`roundings`).
+                return eval_replacing(
+                    self.body, self.consts, [*self.scalars, *blocks, *scratch],
+                    roundings.is_narrowing_convert, roundings.rounded_convert)
 
         block_axes = [self._in_axes(k) for k in range(len(blocks))]
         fn = one
