@@ -247,6 +247,15 @@ def test_stepping_in_lockstep_shows_each_ring_step_land():
         st.close()
 
 
+def test_stepping_on_devices_says_a_kernel_cannot_be_picked():
+    fn, args = CATALOG["ring_all_gather"].case()
+    with pytest.raises(pallaslab.PallasLabError) as err:
+        pallaslab.step(fn, *args, kernel=0, devices=DEVICES)
+    assert str(err.value) == (f"step(..., devices={DEVICES}) steps every kernel of the function "
+                              "together, in lockstep on the devices: kernel=0 selects none; "
+                              "leave it out")
+
+
 def test_stepping_a_deadlock_ends_with_the_finding():
     fn, args = CATALOG["missing_signal"].case()
     st = pallaslab.step(fn, *args, devices=DEVICES)

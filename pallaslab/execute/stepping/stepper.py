@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
-from pallaslab.errors import PallasLabError, UnavailableError
+from pallaslab.errors import KernelSelectionError, PallasLabError, UnavailableError
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import capabilities
 from pallaslab.execute.executors.choice import needs_tpu_semantics
@@ -458,7 +458,7 @@ def _tiling_or_raise(kernel: Kernel) -> Tiling:
     return t
 
 
-def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
+def step(fn: Callable[..., Any], *args: Any, kernel: int | str | None = None,
          seed: int = DEFAULT_SEED, timeout: float | None = None, devices: int | None = None,
          **kwargs: Any) -> Any:
     """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet. Each program
@@ -472,7 +472,8 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
         fn: the function that launches the kernel.
         *args: its arguments: arrays, or `jax.ShapeDtypeStruct`s (filled with seeded random
             data).
-        kernel: which kernel of the call to step: its index in launch order or its name.
+        kernel: which kernel of the call to step: its index in launch order or its name
+            (default the first). Not with `devices`: every kernel then steps, in lockstep.
         seed: the seed of the random data for abstract arguments.
         timeout: each program's time limit in seconds.
         devices: step a kernel inside `shard_map` on this many simulated CPU devices.
@@ -483,13 +484,19 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str = 0,
         `CoreStepper` as above.
 
     Raises:
-        KernelSelectionError: `kernel` names no kernel of the call.
+        KernelSelectionError: `kernel` names no kernel of the call, or is given with
+            `devices`.
         UnavailableError: the kernel cannot be stepped here (the message says why).
     """
     if devices is not None:
         from pallaslab.execute.stepping.device_stepper import DeviceStepper
 
+        if kernel is not None:
+            raise KernelSelectionError(
+                f"step(..., devices={devices}) steps every kernel of the function together, "
+                f"in lockstep on the devices: kernel={kernel!r} selects none; leave it out")
         return DeviceStepper(fn, args, kwargs, devices=devices, seed=seed, timeout=timeout)
+    kernel = 0 if kernel is None else kernel
     try:
         return Stepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)
     except CoresSignalEachOther:
