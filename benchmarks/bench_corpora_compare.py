@@ -1,5 +1,6 @@
-"""Every correct kernel of the feature catalog (tests/kernels.py) and the production corpus
-(tests/production.py: tokamax's kernels) through `pallaslab.compare` with no executor named,
+"""Every correct kernel of the feature catalog (tests/kernels.py), the production corpus
+(tests/production.py: tokamax's kernels) and the kernels JAX ships (tests/cases/shipped.py:
+`jax.experimental.pallas.ops`) through `pallaslab.compare` with no executor named,
 against its reference where the case has one: the outcome of each, every comparison that is
 not ALL CLOSE with its reason, and the final line
 `corpora: N kernels, all close A, mismatches M, incomplete I (needs a device D), one executor
@@ -55,6 +56,23 @@ def production_cases() -> Iterator[tuple[str, Callable[[], Any], Any, dict[str, 
         yield f"production:{name}", case, None, {}
 
 
+SHIPPED = ("tpu_flash_attention", "tpu_matmul", "tpu_megablox_gmm", "tpu_paged_attention",
+           "tpu_ragged_paged_attention", "gpu_softmax", "gpu_attention")
+
+
+def shipped_cases() -> Iterator[tuple[str, Callable[[], Any], Any, dict[str, Any]]]:
+    from pallaslab.cases import load_function
+
+    here = Path(__file__).resolve().parent.parent / "tests/cases/shipped.py"
+    for name in SHIPPED:
+        reference = None
+        if name == "tpu_ragged_paged_attention":  # JAX ships its reference beside it
+            from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel
+
+            reference = kernel.ref_ragged_paged_attention
+        yield f"shipped:{name}", load_function(f"{here}:{name}"), reference, {}
+
+
 def judged(name: str, case: Callable[[], Any], reference: Any,
            options: dict[str, Any]) -> tuple[str, str]:
     """(outcome, the reasons it is not all close) of one kernel's comparison."""
@@ -79,7 +97,8 @@ def main(selected: list[str]) -> int:
     start = time.perf_counter()
     tally: collections.Counter[str] = collections.Counter()
     needs_device = 0
-    for name, case, reference, options in (*catalog_cases(), *production_cases()):
+    for name, case, reference, options in (*catalog_cases(), *production_cases(),
+                                                  *shipped_cases()):
         if selected and not any(s in name for s in selected):
             continue
         t = time.perf_counter()
