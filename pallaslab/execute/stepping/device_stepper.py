@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pallaslab.errors import PallasLabError
+from pallaslab.errors import KernelSelectionError, PallasLabError
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.prepared import prepare
 from pallaslab.execute.protocol import Prepared
@@ -211,7 +211,12 @@ class DeviceStepper(SteppedRun):
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any],
                  kwargs: Mapping[str, Any] | None = None, *, devices: int,
-                 seed: int = DEFAULT_SEED, timeout: float | None = None):
+                 seed: int = DEFAULT_SEED, timeout: float | None = None,
+                 kernel: int | str | None = None):
+        if kernel is not None:  # every kernel steps: asking for one would be ignored
+            raise KernelSelectionError(
+                f"step(..., devices={devices}) steps every kernel of the function together, "
+                f"in lockstep on the devices: kernel={kernel!r} selects none; leave it out")
         prepared = prepare(fn, args, kwargs, seed=seed, devices=devices)
         self.devices = devices
         self.kernel = prepared.capture[0] if len(prepared.capture) else None

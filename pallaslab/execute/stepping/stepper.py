@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pallaslab.analysis.tiling import Tiling, tile, tiling_unavailable_reason
-from pallaslab.errors import KernelSelectionError, PallasLabError, UnavailableError
+from pallaslab.errors import PallasLabError, UnavailableError
 from pallaslab.execute.data import DEFAULT_SEED
 from pallaslab.execute.executors import capabilities
 from pallaslab.execute.executors.choice import needs_tpu_semantics
@@ -484,18 +484,14 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str | None = None,
         `CoreStepper` as above.
 
     Raises:
-        KernelSelectionError: `kernel` names no kernel of the call, or is given with
-            `devices`.
+        KernelSelectionError: `kernel` names no kernel of the call (or comes with `devices`).
         UnavailableError: the kernel cannot be stepped here (the message says why).
     """
     if devices is not None:
         from pallaslab.execute.stepping.device_stepper import DeviceStepper
 
-        if kernel is not None:
-            raise KernelSelectionError(
-                f"step(..., devices={devices}) steps every kernel of the function together, "
-                f"in lockstep on the devices: kernel={kernel!r} selects none; leave it out")
-        return DeviceStepper(fn, args, kwargs, devices=devices, seed=seed, timeout=timeout)
+        return DeviceStepper(fn, args, kwargs, devices=devices, seed=seed, timeout=timeout,
+                             kernel=kernel)
     kernel = 0 if kernel is None else kernel
     try:
         return Stepper(fn, args, kwargs, kernel=kernel, seed=seed, timeout=timeout)
