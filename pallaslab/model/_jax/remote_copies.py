@@ -25,9 +25,9 @@ from pallaslab.model._jax import rewrite
 from pallaslab.model._jax.equation_fields import call_site_of
 from pallaslab.model._jax.trace import bind_eqn
 
-NOTE = ("remote DMAs run as JAX's HLO interpreter runs them: each copy lands when it starts, "
-        "every device starting it together; each device must be the target of exactly one "
-        "(checked as the copy starts)")
+NOTE = ("remote DMAs run as JAX's HLO interpreter runs them, as a collective every device "
+        "starts together (a copy passed between calls lands at its wait); each device must be "
+        "the target of exactly one (checked as the copy starts)")
 
 # Equations that run their body once, unconditionally: a remote start inside stays in step.
 _UNCONDITIONAL = ("run_scoped", "pjit", "jit", "closed_call", "named_call")
