@@ -5,7 +5,6 @@ autotunes. `read_rows` reads that table flattened to CSV (hardware, op, problem,
 median and all times); `build` turns one TPU row into the tokamax call that launches the same
 kernel (its public op API with the row's config, arguments as `jax.ShapeDtypeStruct`s, so
 nothing is allocated); `predict` captures it for the row's chip and runs the pipeline model.
-
 A row that cannot be built raises `BuildError` with the reason, for the caller to tally.
 """
 

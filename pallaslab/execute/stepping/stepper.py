@@ -464,9 +464,8 @@ def step(fn: Callable[..., Any], *args: Any, kernel: int | str | None = None,
     """A stepper for one kernel of `fn(*args, **kwargs)`; nothing has run yet. Each program
     runs within `timeout` seconds (default $PALLASLAB_TIMEOUT, else 300 s). With `devices=N`,
     a kernel inside shard_map is stepped in lockstep on N simulated devices
-    (`pallaslab.execute.stepping.device_stepper.DeviceStepper`). A TPU mesh kernel whose cores
-    signal each other is stepped core by core with its cores running together under tpu-interpret
-    (`pallaslab.execute.stepping.core_stepper.CoreStepper`).
+    (`device_stepper.DeviceStepper`). A TPU mesh kernel whose cores signal each other is
+    stepped core by core, its cores running together under tpu-interpret (`CoreStepper`).
 
     Args:
         fn: the function that launches the kernel.
